@@ -1,0 +1,26 @@
+package v1alpha1
+
+// Condition types reported in HTTPScaledObjectStatus.Conditions.
+const (
+	// ConditionReady is True when the object is valid, not in conflict, its ScaledObject exists and every
+	// ready interceptor routes its current generation.
+	ConditionReady = "Ready"
+	// ConditionValid is False when the object refers to something that does not exist or cannot work
+	// (a missing Service or port, a workload without a /scale subresource). The object is then left out
+	// of the routing table; other apps are unaffected.
+	ConditionValid = "Valid"
+	// ConditionConflict is True when an older object already claims the same host, path and headers.
+	ConditionConflict = "Conflict"
+	// ConditionRoutingPropagated is True when every ready interceptor serves a routing table that holds
+	// this object's current generation.
+	ConditionRoutingPropagated = "RoutingPropagated"
+	// ConditionScaledObjectReady is True when the KEDA ScaledObject for this app exists and is in sync.
+	ConditionScaledObjectReady = "ScaledObjectReady"
+)
+
+// Annotations users may set on an HTTPScaledObject.
+const (
+	// AnnotationSkipScaledObject set to "true" means the user owns the KEDA ScaledObject; the operator
+	// creates none (and deletes the one it created earlier).
+	AnnotationSkipScaledObject = "httpscale.dev/skip-scaledobject"
+)

@@ -1,0 +1,342 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Host is an HTTP host the app serves: an exact lowercase DNS name (shop.example.com), a wildcard on the
+// leftmost label (*.example.com matches a.example.com and a.b.example.com, not example.com; the most
+// specific wildcard wins), or * for every host. Matching is case-insensitive and ignores a :port in the
+// request's Host header.
+// +kubebuilder:validation:MaxLength=253
+// +kubebuilder:validation:XValidation:rule=`self == '*' || self.matches(r'^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$')`,message="host must be a lowercase DNS name (shop.example.com), a wildcard on the leftmost label (*.example.com), or * for all hosts; no scheme, port, path or upper-case letters"
+type Host string
+
+// PathPrefix is a URL path prefix matched on whole segments: /api matches /api and /api/v1, not /apis.
+// +kubebuilder:validation:MaxLength=1024
+// +kubebuilder:validation:XValidation:rule=`self.startsWith('/') && !self.matches(r'[?#\s]')`,message="path prefix must start with / and contain no query (?), fragment (#) or whitespace"
+type PathPrefix string
+
+// Duration is a Go duration string such as 500ms, 30s, 2m or 1h30m.
+// +kubebuilder:validation:Type=string
+// +kubebuilder:validation:MaxLength=32
+// +kubebuilder:validation:XValidation:rule=`self.matches(r'^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')`,message="must be a positive duration such as 500ms, 30s, 2m or 1h30m"
+type Duration string
+
+// HTTPScaledObjectSpec says which HTTP traffic belongs to an app, where to send it, and how to scale the
+// workload that serves it.
+// +kubebuilder:validation:XValidation:rule="has(self.hosts) && size(self.hosts) > 0",message="hosts needs at least one host: shop.example.com, *.example.com or * for all hosts"
+// +kubebuilder:validation:XValidation:rule=`!has(self.replicas) || !has(self.replicas.min) || !has(self.replicas.max) || self.replicas.min <= self.replicas.max`,message="replicas.min must not be greater than replicas.max"
+type HTTPScaledObjectSpec struct {
+	// Hosts whose requests are routed to this app. Exact hosts win over wildcards, more specific wildcards
+	// over less specific ones, and * catches whatever no other object claims.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	Hosts []Host `json:"hosts"`
+
+	// PathPrefixes narrows the route to these path prefixes (the longest matching prefix wins across
+	// objects). Empty means every path.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	PathPrefixes []PathPrefix `json:"pathPrefixes,omitempty"`
+
+	// Headers narrows the route to requests carrying all of these headers. A header with no value only
+	// has to be present. Among routes that match, the one with more header matches wins.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	Headers []HeaderMatch `json:"headers,omitempty"`
+
+	// ScaleTargetRef names the workload to scale and the Service (and port) that receives its traffic.
+	ScaleTargetRef ScaleTargetRef `json:"scaleTargetRef"`
+
+	// Replicas bounds the workload's replica count. min 0 enables scale to zero.
+	// +optional
+	// +kubebuilder:default={}
+	Replicas *ReplicaBounds `json:"replicas,omitempty"`
+
+	// ScalingMetric sets what the autoscaler tracks per replica: in-flight requests (concurrency), request
+	// rate, or both (each reported separately; the autoscaler takes the larger recommendation).
+	// Defaults to a concurrency target of 100.
+	// +optional
+	// +kubebuilder:default={concurrency: {targetValue: 100}}
+	ScalingMetric *ScalingMetric `json:"scalingMetric,omitempty"`
+
+	// ScaledownPeriod is how many seconds the app must receive no traffic before it is scaled to zero
+	// (or to replicas.min). Counted from the last request, not from the last scale-up.
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	ScaledownPeriod *int32 `json:"scaledownPeriod,omitempty"`
+
+	// Timeouts for requests to this app. Unset fields use the interceptor's global defaults.
+	// +optional
+	Timeouts *Timeouts `json:"timeouts,omitempty"`
+
+	// ColdStart controls what happens to requests that arrive while the app has no ready replica.
+	// +optional
+	ColdStart *ColdStart `json:"coldStart,omitempty"`
+}
+
+// HeaderMatch matches one request header.
+type HeaderMatch struct {
+	// Name of the header, matched case-insensitively.
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[A-Za-z0-9!#$%&*+.^_|~-]+$')`,message="header name must be a non-empty HTTP token such as X-Tenant (letters, digits and !#$%&*+.^_|~-)"
+	Name string `json:"name"`
+
+	// Value the header must have (exact, case-sensitive). Omit to match any value as long as the header
+	// is present.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Value *string `json:"value,omitempty"`
+}
+
+// ScaleTargetRef names the workload to scale and the Service that fronts it.
+// +kubebuilder:validation:XValidation:rule="has(self.port) != has(self.portName)",message="set exactly one of scaleTargetRef.port or scaleTargetRef.portName"
+type ScaleTargetRef struct {
+	// APIVersion of the workload. Any kind with a /scale subresource works (Deployment, StatefulSet,
+	// Argo Rollout, ...).
+	// +optional
+	// +kubebuilder:default="apps/v1"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	APIVersion string `json:"apiVersion,omitempty"`
+
+	// Kind of the workload.
+	// +optional
+	// +kubebuilder:default="Deployment"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind,omitempty"`
+
+	// Name of the workload, in the HTTPScaledObject's namespace.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')`,message="scaleTargetRef.name must be the name of the workload to scale: a non-empty lowercase DNS name"
+	Name string `json:"name"`
+
+	// Service that receives the app's traffic, in the HTTPScaledObject's namespace.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z]([-a-z0-9]*[a-z0-9])?$')`,message="scaleTargetRef.service must be the name of the app's Service: a non-empty lowercase DNS label"
+	Service string `json:"service"`
+
+	// Port of the Service to send traffic to. Set this or portName.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port *int32 `json:"port,omitempty"`
+
+	// PortName of the Service port to send traffic to. Set this or port.
+	// +optional
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')`,message="portName must be a Service port name (lowercase letters, digits and -)"
+	PortName *string `json:"portName,omitempty"`
+}
+
+// ReplicaBounds bounds the replica count the autoscaler may choose.
+type ReplicaBounds struct {
+	// Min replicas. 0 lets the app scale to zero when idle.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	Min *int32 `json:"min,omitempty"`
+
+	// Max replicas.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	Max *int32 `json:"max,omitempty"`
+}
+
+// ScalingMetric chooses the per-replica targets the autoscaler tracks.
+// +kubebuilder:validation:XValidation:rule="has(self.concurrency) || has(self.requestRate)",message="scalingMetric needs at least one of concurrency or requestRate"
+type ScalingMetric struct {
+	// Concurrency targets in-flight plus held requests per replica.
+	// +optional
+	Concurrency *ConcurrencyMetric `json:"concurrency,omitempty"`
+
+	// RequestRate targets requests per second per replica, averaged over a sliding window.
+	// +optional
+	RequestRate *RequestRateMetric `json:"requestRate,omitempty"`
+}
+
+// ConcurrencyMetric targets concurrent requests per replica.
+type ConcurrencyMetric struct {
+	// TargetValue is the number of concurrent requests one replica should handle.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	TargetValue int32 `json:"targetValue,omitempty"`
+}
+
+// RequestRateMetric targets a request rate per replica.
+// +kubebuilder:validation:XValidation:rule=`!has(self.window) || !has(self.granularity) || !self.window.matches(r'^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$') || !self.granularity.matches(r'^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self.granularity) <= duration(self.window)`,message="requestRate.granularity must not be longer than requestRate.window"
+type RequestRateMetric struct {
+	// TargetValue is the requests per second one replica should handle.
+	// +kubebuilder:validation:Minimum=1
+	TargetValue int32 `json:"targetValue"`
+
+	// Window is the sliding window the rate is averaged over.
+	// +optional
+	// +kubebuilder:default="1m"
+	Window Duration `json:"window,omitempty"`
+
+	// Granularity is the size of the buckets the window is made of.
+	// +optional
+	// +kubebuilder:default="1s"
+	Granularity Duration `json:"granularity,omitempty"`
+}
+
+// Timeouts for requests to one app. Each unset field uses the interceptor's global default.
+type Timeouts struct {
+	// Readiness is how long a request may be held while the app has no ready replica before it is
+	// answered by the fallback, the placeholder, or 504.
+	// +optional
+	Readiness *Duration `json:"readiness,omitempty"`
+
+	// Request bounds the whole request once forwarded, including the response body (0 or unset: the
+	// interceptor's default). WebSockets are not bounded by it once upgraded.
+	// +optional
+	Request *Duration `json:"request,omitempty"`
+
+	// ResponseHeader bounds the wait for the app's response headers once the request is forwarded.
+	// +optional
+	ResponseHeader *Duration `json:"responseHeader,omitempty"`
+}
+
+// ColdStart controls requests that arrive while the app has no ready replica.
+type ColdStart struct {
+	// QueueLimit caps how many requests may be held for this app at once; more are answered 503 with
+	// Retry-After. Unset uses the interceptor's global default.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	QueueLimit *int32 `json:"queueLimit,omitempty"`
+
+	// Fallback is a Service that answers held requests once the readiness timeout expires.
+	// +optional
+	Fallback *FallbackService `json:"fallback,omitempty"`
+
+	// Placeholder is a static response for held requests once the readiness timeout expires (used when no
+	// fallback is set).
+	// +optional
+	Placeholder *Placeholder `json:"placeholder,omitempty"`
+}
+
+// FallbackService is a Service in the HTTPScaledObject's namespace that serves requests the app could
+// not serve in time.
+// +kubebuilder:validation:XValidation:rule="has(self.port) != has(self.portName)",message="set exactly one of fallback.port or fallback.portName"
+type FallbackService struct {
+	// Service name.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z]([-a-z0-9]*[a-z0-9])?$')`,message="fallback.service must be the name of a Service: a non-empty lowercase DNS label"
+	Service string `json:"service"`
+
+	// Port of the Service. Set this or portName.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port *int32 `json:"port,omitempty"`
+
+	// PortName of the Service port. Set this or port.
+	// +optional
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')`,message="portName must be a Service port name (lowercase letters, digits and -)"
+	PortName *string `json:"portName,omitempty"`
+}
+
+// Placeholder is a static response served when the app is not ready in time.
+type Placeholder struct {
+	// StatusCode of the response.
+	// +optional
+	// +kubebuilder:default=503
+	// +kubebuilder:validation:Minimum=200
+	// +kubebuilder:validation:Maximum=599
+	StatusCode int32 `json:"statusCode,omitempty"`
+
+	// Headers added to the response.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.matches(r'^[A-Za-z0-9!#$%&*+.^_|~-]+$') && k.size() <= 256)`,message="placeholder header names must be HTTP tokens such as Content-Type"
+	Headers map[string]string `json:"headers,omitempty"`
+
+	// Body of the response.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	Body string `json:"body,omitempty"`
+}
+
+// HTTPScaledObjectStatus reports what the operator made of the object.
+type HTTPScaledObjectStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Valid, Conflict, RoutingPropagated, ScaledObjectReady.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// TargetWorkload is the resolved workload, as Kind/name.
+	// +optional
+	TargetWorkload string `json:"targetWorkload,omitempty"`
+
+	// TargetService is the resolved Service and target port, as name:port.
+	// +optional
+	TargetService string `json:"targetService,omitempty"`
+
+	// Routing reports which interceptors serve a routing table containing this object.
+	// +optional
+	Routing *RoutingStatus `json:"routing,omitempty"`
+}
+
+// RoutingStatus proves (or disproves) that the interceptor fleet routes this object's current spec.
+type RoutingStatus struct {
+	// TableVersion is the routing-table version that first contained this object's current generation.
+	// +optional
+	TableVersion string `json:"tableVersion,omitempty"`
+
+	// InterceptorsReady counts the ready interceptor replicas that serve TableVersion or a later table
+	// that still contains this generation.
+	InterceptorsReady int32 `json:"interceptorsReady"`
+
+	// InterceptorsTotal counts the ready interceptor replicas.
+	InterceptorsTotal int32 `json:"interceptorsTotal"`
+}
+
+// HTTPScaledObject routes HTTP traffic for one app through the interceptor fleet and scales the app's
+// workload on that traffic, down to zero.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=httpso,categories=httpscale
+// +kubebuilder:printcolumn:name="Hosts",type=string,JSONPath=`.spec.hosts`
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.scaleTargetRef.name`
+// +kubebuilder:printcolumn:name="Min",type=integer,JSONPath=`.spec.replicas.min`
+// +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.replicas.max`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="RoutingPropagated")].status`
+// +kubebuilder:printcolumn:name="Interceptors",type=integer,priority=1,JSONPath=`.status.routing.interceptorsReady`
+// +kubebuilder:printcolumn:name="Table",type=string,priority=1,JSONPath=`.status.routing.tableVersion`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type HTTPScaledObject struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   HTTPScaledObjectSpec   `json:"spec"`
+	Status HTTPScaledObjectStatus `json:"status,omitempty"`
+}
+
+// HTTPScaledObjectList is a list of HTTPScaledObjects.
+// +kubebuilder:object:root=true
+type HTTPScaledObjectList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []HTTPScaledObject `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&HTTPScaledObject{}, &HTTPScaledObjectList{})
+}

@@ -1,0 +1,55 @@
+// Command operator reconciles HTTPScaledObjects into the routing table and KEDA ScaledObjects.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/go-logr/logr"
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/pkg/component"
+	"github.com/httpscale/httpscale/pkg/config"
+)
+
+// Leader election.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=httpscale-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=httpscale-system,resources=events,verbs=create;patch
+
+func main() {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "operator:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	cfg := &config.Operator{}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme, httpscalev1alpha1.AddToScheme, kedav1alpha1.AddToScheme,
+	} {
+		if err := add(scheme); err != nil {
+			return fmt.Errorf("building scheme: %w", err)
+		}
+	}
+	return component.Run(ctx, component.Spec{
+		Name:   "operator",
+		Config: cfg,
+		Scheme: scheme,
+		Options: func(o *manager.Options) {
+			o.LeaderElection = cfg.LeaderElect
+			o.LeaderElectionID = "operator.httpscale.dev"
+			o.LeaderElectionNamespace = cfg.Namespace
+			// Hand leadership over at once on SIGTERM instead of letting the next replica wait out the lease.
+			o.LeaderElectionReleaseOnCancel = true
+		},
+		Setup: func(manager.Manager, logr.Logger) error { return nil },
+	}, args)
+}

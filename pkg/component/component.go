@@ -1,0 +1,94 @@
+// Package component starts an httpscale binary: it parses flags into the binary's config, sets up
+// logging, builds the controller-runtime manager every long-running part is added to, and runs it
+// until the context ends (SIGTERM in production).
+package component
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/httpscale/httpscale/pkg/config"
+)
+
+// Config is a binary's typed configuration.
+type Config interface {
+	Bind(fs *flag.FlagSet)
+	Validate() error
+	Base() *config.Common
+}
+
+// Spec describes one binary.
+type Spec struct {
+	// Name names the binary in logs and flag errors.
+	Name string
+	// Config receives the parsed flags.
+	Config Config
+	// Scheme holds every kind the binary reads or writes.
+	Scheme *runtime.Scheme
+	// Options adjusts manager options (leader election, cache scope) after the common ones are set.
+	Options func(*manager.Options)
+	// Setup adds the binary's controllers and Runnables to the manager.
+	Setup func(mgr manager.Manager, log logr.Logger) error
+}
+
+// Run parses args, builds the manager and blocks until ctx ends and the manager has stopped. It returns
+// nil on a clean shutdown.
+func Run(ctx context.Context, spec Spec, args []string) error {
+	fs := flag.NewFlagSet(spec.Name, flag.ContinueOnError)
+	spec.Config.Bind(fs)
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("parsing flags: %w", err)
+	}
+	if err := spec.Config.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	log := zap.New(zap.UseFlagOptions(&zapOpts)).WithName(spec.Name)
+	ctrl.SetLogger(log)
+
+	common := spec.Config.Base()
+	restCfg, err := common.RESTConfig()
+	if err != nil {
+		return err
+	}
+	opts := manager.Options{
+		Scheme:                 spec.Scheme,
+		Logger:                 log,
+		HealthProbeBindAddress: common.ProbeAddr,
+		Metrics:                metricsserver.Options{BindAddress: common.MetricsAddr},
+	}
+	if spec.Options != nil {
+		spec.Options(&opts)
+	}
+	mgr, err := ctrl.NewManager(restCfg, opts)
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("adding readiness check: %w", err)
+	}
+	if spec.Setup != nil {
+		if err := spec.Setup(mgr, log); err != nil {
+			return fmt.Errorf("setting up %s: %w", spec.Name, err)
+		}
+	}
+	log.Info("starting", "probeAddr", common.ProbeAddr, "metricsAddr", common.MetricsAddr)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	log.Info("stopped cleanly")
+	return nil
+}
