@@ -3,6 +3,11 @@ package config
 import (
 	"errors"
 	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Operator configures the operator binary.
@@ -12,6 +17,23 @@ type Operator struct {
 	LeaderElect bool
 	// Namespace is where the operator is installed and writes the routing table.
 	Namespace string
+	// WatchNamespaces limits the namespaces whose HTTPScaledObjects are reconciled; empty means all.
+	WatchNamespaces []string
+	// TableName is the routing table's head ConfigMap.
+	TableName string
+	// ScalerAddress is written into every ScaledObject's external-push trigger.
+	ScalerAddress string
+	// InterceptorSelector selects the interceptor admin Service's EndpointSlices in Namespace.
+	InterceptorSelector string
+	// InterceptorAdminPort names the admin port in those EndpointSlices.
+	InterceptorAdminPort string
+	// ProbeInterval and ProbeTimeout pace the routing-propagation probes.
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+	// TableDebounce coalesces bursts of changes into one routing-table write.
+	TableDebounce time.Duration
+	// MaxConcurrentReconciles bounds parallel reconciles.
+	MaxConcurrentReconciles int
 }
 
 // Bind registers the operator's flags on fs, with defaults taken from the environment.
@@ -19,6 +41,28 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	o.bind(fs, ":8081", ":8080")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", envBool("HTTPSCALE_LEADER_ELECT", true), "Elect one active operator replica.")
 	fs.StringVar(&o.Namespace, "namespace", env("POD_NAMESPACE", "httpscale-system"), "Namespace the operator is installed in; the routing table is written here.")
+	fs.Func("watch-namespaces", "Comma-separated namespaces whose HTTPScaledObjects are reconciled (default: all). Env HTTPSCALE_WATCH_NAMESPACES.", func(s string) error {
+		o.WatchNamespaces = splitList(s)
+		return nil
+	})
+	o.WatchNamespaces = splitList(env("HTTPSCALE_WATCH_NAMESPACES", ""))
+	fs.StringVar(&o.TableName, "routing-table-name", env("HTTPSCALE_ROUTING_TABLE_NAME", "httpscale-routing-table"), "Name of the routing table's head ConfigMap.")
+	fs.StringVar(&o.ScalerAddress, "scaler-address", env("HTTPSCALE_SCALER_ADDRESS", "httpscale-scaler.httpscale-system.svc.cluster.local:9090"), "host:port of the scaler's gRPC service, written into ScaledObject triggers.")
+	fs.StringVar(&o.InterceptorSelector, "interceptor-admin-selector", env("HTTPSCALE_INTERCEPTOR_ADMIN_SELECTOR", "kubernetes.io/service-name=httpscale-interceptor-admin"), "Label selector of the interceptor admin Service's EndpointSlices.")
+	fs.StringVar(&o.InterceptorAdminPort, "interceptor-admin-port-name", env("HTTPSCALE_INTERCEPTOR_ADMIN_PORT_NAME", "admin"), "Name of the admin port in those EndpointSlices; empty takes the first port.")
+	fs.DurationVar(&o.ProbeInterval, "propagation-probe-interval", envDuration("HTTPSCALE_PROPAGATION_PROBE_INTERVAL", 2*time.Second), "How often interceptors are asked which routing table they serve.")
+	fs.DurationVar(&o.ProbeTimeout, "propagation-probe-timeout", envDuration("HTTPSCALE_PROPAGATION_PROBE_TIMEOUT", time.Second), "Timeout of one such question.")
+	fs.DurationVar(&o.TableDebounce, "routing-table-debounce", envDuration("HTTPSCALE_ROUTING_TABLE_DEBOUNCE", 250*time.Millisecond), "Quiet time that ends a burst of changes before the routing table is written.")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel reconciles.")
+}
+
+// Selector parses InterceptorSelector.
+func (o *Operator) Selector() (labels.Selector, error) {
+	sel, err := labels.Parse(o.InterceptorSelector)
+	if err != nil {
+		return nil, fmt.Errorf("--interceptor-admin-selector %q: %w", o.InterceptorSelector, err)
+	}
+	return sel, nil
 }
 
 // Validate reports every invalid setting at once.
@@ -27,5 +71,29 @@ func (o *Operator) Validate() error {
 	if o.Namespace == "" {
 		errs = append(errs, errors.New("--namespace must not be empty"))
 	}
+	if o.TableName == "" {
+		errs = append(errs, errors.New("--routing-table-name must not be empty"))
+	}
+	if o.ScalerAddress == "" {
+		errs = append(errs, errors.New("--scaler-address must not be empty"))
+	}
+	if _, err := o.Selector(); err != nil {
+		errs = append(errs, err)
+	}
+	for name, d := range map[string]time.Duration{"propagation-probe-interval": o.ProbeInterval, "propagation-probe-timeout": o.ProbeTimeout, "routing-table-debounce": o.TableDebounce} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("--%s must be positive, got %s", name, d))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -1,0 +1,310 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/go-logr/logr"
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/pkg/routing"
+)
+
+// Finalizer keeps an HTTPScaledObject until its entry has left the written routing table.
+const Finalizer = "httpscale.dev/routing-table"
+
+// invalidRecheck is how often an object whose references are missing is validated again when no
+// watch event brings news (targets of kinds the operator does not watch).
+const invalidRecheck = 30 * time.Second
+
+// +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/finalizers,verbs=update
+// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=*,resources=*/scale,verbs=get
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",namespace=httpscale-system,resources=configmaps,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=discovery.k8s.io,namespace=httpscale-system,resources=endpointslices,verbs=get;list;watch
+
+// Reconciler reconciles one HTTPScaledObject: validates its references, hands its routing entry to the
+// TableWriter, keeps its KEDA ScaledObject in sync and reports status.
+type Reconciler struct {
+	Client        client.Client
+	Recorder      events.EventRecorder
+	Targets       *TargetChecker
+	Table         *TableWriter
+	Prober        *Prober
+	ScalerAddress string
+	Log           logr.Logger
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	key := req.Namespace + "/" + req.Name
+	hso := &v1.HTTPScaledObject{}
+	if err := r.Client.Get(ctx, req.NamespacedName, hso); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Table.Set(key, nil)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("reading HTTPScaledObject %s: %w", key, err)
+	}
+
+	if !hso.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, hso, key)
+	}
+	if !controllerutil.ContainsFinalizer(hso, Finalizer) {
+		orig := hso.DeepCopy()
+		controllerutil.AddFinalizer(hso, Finalizer)
+		if err := r.Client.Patch(ctx, hso, client.MergeFrom(orig)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer to %s: %w", key, err)
+		}
+	}
+
+	orig := hso.DeepCopy()
+	result := ctrl.Result{}
+	target, fallback, err := r.resolve(ctx, hso)
+	var inv *invalidError
+	switch {
+	case errors.As(err, &inv):
+		r.Table.Set(key, nil)
+		r.setCondition(hso, v1.ConditionValid, metav1.ConditionFalse, inv.Reason, inv.Message)
+		hso.Status.TargetService = ""
+		result.RequeueAfter = invalidRecheck
+	case err != nil:
+		return ctrl.Result{}, err
+	default:
+		r.Table.Set(key, &candidate{entry: buildEntry(hso, target, fallback), created: hso.CreationTimestamp.Time})
+		r.setCondition(hso, v1.ConditionValid, metav1.ConditionTrue, "Resolved",
+			fmt.Sprintf("Service %s port %d and %s %s resolve", target.Service, target.Port, hso.Spec.ScaleTargetRef.Kind, hso.Spec.ScaleTargetRef.Name))
+		hso.Status.TargetService = fmt.Sprintf("%s:%d", target.Service, target.Port)
+	}
+	hso.Status.TargetWorkload = hso.Spec.ScaleTargetRef.Kind + "/" + hso.Spec.ScaleTargetRef.Name
+
+	if err := r.syncScaledObject(ctx, hso); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.setRoutingStatus(hso, key, inv == nil)
+	r.setReady(hso)
+	hso.Status.ObservedGeneration = hso.Generation
+
+	if !equality.Semantic.DeepEqual(orig.Status, hso.Status) {
+		if err := r.Client.Status().Patch(ctx, hso, client.MergeFrom(orig)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("writing status of %s: %w", key, err)
+		}
+	}
+	return result, nil
+}
+
+// finalize takes the object out of the routing table and releases it once the written table no longer
+// holds it; the TableWriter's Notify brings the object back here after that write.
+func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key string) (ctrl.Result, error) {
+	r.Table.Set(key, nil)
+	if !controllerutil.ContainsFinalizer(hso, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if r.Table.Written().Contains(key) {
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	orig := hso.DeepCopy()
+	controllerutil.RemoveFinalizer(hso, Finalizer)
+	if err := r.Client.Patch(ctx, hso, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("removing finalizer from %s: %w", key, err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// resolve validates everything CEL cannot: the Service and port, the fallback, and the scale target.
+// Problems the user must fix come back as *invalidError.
+func (r *Reconciler) resolve(ctx context.Context, hso *v1.HTTPScaledObject) (routing.Backend, *routing.Backend, error) {
+	ref := hso.Spec.ScaleTargetRef
+	svc, err := r.service(ctx, hso.Namespace, ref.Service, "scaleTargetRef.service", "ServiceNotFound")
+	if err != nil {
+		return routing.Backend{}, nil, err
+	}
+	target, err := resolvePort(svc, ref.Port, ref.PortName, "scaleTargetRef")
+	if err != nil {
+		return routing.Backend{}, nil, err
+	}
+	var fallback *routing.Backend
+	if cs := hso.Spec.ColdStart; cs != nil && cs.Fallback != nil {
+		fsvc, err := r.service(ctx, hso.Namespace, cs.Fallback.Service, "coldStart.fallback.service", "FallbackServiceNotFound")
+		if err != nil {
+			return routing.Backend{}, nil, err
+		}
+		fb, err := resolvePort(fsvc, cs.Fallback.Port, cs.Fallback.PortName, "coldStart.fallback")
+		if err != nil {
+			return routing.Backend{}, nil, err
+		}
+		fallback = &fb
+	}
+	if err := r.Targets.Check(ctx, hso); err != nil {
+		return routing.Backend{}, nil, err
+	}
+	return target, fallback, nil
+}
+
+func (r *Reconciler) service(ctx context.Context, namespace, name, field, reason string) (*corev1.Service, error) {
+	svc := &corev1.Service{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, svc)
+	if apierrors.IsNotFound(err) {
+		return nil, invalid(reason, "%s: Service %s/%s does not exist; create it or correct the name", field, namespace, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading Service %s/%s: %w", namespace, name, err)
+	}
+	return svc, nil
+}
+
+// syncScaledObject creates or updates the KEDA ScaledObject, or removes ours when the user owns it.
+func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObject) error {
+	existing := &kedav1alpha1.ScaledObject{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(hso), existing)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading ScaledObject %s/%s: %w", hso.Namespace, hso.Name, err)
+	}
+	found := err == nil
+	owned := found && metav1.IsControlledBy(existing, hso)
+
+	if hso.Annotations[v1.AnnotationSkipScaledObject] == "true" {
+		if owned {
+			if err := r.Client.Delete(ctx, existing); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting ScaledObject %s/%s: %w", hso.Namespace, hso.Name, err)
+			}
+			r.event(hso, corev1.EventTypeNormal, "ScaledObjectDeleted", "deleted the ScaledObject this operator created: the skip-scaledobject annotation says you own it")
+		}
+		r.setCondition(hso, v1.ConditionScaledObjectReady, metav1.ConditionTrue, "UserOwned",
+			"annotation "+v1.AnnotationSkipScaledObject+" is true: you manage the KEDA ScaledObject")
+		return nil
+	}
+
+	desired := buildScaledObject(hso, r.ScalerAddress)
+	if err := controllerutil.SetControllerReference(hso, desired, r.Client.Scheme()); err != nil {
+		return fmt.Errorf("owning ScaledObject: %w", err)
+	}
+	switch {
+	case !found:
+		if err := r.Client.Create(ctx, desired); err != nil {
+			return fmt.Errorf("creating ScaledObject %s/%s: %w", hso.Namespace, hso.Name, err)
+		}
+		r.event(hso, corev1.EventTypeNormal, "ScaledObjectCreated", "created KEDA ScaledObject "+hso.Name)
+	case !owned:
+		r.setCondition(hso, v1.ConditionScaledObjectReady, metav1.ConditionFalse, "ScaledObjectExists",
+			fmt.Sprintf("a ScaledObject named %s exists and is not owned by this HTTPScaledObject; delete it, or set annotation %s=true to manage it yourself", hso.Name, v1.AnnotationSkipScaledObject))
+		return nil
+	case !equality.Semantic.DeepEqual(existing.Spec, desired.Spec) || !reflect.DeepEqual(existing.Labels[LabelManagedBy], managedByValue):
+		existing.Spec = desired.Spec
+		if existing.Labels == nil {
+			existing.Labels = map[string]string{}
+		}
+		existing.Labels[LabelManagedBy] = managedByValue
+		if err := r.Client.Update(ctx, existing); err != nil {
+			return fmt.Errorf("updating ScaledObject %s/%s: %w", hso.Namespace, hso.Name, err)
+		}
+	}
+	r.setCondition(hso, v1.ConditionScaledObjectReady, metav1.ConditionTrue, "InSync", "KEDA ScaledObject "+hso.Name+" matches the spec")
+	return nil
+}
+
+// setRoutingStatus reports conflicts and which interceptors route this generation.
+func (r *Reconciler) setRoutingStatus(hso *v1.HTTPScaledObject, key string, valid bool) {
+	w := r.Table.Written()
+	if c, lost := w.Conflicts[key]; lost && valid {
+		r.setCondition(hso, v1.ConditionConflict, metav1.ConditionTrue, "RouteClaimed",
+			fmt.Sprintf("host %q path prefix %q is already routed to %s (the older object wins); this object is left out of the routing table until that changes", c.Host, c.PathPrefix, c.Winner))
+	} else {
+		r.setCondition(hso, v1.ConditionConflict, metav1.ConditionFalse, "NoConflict", "no other object claims the same host, path and headers")
+	}
+
+	fleet := r.Prober.Fleet()
+	version, seq, routed := w.Introduced(key, hso.Generation)
+	var ready int32
+	total := int32(len(fleet.Replicas))
+	if routed {
+		ready, total = fleet.Propagation(w, seq)
+	}
+	hso.Status.Routing = &v1.RoutingStatus{TableVersion: version, InterceptorsReady: ready, InterceptorsTotal: total}
+	switch {
+	case !routed:
+		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, "NotInTable",
+			"the written routing table does not hold this generation yet (invalid, in conflict, or being written)")
+	case total == 0:
+		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, "NoInterceptors",
+			"no ready interceptor replica was found to serve the routing table")
+	case ready < total:
+		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, "Propagating",
+			fmt.Sprintf("%d of %d ready interceptors serve routing table %s or later", ready, total, version))
+	default:
+		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionTrue, "AllInterceptors",
+			fmt.Sprintf("all %d ready interceptors serve routing table %s or later", total, version))
+	}
+}
+
+// setReady summarises: Ready only when valid, not in conflict, ScaledObject in sync and propagated.
+func (r *Reconciler) setReady(hso *v1.HTTPScaledObject) {
+	for _, c := range []struct {
+		typ  string
+		want metav1.ConditionStatus
+	}{
+		{v1.ConditionValid, metav1.ConditionTrue},
+		{v1.ConditionConflict, metav1.ConditionFalse},
+		{v1.ConditionScaledObjectReady, metav1.ConditionTrue},
+		{v1.ConditionRoutingPropagated, metav1.ConditionTrue},
+	} {
+		cond := meta.FindStatusCondition(hso.Status.Conditions, c.typ)
+		if cond == nil || cond.Status != c.want {
+			reason, msg := "Unknown", c.typ+" is not known yet"
+			if cond != nil {
+				reason, msg = cond.Reason, c.typ+": "+cond.Message
+			}
+			r.setCondition(hso, v1.ConditionReady, metav1.ConditionFalse, reason, msg)
+			return
+		}
+	}
+	r.setCondition(hso, v1.ConditionReady, metav1.ConditionTrue, "Ready", "routed by every interceptor and scaled by KEDA")
+}
+
+// setCondition sets a condition and emits an event when its status changes.
+func (r *Reconciler) setCondition(hso *v1.HTTPScaledObject, typ string, status metav1.ConditionStatus, reason, message string) {
+	prev := meta.FindStatusCondition(hso.Status.Conditions, typ)
+	meta.SetStatusCondition(&hso.Status.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: hso.Generation,
+	})
+	if prev != nil && prev.Status == status {
+		return
+	}
+	// Warnings are problems the user must fix; everything else is progress.
+	warning := typ == v1.ConditionConflict && status == metav1.ConditionTrue ||
+		(typ == v1.ConditionValid || typ == v1.ConditionScaledObjectReady) && status == metav1.ConditionFalse
+	if prev == nil && !warning {
+		return // the first progress conditions of a new object are not news
+	}
+	kind := corev1.EventTypeNormal
+	if warning {
+		kind = corev1.EventTypeWarning
+	}
+	r.event(hso, kind, typ+string(status), message)
+}
+
+func (r *Reconciler) event(hso *v1.HTTPScaledObject, kind, reason, message string) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(hso, nil, kind, reason, "Reconcile", "%s", message)
+	}
+}

@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/httpscale/httpscale/pkg/admin"
+)
+
+// Replica is one ready interceptor replica as last probed.
+type Replica struct {
+	Address string
+	// Version is the routing-table version it reported; empty when it did not answer.
+	Version string
+	Err     string
+}
+
+// Fleet is an immutable view of the interceptor replicas.
+type Fleet struct {
+	Replicas []Replica
+	ProbedAt time.Time
+}
+
+// Propagation counts the replicas of f that serve a table at or after seq, given the writer's view.
+func (f *Fleet) Propagation(w *Written, seq uint64) (ready, total int32) {
+	for _, r := range f.Replicas {
+		total++
+		if s, ok := w.Seq(r.Version); ok && s >= seq {
+			ready++
+		}
+	}
+	return ready, total
+}
+
+// Prober finds interceptor replicas through the EndpointSlices of their admin Service and asks each
+// which routing-table version it serves. It probes every Interval and whenever Kick is called; calls
+// run concurrently, each bounded by Timeout, and no lock is held across them.
+type Prober struct {
+	Reader    client.Reader // EndpointSlices (cached)
+	Namespace string
+	Selector  labels.Selector
+	// PortName picks the admin port in the EndpointSlice; empty takes the first port.
+	PortName string
+	Interval time.Duration
+	Timeout  time.Duration
+	Admin    admin.Client
+	Log      logr.Logger
+	// OnChange is called when a probe round's result differs from the previous one.
+	OnChange func()
+
+	fleet atomic.Pointer[Fleet]
+	kick  chan struct{}
+	once  sync.Once
+}
+
+func (p *Prober) init() {
+	p.once.Do(func() {
+		p.kick = make(chan struct{}, 1)
+		p.fleet.Store(&Fleet{})
+	})
+}
+
+// Fleet returns the last probe round's result. Safe for concurrent use.
+func (p *Prober) Fleet() *Fleet {
+	p.init()
+	return p.fleet.Load()
+}
+
+// Kick asks for a probe round now (after a table write). It never blocks.
+func (p *Prober) Kick() {
+	p.init()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start probes until ctx ends.
+func (p *Prober) Start(ctx context.Context) error {
+	p.init()
+	t := time.NewTicker(p.Interval)
+	defer t.Stop()
+	for {
+		p.probe(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-p.kick:
+			// Give interceptors a moment to receive the new table before asking.
+			if !sleep(ctx, 50*time.Millisecond) {
+				return nil
+			}
+		}
+	}
+}
+
+func (p *Prober) probe(ctx context.Context) {
+	addrs, err := p.readyAddresses(ctx)
+	if err != nil {
+		p.Log.Error(err, "listing interceptor EndpointSlices")
+		return
+	}
+	replicas := make([]Replica, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, p.Timeout)
+			defer cancel()
+			replicas[i].Address = addr
+			st, err := p.Admin.Status(cctx, "http://"+addr)
+			if err != nil {
+				replicas[i].Err = err.Error()
+				return
+			}
+			replicas[i].Version = st.TableVersion
+		}()
+	}
+	wg.Wait()
+	next := &Fleet{Replicas: replicas, ProbedAt: time.Now()}
+	prev := p.fleet.Swap(next)
+	if !sameFleet(prev, next) {
+		p.Log.V(1).Info("interceptor fleet changed", "replicas", len(replicas))
+		if p.OnChange != nil {
+			p.OnChange()
+		}
+	}
+}
+
+func sameFleet(a, b *Fleet) bool {
+	return slices.EqualFunc(a.Replicas, b.Replicas, func(x, y Replica) bool {
+		return x.Address == y.Address && x.Version == y.Version && (x.Err == "") == (y.Err == "")
+	})
+}
+
+// readyAddresses returns host:port of every ready endpoint, sorted.
+func (p *Prober) readyAddresses(ctx context.Context) ([]string, error) {
+	var slicesList discoveryv1.EndpointSliceList
+	if err := p.Reader.List(ctx, &slicesList, client.InNamespace(p.Namespace), client.MatchingLabelsSelector{Selector: p.Selector}); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range slicesList.Items {
+		port := int32(0)
+		for _, sp := range s.Ports {
+			if sp.Port != nil && (p.PortName == "" || (sp.Name != nil && *sp.Name == p.PortName)) {
+				port = *sp.Port
+				break
+			}
+		}
+		if port == 0 {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			if len(ep.Addresses) == 0 {
+				continue
+			}
+			addr := net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(port)))
+			if !seen[addr] {
+				seen[addr] = true
+				out = append(out, addr)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}

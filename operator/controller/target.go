@@ -1,0 +1,111 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+)
+
+// TargetChecker verifies that a scale target exists and has a /scale subresource, for any kind.
+// Results are remembered per object generation for TTL so that status-only reconciles (propagation
+// changes across thousands of objects) cost no API calls; Forget drops a result when a watch says the
+// target changed.
+type TargetChecker struct {
+	Client    client.Client // SubResource("scale") reads go to the API server
+	Mapper    meta.RESTMapper
+	Discovery discovery.DiscoveryInterface
+	TTL       time.Duration
+	Now       func() time.Time
+
+	mu      sync.Mutex
+	results map[string]checkResult
+}
+
+type checkResult struct {
+	generation int64
+	at         time.Time
+	err        error
+}
+
+// Check returns nil when hso's scale target can be scaled, an *invalidError when the user must fix
+// something, or another error for transient failures.
+func (c *TargetChecker) Check(ctx context.Context, hso *v1.HTTPScaledObject) error {
+	key := hso.Namespace + "/" + hso.Name
+	now := c.Now()
+	c.mu.Lock()
+	if r, ok := c.results[key]; ok && r.generation == hso.Generation && now.Sub(r.at) < c.TTL {
+		c.mu.Unlock()
+		return r.err
+	}
+	c.mu.Unlock()
+
+	err := c.check(ctx, hso)
+	if _, userError := err.(*invalidError); err == nil || userError {
+		c.mu.Lock()
+		if c.results == nil {
+			c.results = map[string]checkResult{}
+		}
+		c.results[key] = checkResult{generation: hso.Generation, at: now, err: err}
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// Forget drops the remembered result for key ("namespace/name").
+func (c *TargetChecker) Forget(key string) {
+	c.mu.Lock()
+	delete(c.results, key)
+	c.mu.Unlock()
+}
+
+func (c *TargetChecker) check(ctx context.Context, hso *v1.HTTPScaledObject) error {
+	ref := hso.Spec.ScaleTargetRef
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return invalid("InvalidTargetAPIVersion", "scaleTargetRef.apiVersion %q: %v", ref.APIVersion, err)
+	}
+	mapping, err := c.Mapper.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: ref.Kind}, gv.Version)
+	if meta.IsNoMatchError(err) {
+		return invalid("TargetKindUnknown", "scaleTargetRef: the API server serves no kind %s in %s; install its CRD or correct apiVersion/kind", ref.Kind, ref.APIVersion)
+	}
+	if err != nil {
+		return fmt.Errorf("mapping %s %s: %w", ref.APIVersion, ref.Kind, err)
+	}
+	resources, err := c.Discovery.ServerResourcesForGroupVersion(gv.String())
+	if err != nil {
+		return fmt.Errorf("discovering %s: %w", gv, err)
+	}
+	scalable := false
+	for _, r := range resources.APIResources {
+		if r.Name == mapping.Resource.Resource+"/scale" {
+			scalable = true
+			break
+		}
+	}
+	if !scalable {
+		return invalid("TargetNotScalable", "scaleTargetRef: %s has no /scale subresource, so it cannot be scaled; use a Deployment, StatefulSet or another kind with /scale", ref.Kind)
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(mapping.GroupVersionKind)
+	obj.SetNamespace(hso.Namespace)
+	obj.SetName(ref.Name)
+	err = c.Client.SubResource("scale").Get(ctx, obj, &autoscalingv1.Scale{})
+	if apierrors.IsNotFound(err) {
+		return invalid("TargetNotFound", "scaleTargetRef: %s %s/%s does not exist; create it or correct the name", ref.Kind, hso.Namespace, ref.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("reading scale of %s %s/%s: %w", ref.Kind, hso.Namespace, ref.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,331 @@
+package routing
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+)
+
+// Storage format.
+//
+// A table is stored as shards of gzip-compressed JSON lines, one canonical Entry per line, sorted by
+// key within each shard, plus a Manifest naming every shard with its SHA-256 and entry count.
+//
+// Sharding: an entry goes to bucket FNV-64a(key) mod N, where N is the smallest power of two for which
+// every bucket compresses to at most maxShardBytes. An entry's bucket depends only on its key and N, so
+// changing, adding or removing one entry changes one shard's bytes; all shards change only when the
+// table grows or shrinks across a power of two. Empty buckets produce no shard; a shard's name is its
+// bucket number in decimal.
+const (
+	// DefaultMaxShardBytes keeps a shard's compressed data, ConfigMap metadata and the apiserver's
+	// 1 MiB object limit apart with room to spare.
+	DefaultMaxShardBytes = 900 << 10
+
+	manifestFormat = 1
+	// maxBuckets bounds the doubling; 65536 shards of even 1 KiB would be a table no cluster has.
+	maxBuckets = 1 << 16
+	// maxShardDecodedBytes bounds a shard's decompressed size, so a corrupt or hostile shard cannot
+	// make Decode allocate without limit. Encode refuses to produce larger shards.
+	maxShardDecodedBytes = 64 << 20
+)
+
+var (
+	// ErrIncomplete means a shard the manifest names is missing. The reader should keep its last good
+	// table and retry; it usually means the writer is mid-update or a cache lags behind.
+	ErrIncomplete = errors.New("routing table incomplete")
+	// ErrCorrupt means the stored table is inconsistent: a hash, count or version does not match, data
+	// does not decode, or an entry is invalid. The reader should keep its last good table.
+	ErrCorrupt = errors.New("routing table corrupt")
+	// ErrEntryTooLarge means one entry alone does not fit in a shard.
+	ErrEntryTooLarge = errors.New("routing entry too large for a shard")
+)
+
+// Manifest describes a stored table. It is small and JSON-encodable (the head ConfigMap holds it).
+type Manifest struct {
+	// Format is the storage format version; Decode rejects any other than its own.
+	Format int `json:"format"`
+	// Version is the table's Version.
+	Version string `json:"version"`
+	// Entries is the total number of entries over all shards.
+	Entries int `json:"entries"`
+	// Buckets is the number N of hash buckets (informational; shards exist for non-empty buckets).
+	Buckets int `json:"buckets"`
+	// Shards lists every shard, in bucket order.
+	Shards []ShardRef `json:"shards"`
+}
+
+// ShardRef names one shard in a Manifest.
+type ShardRef struct {
+	Name    string `json:"name"`
+	SHA256  string `json:"sha256"` // lowercase hex of the shard's Data
+	Entries int    `json:"entries"`
+}
+
+// Shard is one stored piece of a table.
+type Shard struct {
+	// Name is the bucket number in decimal ("0", "1", ...).
+	Name string
+	// Data is gzip-compressed JSON lines.
+	Data    []byte
+	SHA256  string
+	Entries int
+}
+
+// Encode splits t into shards of at most maxShardBytes compressed bytes each (see the storage format
+// above) and returns the manifest describing them. Encoding is deterministic: equal tables yield equal
+// bytes with the same Go version. An entry that alone exceeds maxShardBytes is an error wrapping
+// ErrEntryTooLarge. Cost: one JSON encoding and about one gzip pass over the table (a few hundred
+// milliseconds for 50,000 entries); not for the hot path. Safe for concurrent use.
+func Encode(t *Table, maxShardBytes int) (Manifest, []Shard, error) {
+	if t == nil {
+		return Manifest{}, nil, errors.New("encoding routing table: nil table")
+	}
+	if maxShardBytes <= 0 {
+		return Manifest{}, nil, fmt.Errorf("encoding routing table: max shard size %d is not positive", maxShardBytes)
+	}
+	lines := make([][]byte, len(t.entries))
+	hashes := make([]uint64, len(t.entries))
+	for i := range t.entries {
+		line, err := json.Marshal(&t.entries[i])
+		if err != nil {
+			return Manifest{}, nil, fmt.Errorf("encoding routing entry %s: %w", t.entries[i].Key(), err)
+		}
+		lines[i] = line
+		hashes[i] = keyHash(t.entries[i].Key())
+	}
+	if v := hashLines(lines); v != t.version {
+		// Only a table decoded from a newer writer's data (unknown fields) can get here.
+		return Manifest{}, nil, fmt.Errorf("encoding routing table %s: entries re-encode to version %s", t.version, v)
+	}
+	e := shardEncoder{lines: lines, hashes: hashes, keys: t.entries, max: maxShardBytes}
+	for n := 1; ; n *= 2 {
+		shards, fits, err := e.encode(n)
+		if err != nil {
+			return Manifest{}, nil, fmt.Errorf("encoding routing table %s: %w", t.version, err)
+		}
+		if fits {
+			m := Manifest{Format: manifestFormat, Version: t.version, Entries: len(lines), Buckets: n, Shards: []ShardRef{}}
+			for _, s := range shards {
+				m.Shards = append(m.Shards, ShardRef{Name: s.Name, SHA256: s.SHA256, Entries: s.Entries})
+			}
+			return m, shards, nil
+		}
+		if n >= maxBuckets {
+			return Manifest{}, nil, fmt.Errorf("encoding routing table %s: does not fit %d shards of %d bytes", t.version, maxBuckets, maxShardBytes)
+		}
+	}
+}
+
+// keyHash is FNV-1a (64 bit) of an entry key; it assigns the entry's bucket and must never change
+// within a manifest format.
+func keyHash(key string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+type shardEncoder struct {
+	lines  [][]byte
+	hashes []uint64
+	keys   []Entry
+	max    int
+	zw     *gzip.Writer
+}
+
+// encode tries n buckets. It stops at the first bucket that does not fit and reports fits=false.
+func (e *shardEncoder) encode(n int) (shards []Shard, fits bool, err error) {
+	buckets := make([][]int, n)
+	for i, h := range e.hashes {
+		b := h & uint64(n-1)
+		buckets[b] = append(buckets[b], i)
+	}
+	for b, members := range buckets {
+		if len(members) == 0 {
+			continue
+		}
+		data, ok, err := e.compress(members)
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok {
+			if len(members) == 1 {
+				return nil, false, fmt.Errorf("%w: %s needs more than %d bytes", ErrEntryTooLarge, e.keys[members[0]].Key(), e.max)
+			}
+			return nil, false, nil
+		}
+		sum := sha256.Sum256(data)
+		shards = append(shards, Shard{Name: strconv.Itoa(b), Data: data, SHA256: hex.EncodeToString(sum[:]), Entries: len(members)})
+	}
+	return shards, true, nil
+}
+
+// compress gzips the member lines, giving up (ok=false) as soon as the output or the decompressed
+// size exceeds its limit.
+func (e *shardEncoder) compress(members []int) (data []byte, ok bool, err error) {
+	raw := 0
+	for _, i := range members {
+		raw += len(e.lines[i]) + 1
+	}
+	if raw > maxShardDecodedBytes {
+		return nil, false, nil
+	}
+	var buf bytes.Buffer
+	if e.zw == nil {
+		if e.zw, err = gzip.NewWriterLevel(&buf, gzip.DefaultCompression); err != nil {
+			return nil, false, err
+		}
+	} else {
+		e.zw.Reset(&buf)
+	}
+	for _, i := range members {
+		e.zw.Write(e.lines[i]) // writes to a bytes.Buffer cannot fail
+		e.zw.Write([]byte{'\n'})
+		if buf.Len() > e.max {
+			return nil, false, nil
+		}
+	}
+	if err := e.zw.Close(); err != nil {
+		return nil, false, err
+	}
+	if buf.Len() > e.max {
+		return nil, false, nil
+	}
+	return buf.Bytes(), true, nil
+}
+
+// Decode rebuilds the table m describes from shards (shard name → Data). It verifies that every shard
+// is present (else ErrIncomplete), that nothing else is, and that hashes, entry counts and the
+// table's version match and every entry is valid (else ErrCorrupt). Decode never panics, whatever the
+// input. Cost: about 2x NewTable on the same entries; not for the hot path. Safe for concurrent use.
+func Decode(m Manifest, shards map[string][]byte) (*Table, error) {
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	for name := range shards {
+		if !slices.ContainsFunc(m.Shards, func(r ShardRef) bool { return r.Name == name }) {
+			return nil, fmt.Errorf("%w: table %s: shard %q is not in the manifest", ErrCorrupt, m.Version, name)
+		}
+	}
+	var lines []keyedLine
+	for _, ref := range m.Shards {
+		data, ok := shards[ref.Name]
+		if !ok {
+			return nil, fmt.Errorf("%w: table %s: shard %s is missing", ErrIncomplete, m.Version, ref.Name)
+		}
+		var err error
+		if lines, err = decodeShard(lines, ref, data); err != nil {
+			return nil, fmt.Errorf("%w: table %s: shard %s: %w", ErrCorrupt, m.Version, ref.Name, err)
+		}
+	}
+	if len(lines) != m.Entries {
+		return nil, fmt.Errorf("%w: table %s: %d entries, manifest says %d", ErrCorrupt, m.Version, len(lines), m.Entries)
+	}
+	slices.SortFunc(lines, func(a, b keyedLine) int { return compareEntryKeys(a.entry, b.entry) })
+	raw := make([][]byte, len(lines))
+	entries := make([]Entry, len(lines))
+	for i := range lines {
+		if i > 0 && compareEntryKeys(lines[i-1].entry, lines[i].entry) == 0 {
+			return nil, fmt.Errorf("%w: table %s: %s appears more than once", ErrCorrupt, m.Version, lines[i].entry.Key())
+		}
+		raw[i] = lines[i].raw
+		// The lines, not a re-encoding, are hashed: a reader that ignores fields added by a newer
+		// writer still reports the version that writer published.
+		c, err := lines[i].entry.canonical()
+		if err != nil {
+			return nil, fmt.Errorf("%w: table %s: %w", ErrCorrupt, m.Version, err)
+		}
+		entries[i] = c
+	}
+	if v := hashLines(raw); v != m.Version {
+		return nil, fmt.Errorf("%w: table %s: entries hash to version %s", ErrCorrupt, m.Version, v)
+	}
+	return buildTable(m.Version, entries), nil
+}
+
+type keyedLine struct {
+	entry Entry
+	raw   []byte
+}
+
+func (m *Manifest) validate() error {
+	if m.Format != manifestFormat {
+		return fmt.Errorf("%w: manifest format %d, want %d", ErrCorrupt, m.Format, manifestFormat)
+	}
+	total := 0
+	for i, ref := range m.Shards {
+		if !isBucketName(ref.Name) {
+			return fmt.Errorf("%w: table %s: shard name %q is not a bucket number", ErrCorrupt, m.Version, ref.Name)
+		}
+		if slices.ContainsFunc(m.Shards[:i], func(r ShardRef) bool { return r.Name == ref.Name }) {
+			return fmt.Errorf("%w: table %s: shard %s listed twice", ErrCorrupt, m.Version, ref.Name)
+		}
+		if sum, err := hex.DecodeString(ref.SHA256); err != nil || len(sum) != sha256.Size || hex.EncodeToString(sum) != ref.SHA256 {
+			return fmt.Errorf("%w: table %s: shard %s: malformed sha256 %q", ErrCorrupt, m.Version, ref.Name, ref.SHA256)
+		}
+		if ref.Entries < 1 || ref.Entries > m.Entries-total {
+			return fmt.Errorf("%w: table %s: shard %s: entry count %d does not add up to %d", ErrCorrupt, m.Version, ref.Name, ref.Entries, m.Entries)
+		}
+		total += ref.Entries
+	}
+	if total != m.Entries {
+		return fmt.Errorf("%w: table %s: shards hold %d entries, manifest says %d", ErrCorrupt, m.Version, total, m.Entries)
+	}
+	return nil
+}
+
+// isBucketName accepts the decimal numbers Encode uses as shard names: "0" to "65535", no leading
+// zeros, so that a name can be used in a ConfigMap name as is.
+func isBucketName(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && n < maxBuckets && strconv.Itoa(n) == s
+}
+
+// decodeShard verifies and decompresses one shard and appends its lines to dst.
+func decodeShard(dst []keyedLine, ref ShardRef, data []byte) ([]keyedLine, error) {
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != ref.SHA256 {
+		return dst, fmt.Errorf("sha256 %x, manifest says %s", sum, ref.SHA256)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return dst, fmt.Errorf("decompressing: %w", err)
+	}
+	text, err := io.ReadAll(io.LimitReader(zr, maxShardDecodedBytes+1))
+	if err != nil {
+		return dst, fmt.Errorf("decompressing: %w", err)
+	}
+	if len(text) > maxShardDecodedBytes {
+		return dst, fmt.Errorf("decompresses to more than %d bytes", maxShardDecodedBytes)
+	}
+	n := 0
+	for len(text) > 0 {
+		i := bytes.IndexByte(text, '\n')
+		if i < 0 {
+			return dst, fmt.Errorf("line %d is not terminated", n+1)
+		}
+		line := text[:i:i]
+		text = text[i+1:]
+		var e Entry
+		if err := json.Unmarshal(line, &e); err != nil {
+			return dst, fmt.Errorf("line %d: %w", n+1, err)
+		}
+		dst = append(dst, keyedLine{entry: e, raw: line})
+		n++
+		if n > ref.Entries {
+			break
+		}
+	}
+	if n != ref.Entries {
+		return dst, fmt.Errorf("%d entries, manifest says %d", n, ref.Entries)
+	}
+	return dst, nil
+}

@@ -1,0 +1,207 @@
+// Package routing is the interceptor's routing table: immutable snapshots matched per request, and their ConfigMap codec.
+package routing
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Protocols an Entry or Backend can speak to its upstream.
+const (
+	// ProtocolHTTP is HTTP/1.1 (the default when a Service port has no appProtocol).
+	ProtocolHTTP = "http"
+	// ProtocolH2C is cleartext HTTP/2 with prior knowledge (appProtocol kubernetes.io/h2c).
+	ProtocolH2C = "h2c"
+)
+
+// ErrInvalidEntry is wrapped by every error that rejects an Entry (Validate, NewTable).
+var ErrInvalidEntry = errors.New("invalid routing entry")
+
+// Entry is everything the interceptor needs to route, hold and forward requests for one app, without
+// reading any other object. The operator builds one Entry per HTTPScaledObject; the JSON tags are the
+// stored format and must stay stable.
+//
+// An Entry obtained from a Table (Match, Lookup) is shared by every goroutine using that Table and must
+// not be modified; use Clone for a private copy.
+type Entry struct {
+	// Namespace and Name of the HTTPScaledObject; Key() joins them.
+	Namespace string `json:"ns"`
+	Name      string `json:"n"`
+	// Generation of the HTTPScaledObject this entry was built from.
+	Generation int64 `json:"g,omitempty"`
+
+	// Hosts are lowercase exact names (shop.example.com), leftmost-label wildcards (*.example.com) or *.
+	Hosts []string `json:"h"`
+	// PathPrefixes restrict the entry to these prefixes, matched on whole segments. Empty means every
+	// path, exactly like "/". A trailing "/" is insignificant ("/api/" is stored as "/api").
+	PathPrefixes []string `json:"p,omitempty"`
+	// Headers must all match. Names are case-insensitive (stored in canonical MIME form).
+	Headers []HeaderMatch `json:"hd,omitempty"`
+
+	// Service, in Namespace, that receives the traffic.
+	Service string `json:"svc"`
+	// Port is the Service port number; it must be set.
+	Port int32 `json:"port"`
+	// PortName is the Service port's name, used to pick the EndpointSlice port; may be empty.
+	PortName string `json:"pn,omitempty"`
+	// TargetPort is the numeric target port when the operator could resolve it; 0 when unknown.
+	TargetPort int32 `json:"tp,omitempty"`
+	// Protocol is ProtocolHTTP or ProtocolH2C; empty is stored as ProtocolHTTP.
+	Protocol string `json:"proto,omitempty"`
+
+	// Timeouts override the interceptor's defaults; zero fields use the default.
+	Timeouts Timeouts `json:"to,omitzero"`
+	// ColdStart controls requests held while the app has no ready endpoint.
+	ColdStart ColdStart `json:"cs,omitzero"`
+
+	// ZoneAware overrides the interceptor's global zone-aware routing setting when non-nil.
+	ZoneAware *bool `json:"za,omitempty"`
+	// ViaService forwards through the Service's ClusterIP instead of to pod IPs.
+	ViaService bool `json:"vs,omitempty"`
+}
+
+// HeaderMatch matches one request header.
+type HeaderMatch struct {
+	// Name is matched case-insensitively.
+	Name string `json:"n"`
+	// Value must equal one of the header's values exactly; nil only requires the header to be present.
+	Value *string `json:"v,omitempty"`
+}
+
+// Backend is a Service port that requests can be forwarded to.
+type Backend struct {
+	Service    string `json:"svc"`
+	Port       int32  `json:"port"`
+	PortName   string `json:"pn,omitempty"`
+	TargetPort int32  `json:"tp,omitempty"`
+	Protocol   string `json:"proto,omitempty"`
+}
+
+// Timeouts for one app. Zero means "use the interceptor's default". They are stored as Go duration
+// strings ("1.5s"), which round-trip exactly.
+type Timeouts struct {
+	// Readiness bounds how long a request is held waiting for a ready endpoint.
+	Readiness time.Duration
+	// Request bounds the whole forwarded request, including the response body.
+	Request time.Duration
+	// ResponseHeader bounds the wait for response headers once the request is forwarded.
+	ResponseHeader time.Duration
+}
+
+// ColdStart controls requests that arrive while the app has no ready endpoint.
+type ColdStart struct {
+	// QueueLimit caps the requests held at once; 0 uses the interceptor's default.
+	QueueLimit int32 `json:"ql,omitempty"`
+	// Fallback answers held requests once the readiness timeout expires.
+	Fallback *Backend `json:"fb,omitempty"`
+	// Placeholder is a static answer for held requests once the readiness timeout expires (used when
+	// Fallback is nil).
+	Placeholder *Placeholder `json:"ph,omitempty"`
+}
+
+// Placeholder is a static response.
+type Placeholder struct {
+	// StatusCode of the response; 0 lets the interceptor choose (503).
+	StatusCode int32             `json:"code,omitempty"`
+	Headers    map[string]string `json:"hd,omitempty"`
+	Body       string            `json:"body,omitempty"`
+}
+
+// Key returns "namespace/name", the entry's identity in a Table.
+func (e *Entry) Key() string { return e.Namespace + "/" + e.Name }
+
+// Target returns the entry's destination as a Backend, so callers can treat it and a fallback alike.
+func (e *Entry) Target() Backend {
+	return Backend{Service: e.Service, Port: e.Port, PortName: e.PortName, TargetPort: e.TargetPort, Protocol: e.Protocol}
+}
+
+// Clone returns a deep copy that shares no memory with e.
+func (e *Entry) Clone() Entry {
+	c := *e
+	c.Hosts = slices.Clone(e.Hosts)
+	c.PathPrefixes = slices.Clone(e.PathPrefixes)
+	if e.Headers != nil {
+		c.Headers = make([]HeaderMatch, len(e.Headers))
+		for i, h := range e.Headers {
+			c.Headers[i] = HeaderMatch{Name: h.Name, Value: clonePtr(h.Value)}
+		}
+	}
+	c.ZoneAware = clonePtr(e.ZoneAware)
+	c.ColdStart.Fallback = clonePtr(e.ColdStart.Fallback)
+	if p := e.ColdStart.Placeholder; p != nil {
+		cp := *p
+		cp.Headers = maps.Clone(p.Headers)
+		c.ColdStart.Placeholder = &cp
+	}
+	return c
+}
+
+// Validate reports whether NewTable would accept e. The returned error wraps ErrInvalidEntry and names
+// the offending field. Not for the hot path.
+func (e *Entry) Validate() error {
+	_, err := e.canonical()
+	return err
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+type timeoutsJSON struct {
+	Readiness      string `json:"ready,omitempty"`
+	Request        string `json:"req,omitempty"`
+	ResponseHeader string `json:"resp,omitempty"`
+}
+
+// MarshalJSON encodes the timeouts as duration strings, omitting zero ones.
+func (t Timeouts) MarshalJSON() ([]byte, error) {
+	return json.Marshal(timeoutsJSON{
+		Readiness:      durationString(t.Readiness),
+		Request:        durationString(t.Request),
+		ResponseHeader: durationString(t.ResponseHeader),
+	})
+}
+
+// UnmarshalJSON decodes what MarshalJSON produced.
+func (t *Timeouts) UnmarshalJSON(b []byte) error {
+	var j timeoutsJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	var out Timeouts
+	for _, f := range []struct {
+		name string
+		s    string
+		d    *time.Duration
+	}{
+		{"ready", j.Readiness, &out.Readiness},
+		{"req", j.Request, &out.Request},
+		{"resp", j.ResponseHeader, &out.ResponseHeader},
+	} {
+		if f.s == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f.s)
+		if err != nil {
+			return fmt.Errorf("timeout %s: %w", f.name, err)
+		}
+		*f.d = d
+	}
+	*t = out
+	return nil
+}
+
+func durationString(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}

@@ -1,0 +1,206 @@
+package routing
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// versionDomain starts every hashed encoding so that a future format cannot collide with this one.
+const versionDomain = "httpscale.dev/routing-table/v1\n"
+
+// Table is an immutable routing snapshot: the entries sorted by key and an index for Match.
+//
+// A Table never changes after NewTable or Decode returns it, so it is safe for concurrent use by any
+// number of goroutines without locking; publish a new one (for example through an atomic.Pointer) to
+// change routing. Methods accept a nil *Table, which behaves as an empty table with version "".
+type Table struct {
+	version string
+	entries []Entry // canonical, sorted by Key
+	byKey   map[string]*Entry
+
+	exact    map[string]*hostRoutes // "shop.example.com"
+	wildcard map[string]*hostRoutes // "example.com" for "*.example.com"
+	any      *hostRoutes            // "*"
+}
+
+// NewTable validates and canonicalises entries (see Entry.Validate) and builds a Table. The input is
+// copied: later changes to entries do not affect the Table. Input order is irrelevant.
+//
+// Every invalid entry and every duplicate key is an error wrapping ErrInvalidEntry; NewTable never
+// panics. Entries that claim an identical route (same host, path prefix and header set) are not an
+// error: the first in namespace/name order wins that route and the other entry is not matched on it.
+// Operators should remove such losers beforehand with Conflicts, which lets them choose the winner.
+//
+// The Version is the first 16 hex characters of the SHA-256 of the canonical encoding (the JSON lines
+// Encode stores, in key order), so equal content yields an equal version. Cost: O(n log n) in the
+// number of entries plus one JSON encoding of each; not for the hot path.
+func NewTable(entries []Entry) (*Table, error) {
+	canon := make([]Entry, len(entries))
+	for i := range entries {
+		c, err := entries[i].canonical()
+		if err != nil {
+			return nil, err
+		}
+		canon[i] = c
+	}
+	slices.SortFunc(canon, compareEntryKeys)
+	lines := make([][]byte, len(canon))
+	for i := range canon {
+		if i > 0 && compareEntryKeys(canon[i-1], canon[i]) == 0 {
+			return nil, fmt.Errorf("%w: %s appears more than once", ErrInvalidEntry, canon[i].Key())
+		}
+		line, err := json.Marshal(&canon[i])
+		if err != nil {
+			return nil, fmt.Errorf("encoding routing entry %s: %w", canon[i].Key(), err)
+		}
+		lines[i] = line
+	}
+	return buildTable(hashLines(lines), canon), nil
+}
+
+// Version identifies the table's content (see NewTable). Tables with equal versions route identically.
+func (t *Table) Version() string {
+	if t == nil {
+		return ""
+	}
+	return t.version
+}
+
+// Len returns the number of entries.
+func (t *Table) Len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.entries)
+}
+
+// Lookup returns the entry with key "namespace/name". The entry is shared and must not be modified.
+// Cost: one map lookup, no allocation.
+func (t *Table) Lookup(key string) (*Entry, bool) {
+	if t == nil {
+		return nil, false
+	}
+	e, ok := t.byKey[key]
+	return e, ok
+}
+
+// Entries returns a deep copy of the entries, sorted by namespace/name, in canonical form. Cost: O(n)
+// allocations; not for the hot path.
+func (t *Table) Entries() []Entry {
+	if t == nil {
+		return nil
+	}
+	out := make([]Entry, len(t.entries))
+	for i := range t.entries {
+		out[i] = t.entries[i].Clone()
+	}
+	return out
+}
+
+func compareEntryKeys(a, b Entry) int {
+	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+}
+
+// hashLines is the table version: SHA-256 over versionDomain and every line followed by "\n". Lines
+// are JSON and never contain a raw newline, so the framing is unambiguous.
+func hashLines(lines [][]byte) string {
+	h := sha256.New()
+	h.Write([]byte(versionDomain))
+	for _, l := range lines {
+		h.Write(l)
+		h.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// buildTable indexes canonical entries sorted by key. Routes that repeat an earlier entry's
+// (host, path prefix, header set) are dropped, so the first entry in key order wins them.
+func buildTable(version string, entries []Entry) *Table {
+	t := &Table{
+		version:  version,
+		entries:  entries,
+		byKey:    make(map[string]*Entry, len(entries)),
+		exact:    map[string]*hostRoutes{},
+		wildcard: map[string]*hostRoutes{},
+	}
+	type hostLevel struct {
+		kind byte // 'e'xact, 'w'ildcard, 'a'ny
+		name string
+	}
+	groups := map[hostLevel]map[string][]rule{}
+	claimed := map[string]struct{}{}
+	for i := range entries {
+		e := &entries[i]
+		t.byKey[e.Key()] = e
+		headers := compileHeaders(e.Headers)
+		for _, host := range e.Hosts {
+			lv := hostLevel{'e', host}
+			switch {
+			case host == "*":
+				lv = hostLevel{'a', ""}
+			case strings.HasPrefix(host, "*."):
+				lv = hostLevel{'w', host[2:]}
+			}
+			for _, prefix := range routePrefixes(e) {
+				rk := routeKey(host, prefix, e.Headers)
+				if _, dup := claimed[rk]; dup {
+					continue
+				}
+				claimed[rk] = struct{}{}
+				byPrefix := groups[lv]
+				if byPrefix == nil {
+					byPrefix = map[string][]rule{}
+					groups[lv] = byPrefix
+				}
+				byPrefix[prefix] = append(byPrefix[prefix], rule{headers: headers, entry: e})
+			}
+		}
+	}
+	for lv, byPrefix := range groups {
+		hr := newHostRoutes(byPrefix)
+		switch lv.kind {
+		case 'e':
+			t.exact[lv.name] = hr
+		case 'w':
+			t.wildcard[lv.name] = hr
+		default:
+			t.any = hr
+		}
+	}
+	return t
+}
+
+var rootPrefix = []string{"/"}
+
+// routePrefixes returns the entry's path prefixes, with "no prefixes" meaning "/".
+func routePrefixes(e *Entry) []string {
+	if len(e.PathPrefixes) == 0 {
+		return rootPrefix
+	}
+	return e.PathPrefixes
+}
+
+// routeKey identifies one route of a canonical entry; two entries with an equal routeKey claim the
+// same requests. Header names and values contain no control characters, so the separators are safe.
+func routeKey(host, prefix string, headers []HeaderMatch) string {
+	var b strings.Builder
+	b.WriteString(host)
+	b.WriteByte(0)
+	b.WriteString(prefix)
+	for _, h := range headers {
+		b.WriteByte(0)
+		b.WriteString(h.Name)
+		if h.Value == nil {
+			b.WriteByte(1)
+		} else {
+			b.WriteByte(2)
+			b.WriteString(*h.Value)
+		}
+	}
+	return b.String()
+}
