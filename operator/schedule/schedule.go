@@ -18,8 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/pkg/config"
 	rules "github.com/httpscale/httpscale/pkg/schedule"
 )
+
+// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch;patch
 
 // DefaultStartingDeadline is how late a missed execution may still be applied after an operator outage.
 const DefaultStartingDeadline = time.Hour
@@ -150,4 +153,19 @@ func describe(minReplicas, maxReplicas *int32) string {
 		return fmt.Sprintf("max %d replicas", *maxReplicas)
 	}
 	return "no bounds"
+}
+
+// NewScheduler returns a Scheduler for the operator: the manager's client, the real clock, the
+// operator's time zone for rules without one, and the configured starting deadline.
+func NewScheduler(c client.Client, cfg config.Schedules, recorder events.EventRecorder, log logr.Logger) *Scheduler {
+	deadline := cfg.StartingDeadline
+	if deadline <= 0 {
+		deadline = DefaultStartingDeadline
+	}
+	return &Scheduler{
+		Client:   c,
+		Options:  rules.Options{Location: time.Local, StartingDeadline: deadline},
+		Recorder: recorder,
+		Log:      log.WithName("schedule"),
+	}
 }
