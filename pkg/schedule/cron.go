@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	// The operator image may have no zoneinfo files; embed the database so every IANA zone resolves.
 	_ "time/tzdata"
@@ -71,12 +72,20 @@ func LoadLocation(name string, def *time.Location) (*time.Location, error) {
 	case "Local":
 		return nil, errors.New(`timeZone "Local" is ambiguous; omit timeZone to use the operator's zone, or name a zone such as Europe/Berlin`)
 	}
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
 	loc, err := time.LoadLocation(name)
 	if err != nil {
 		return nil, fmt.Errorf("timeZone %q is not a known IANA time zone (examples: UTC, Europe/Berlin, America/New_York): %w", name, err)
 	}
+	zones.Store(name, loc)
 	return loc, nil
 }
+
+// zones caches loaded locations by name: loading parses the zone database (tens of microseconds), and
+// every reconcile of an object with schedules needs its rules' zones. Only valid names are cached.
+var zones sync.Map
 
 // Location returns the zone the schedule is read in.
 func (s *Schedule) Location() *time.Location { return s.loc }
