@@ -97,7 +97,6 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*CertManager, error
 	}
 	server := ctrlwebhook.NewServer(serverOpts)
 	hook := admission.WithValidator[*v1.HTTPScaledObject](mgr.GetScheme(), Validator{Location: o.Location})
-	hook.LogConstructor = func(logr.Logger, *admission.Request) logr.Logger { return log }
 	server.Register(Path, hook)
 	if err := mgr.Add(server); err != nil {
 		return nil, fmt.Errorf("adding webhook server: %w", err)
