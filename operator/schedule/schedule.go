@@ -103,7 +103,7 @@ func (s *Scheduler) Reconcile(ctx context.Context, hso *v1.HTTPScaledObject) (Ou
 		case err != nil:
 			return Outcome{}, err
 		default:
-			s.Log.V(1).Info("patched user-owned ScaledObject", "scaledObject", client.ObjectKeyFromObject(so), "min", so.Spec.MinReplicaCount, "max", so.Spec.MaxReplicaCount)
+			s.Log.V(1).Info("patched user-owned ScaledObject", "scaledObject", client.ObjectKeyFromObject(so), "min", ptr.Deref(so.Spec.MinReplicaCount, 0), "max", ptr.Deref(so.Spec.MaxReplicaCount, 100))
 		}
 	}
 	hso.Status.Schedules = out.Status
