@@ -8,7 +8,7 @@ SHELL := /usr/bin/env bash
 GO ?= go
 BIN ?= bin
 CONTROLLER_GEN := $(GO) tool controller-gen
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/operator config/rbac/interceptor config/rbac/scaler
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/operator config/rbac/interceptor config/rbac/scaler config/webhook
 
 .PHONY: help
 help: ## Show this help.
@@ -25,11 +25,12 @@ generate: ## Regenerate deepcopy code from the API types.
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests
-manifests: ## Regenerate the CRDs (config/crd/bases) and per-component RBAC (config/rbac/<component>).
+manifests: ## Regenerate the CRDs (config/crd/bases), per-component RBAC (config/rbac/<component>) and the webhook configuration (config/webhook).
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=httpscale-operator paths=./operator/... output:rbac:artifacts:config=config/rbac/operator
 	$(CONTROLLER_GEN) rbac:roleName=httpscale-interceptor paths=./interceptor/... output:rbac:artifacts:config=config/rbac/interceptor
 	$(CONTROLLER_GEN) rbac:roleName=httpscale-scaler paths=./scaler/... output:rbac:artifacts:config=config/rbac/scaler
+	$(CONTROLLER_GEN) webhook paths=./operator/webhook/... output:webhook:artifacts:config=config/webhook
 
 ##@ Test
 

@@ -79,6 +79,14 @@ type HTTPScaledObjectSpec struct {
 	// ColdStart controls what happens to requests that arrive while the app has no ready replica.
 	// +optional
 	ColdStart *ColdStart `json:"coldStart,omitempty"`
+
+	// Schedules set the replica bounds at scheduled times (cron with time zones), to have capacity in
+	// place before a known peak. See ScheduleRule.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=map
+	// +listMapKey=name
+	Schedules []ScheduleRule `json:"schedules,omitempty"`
 }
 
 // HeaderMatch matches one request header.
@@ -291,6 +299,12 @@ type HTTPScaledObjectStatus struct {
 	// Routing reports which interceptors serve a routing table containing this object.
 	// +optional
 	Routing *RoutingStatus `json:"routing,omitempty"`
+
+	// Schedules reports each schedule rule's next execution and recent history.
+	// +optional
+	// +listType=map
+	// +listMapKey=ruleName
+	Schedules []ScheduleStatus `json:"schedules,omitempty"`
 }
 
 // RoutingStatus proves (or disproves) that the interceptor fleet routes this object's current spec.
