@@ -209,3 +209,21 @@ func BenchmarkReady(b *testing.B) {
 		}
 	})
 }
+
+func BenchmarkCacheCandidates(b *testing.B) {
+	c, _ := NewCache(nil, CacheOptions{Registerer: prometheus.NewRegistry(), Zone: "a"})
+	k := ServiceKey{Namespace: "tenant", Service: "app", PortName: "http"}
+	c.Track([]ServiceKey{k})
+	eps := make([]Endpoint, 12)
+	for i := range eps {
+		eps[i] = Endpoint{IP: "198.18.0.1", Port: int32(8000 + i), Zone: []string{"a", "b", "c"}[i%3]}
+	}
+	publish(c, k, eps...)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, local, _ := c.Candidates(k, true); len(local) != 4 {
+			b.Fatal("want the 4 endpoints of zone a")
+		}
+	}
+}

@@ -2,6 +2,7 @@ package tablewatch_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -171,6 +172,31 @@ var _ = Describe("Watcher", func() {
 		}, 30*time.Second).Should(BeNumerically(">=", 1))
 		Expect(w.Version()).To(Equal(a.Version()))
 		Expect(w.Table().Len()).To(Equal(40))
+	})
+
+	It("loads a table of 50,000 apps soon after its head changes", func() {
+		small := table("small", 40)
+		writeTable(ctx, ns, base, small)
+		w, _ := start(restCfg, tablewatch.Options{Namespace: ns, Resync: time.Hour})
+		Eventually(w.Version, 30*time.Second).Should(Equal(small.Version()))
+
+		big := table("big", 50000)
+		m, s, err := routing.Encode(big, routing.DefaultMaxShardBytes)
+		Expect(err).NotTo(HaveOccurred())
+		head, shards := routing.ToConfigMaps(ns, base, m, s)
+		writeShards(ctx, shards)
+		written := time.Now()
+		writeHead(ctx, head)
+		Eventually(w.Version, 60*time.Second).WithPolling(time.Millisecond).Should(Equal(big.Version()))
+		took := time.Since(written)
+		decodeStart := time.Now()
+		_, err = routing.FromConfigMaps(head, shards)
+		Expect(err).NotTo(HaveOccurred())
+		decode := time.Since(decodeStart)
+		report := fmt.Sprintf("50,000 apps in %d shards: head written -> table served in %v (decoding alone: %v)", len(shards), took, decode)
+		AddReportEntry("propagation", report)
+		GinkgoWriter.Println(report)
+		Expect(w.Table().Len()).To(Equal(50000))
 	})
 
 	It("re-reads the table on its timer when the watch delivers nothing", func() {
