@@ -70,6 +70,9 @@ var _ = Describe("Watcher", func() {
 		w, reg := start(restCfg, tablewatch.Options{Namespace: ns, Resync: time.Hour})
 		var rec recorder
 		w.OnChange(rec.record)
+		// Callbacks see a new table before Table returns it.
+		var servedDuringCallback recorder
+		w.OnChange(func(*routing.Table) { servedDuringCallback.record(w.Table()) })
 		Consistently(w.Table, time.Second).Should(BeNil())
 		Expect(w.Ready()).To(MatchError(ContainSubstring("no routing table loaded yet")))
 
@@ -86,6 +89,7 @@ var _ = Describe("Watcher", func() {
 		_, ok := w.Table().Lookup("apps/app-40")
 		Expect(ok).To(BeTrue(), "the new table routes the app b added")
 		Expect(rec.seen()).To(Equal([]string{a.Version(), b.Version()}))
+		Expect(servedDuringCallback.seen()).To(Equal([]string{"", a.Version()}))
 		Expect(metricValue(reg, tablewatch.MetricInfo, map[string]string{"version": b.Version()})).To(Equal(1.0))
 		Expect(metricValue(reg, tablewatch.MetricInfo, map[string]string{"version": a.Version()})).To(Equal(-1.0),
 			"the old version's info series is gone")
