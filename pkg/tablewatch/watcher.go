@@ -262,9 +262,18 @@ func (w *Watcher) loadFromCache(store cache.Store, log logr.Logger) {
 	w.load("watch", head, cms, log)
 }
 
+// readAPI reloads from a direct read: the head alone when it is the one served (a small GET, the
+// usual case), every labelled ConfigMap otherwise.
 func (w *Watcher) readAPI(parent context.Context, log logr.Logger) {
 	ctx, cancel := context.WithTimeout(parent, w.readTimeout)
 	defer cancel()
+	if w.goodHeadRV != "" {
+		head, err := w.cs.CoreV1().ConfigMaps(w.namespace).Get(ctx, w.base, metav1.GetOptions{})
+		if err == nil && head.ResourceVersion == w.goodHeadRV && head.Labels[routing.LabelTable] == w.base {
+			w.succeed()
+			return
+		}
+	}
 	list, err := w.cs.CoreV1().ConfigMaps(w.namespace).List(ctx, metav1.ListOptions{LabelSelector: w.selector})
 	if err != nil {
 		if parent.Err() != nil {

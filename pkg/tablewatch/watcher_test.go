@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -209,7 +211,8 @@ var _ = Describe("Watcher", func() {
 		// Both replicas' watches connect but never deliver an event, like a watch over a half-open
 		// connection. Only the periodic re-read can move them on.
 		cfg := rest.CopyConfig(restCfg)
-		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return silentWatches{rt} })
+		reads := &silentWatches{}
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { reads.next = rt; return reads })
 		fast, _ := start(cfg, tablewatch.Options{Namespace: ns, Resync: 500 * time.Millisecond})
 		slow, _ := start(cfg, tablewatch.Options{Namespace: ns, Resync: time.Hour})
 		Eventually(fast.Version, 30*time.Second).Should(Equal(a.Version()))
@@ -220,15 +223,30 @@ var _ = Describe("Watcher", func() {
 		Eventually(fast.Version, 30*time.Second).Should(Equal(b.Version()))
 		Consistently(slow.Version, 2*time.Second).Should(Equal(a.Version()),
 			"without the re-read the broken watch leaves the table stale (the watch really is silent)")
+
+		// While the head stays the same, a re-read is one GET of the head, not a list of every shard.
+		lists, heads := reads.lists.Load(), reads.heads.Load()
+		Consistently(reads.lists.Load, 2*time.Second).Should(Equal(lists))
+		Expect(reads.heads.Load()).To(BeNumerically(">=", heads+2))
 	})
 })
 
 // silentWatches answers every watch request with a stream that stays open and silent until the
 // client gives up; other requests pass through.
-type silentWatches struct{ next http.RoundTripper }
+// It counts the lists of ConfigMaps and the reads of the head.
+type silentWatches struct {
+	next         http.RoundTripper
+	lists, heads atomic.Int64
+}
 
-func (s silentWatches) RoundTrip(req *http.Request) (*http.Response, error) {
+func (s *silentWatches) RoundTrip(req *http.Request) (*http.Response, error) {
 	if q := req.URL.Query().Get("watch"); q != "true" && q != "1" {
+		switch {
+		case strings.HasSuffix(req.URL.Path, "/configmaps"):
+			s.lists.Add(1)
+		case strings.HasSuffix(req.URL.Path, "/configmaps/"+base):
+			s.heads.Add(1)
+		}
 		return s.next.RoundTrip(req)
 	}
 	return &http.Response{
