@@ -163,10 +163,9 @@ func (w *Watcher) Ready() error {
 	return errors.New("no routing table loaded yet")
 }
 
-// Checker adapts Ready to a controller-runtime health check (mgr.AddReadyzCheck).
-func (w *Watcher) Checker() func(*http.Request) error {
-	return func(*http.Request) error { return w.Ready() }
-}
+// ReadyCheck is Ready as a controller-runtime health check: mgr.AddReadyzCheck("routing-table",
+// w.ReadyCheck).
+func (w *Watcher) ReadyCheck(*http.Request) error { return w.Ready() }
 
 // OnChange registers fn to be called with every newly loaded table whose version differs from the one
 // served before, and at once with the current table if one is loaded. Calls are serialised and in load

@@ -77,6 +77,7 @@ var _ = Describe("Watcher", func() {
 		w.OnChange(func(*routing.Table) { servedDuringCallback.record(w.Table()) })
 		Consistently(w.Table, time.Second).Should(BeNil())
 		Expect(w.Ready()).To(MatchError(ContainSubstring("no routing table loaded yet")))
+		Expect(w.ReadyCheck(nil)).To(HaveOccurred())
 
 		a, b := table("a", 40), table("b", 41)
 		writeTable(ctx, ns, base, a)
