@@ -184,6 +184,33 @@ var _ = Describe("Cache", func() {
 		Expect(filtered).To(BeNumerically("<", unfiltered/10), "the cache must not grow with unrelated slices")
 	})
 
+	It("costs a bounded amount per namespace it watches", func() {
+		const namespaces = 100
+		keys := make([]endpoints.ServiceKey, namespaces)
+		for i := range keys {
+			n := newNamespace(ctx)
+			keys[i] = endpoints.ServiceKey{Namespace: n, Service: "app"}
+			create(ctx, sliceFor(n, "app-1", "app", "", 80, ready(fmt.Sprintf("198.18.2.%d", i+1))))
+		}
+		c, reg := startCache(endpoints.CacheOptions{})
+		c.Track(nil)
+		Eventually(c.Synced, 30*time.Second).Should(BeTrue())
+		heapBefore, goroutinesBefore := heapInUse(), runtime.NumGoroutine()
+		c.Track(keys)
+		for _, k := range keys {
+			Eventually(c.Ready).WithArguments(k).WithTimeout(30 * time.Second).ShouldNot(BeNil())
+		}
+		Expect(metricValue(reg, endpoints.MetricWatches)).To(Equal(float64(namespaces)))
+		heapPer := (int64(heapInUse()) - int64(heapBefore)) / namespaces
+		goroutinesPer := float64(runtime.NumGoroutine()-goroutinesBefore) / namespaces
+		report := fmt.Sprintf("%d namespaces with one routed Service each: %d watches, %.1f goroutines and %d KiB heap per watch",
+			namespaces, namespaces, goroutinesPer, heapPer/1024)
+		AddReportEntry("per-namespace cost", report)
+		GinkgoWriter.Println(report)
+		Expect(goroutinesPer).To(BeNumerically("<=", 12))
+		Expect(heapPer).To(BeNumerically("<", 1<<20))
+	})
+
 	It("moves a namespace's Services between watches as they grow and shrink, keeping endpoints meanwhile", func() {
 		const n = 100
 		keys := make([]endpoints.ServiceKey, n)
