@@ -224,6 +224,11 @@ var _ = Describe("Cache", func() {
 			Eventually(c.Ready).WithArguments(k).WithTimeout(30 * time.Second).ShouldNot(BeNil())
 		}
 
+		// A change undone before its watch has listed leaves the watch in use alone.
+		c.Track(keys[:20])
+		c.Track(keys[:10])
+		Expect(metricValue(reg, endpoints.MetricWatches)).To(Equal(1.0))
+
 		// Watch the first ten continuously while the watches are replaced.
 		var lost atomic.Int64
 		watchCtx, stopWatching := context.WithCancel(ctx)

@@ -84,16 +84,16 @@ func (c *Cache) reconcileWatches() {
 	}
 	for wk, services := range want {
 		slices.Sort(services)
-		cur := c.pending[wk]
-		if cur == nil {
-			cur = c.active[wk]
+		p := c.pending[wk]
+		if p != nil && slices.Equal(p.services, services) {
+			continue // already being listed
 		}
-		if cur != nil && slices.Equal(cur.services, services) {
-			continue
-		}
-		if p := c.pending[wk]; p != nil {
+		if p != nil {
 			p.cancel()
 			delete(c.pending, wk)
+		}
+		if a := c.active[wk]; a != nil && slices.Equal(a.services, services) {
+			continue // back to what the watch in use covers
 		}
 		if w := c.startWatch(wk, services); w != nil {
 			c.pending[wk] = w
