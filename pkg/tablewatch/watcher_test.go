@@ -212,8 +212,8 @@ var _ = Describe("Watcher", func() {
 		// Both replicas' watches connect but never deliver an event, like a watch over a half-open
 		// connection. Only the periodic re-read can move them on.
 		cfg := rest.CopyConfig(restCfg)
-		reads := &silentWatches{}
-		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { reads.next = rt; return reads })
+		reads := &readCounts{}
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return silentWatches{next: rt, counts: reads} })
 		fast, _ := start(cfg, tablewatch.Options{Namespace: ns, Resync: 500 * time.Millisecond})
 		slow, _ := start(cfg, tablewatch.Options{Namespace: ns, Resync: time.Hour})
 		Eventually(fast.Version, 30*time.Second).Should(Equal(a.Version()))
@@ -236,17 +236,19 @@ var _ = Describe("Watcher", func() {
 // client gives up; other requests pass through.
 // It counts the lists of ConfigMaps and the reads of the head.
 type silentWatches struct {
-	next         http.RoundTripper
-	lists, heads atomic.Int64
+	next   http.RoundTripper
+	counts *readCounts
 }
 
-func (s *silentWatches) RoundTrip(req *http.Request) (*http.Response, error) {
+type readCounts struct{ lists, heads atomic.Int64 }
+
+func (s silentWatches) RoundTrip(req *http.Request) (*http.Response, error) {
 	if q := req.URL.Query().Get("watch"); q != "true" && q != "1" {
 		switch {
 		case strings.HasSuffix(req.URL.Path, "/configmaps"):
-			s.lists.Add(1)
+			s.counts.lists.Add(1)
 		case strings.HasSuffix(req.URL.Path, "/configmaps/"+base):
-			s.heads.Add(1)
+			s.counts.heads.Add(1)
 		}
 		return s.next.RoundTrip(req)
 	}
