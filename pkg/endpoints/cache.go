@@ -1,0 +1,354 @@
+package endpoints
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/httpscale/httpscale/pkg/routing"
+)
+
+// CacheOptions configure a Cache.
+type CacheOptions struct {
+	// Log receives watch changes; the zero Logger discards them.
+	Log logr.Logger
+	// Registerer receives the Cache's metrics; nil means controller-runtime's registry. Two Caches
+	// cannot share one Registerer.
+	Registerer prometheus.Registerer
+	// Zone is this replica's zone (see ResolveZone); Cache.Candidates prefers endpoints for it. Empty
+	// means unknown: no preference.
+	Zone string
+}
+
+// Cache is the Source the interceptor uses: the ready endpoints of the Service ports it is told to
+// Track, learnt from EndpointSlices. It is a controller-runtime Runnable.
+//
+// It only ever lists and watches the EndpointSlices of tracked Services: each watch is restricted to
+// one namespace and to the label selector kubernetes.io/service-name in (tracked Services of that
+// namespace), so the API server filters every other slice out and memory does not grow with the
+// cluster. A namespace's tracked Services are spread over watches of at most about servicesPerWatch
+// Services each, so that tracking one more Service re-lists only a few dozen of them.
+//
+// Ready and WaitReady are safe for concurrent use; Ready takes no lock and does not allocate.
+type Cache struct {
+	cs   kubernetes.Interface
+	log  logr.Logger
+	zone string
+
+	// keys maps every tracked key (and every key someone waits for) to its state. The map is never
+	// modified once published: Track and stateFor publish a new one under mu.
+	keys atomic.Pointer[map[ServiceKey]*keyState]
+
+	mu       sync.Mutex
+	ctx      context.Context // set by Start
+	stopped  bool
+	wg       sync.WaitGroup
+	tracked  bool                     // Track was called
+	synced   bool                     // every watch of the first Track after Start has synced
+	ports    map[serviceName][]string // tracked port names per Service
+	active   map[watchKey]*sliceWatch // watches whose store is in use
+	pending  map[watchKey]*sliceWatch // replacements still listing
+	nsBucket map[string]uint32        // watches per namespace
+}
+
+// serviceName is a Service's namespace and name.
+type serviceName struct{ namespace, name string }
+
+// NewCache returns a Cache reading through cs. It learns nothing until it is started and told what to
+// Track.
+func NewCache(cs kubernetes.Interface, opts CacheOptions) (*Cache, error) {
+	if opts.Registerer == nil {
+		opts.Registerer = ctrlmetrics.Registry
+	}
+	c := &Cache{
+		cs:       cs,
+		log:      opts.Log,
+		zone:     opts.Zone,
+		ports:    map[serviceName][]string{},
+		active:   map[watchKey]*sliceWatch{},
+		pending:  map[watchKey]*sliceWatch{},
+		nsBucket: map[string]uint32{},
+	}
+	empty := map[ServiceKey]*keyState{}
+	c.keys.Store(&empty)
+	if err := registerMetrics(opts.Registerer, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// NewCacheForConfig returns a Cache reading through a client built from cfg.
+func NewCacheForConfig(cfg *rest.Config, opts CacheOptions) (*Cache, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building Kubernetes client for EndpointSlices: %w", err)
+	}
+	return NewCache(cs, opts)
+}
+
+// Ready returns the ready endpoints of k, nil when it has none or is not tracked. Cost: two atomic
+// loads and a map lookup; no lock, no allocation.
+func (c *Cache) Ready(k ServiceKey) *Set {
+	ks := (*c.keys.Load())[k]
+	if ks == nil {
+		return nil
+	}
+	return ks.state.Load().set
+}
+
+// Candidates returns the ready endpoints of k and the subset a request should go to, as the function
+// Candidates chooses them for the Cache's zone, computed once per change of k's endpoints. Cost: as
+// Ready; no allocation. The slices are shared and must not be modified.
+func (c *Cache) Candidates(k ServiceKey, zoneAware bool) (set *Set, eps []Endpoint, crossZone bool) {
+	ks := (*c.keys.Load())[k]
+	if ks == nil {
+		return nil, nil, false
+	}
+	st := ks.state.Load()
+	if !zoneAware || c.zone == "" {
+		return st.set, st.set.endpoints(), false
+	}
+	return st.set, st.local, st.cross
+}
+
+// WaitReady blocks until k has a ready endpoint and returns its endpoints, or returns ctx's error.
+// All waiters of k wake together when the watch delivers k's first ready endpoint; waiters of other
+// keys do not wake. A key that is not tracked yet can be waited for: it becomes ready once it is
+// tracked and has a ready endpoint.
+func (c *Cache) WaitReady(ctx context.Context, k ServiceKey) (*Set, error) {
+	ks := c.stateFor(k)
+	for {
+		st := ks.state.Load()
+		if st.set != nil {
+			return st.set, nil
+		}
+		if st.removed {
+			// Track dropped k while we waited; wait on its new state.
+			ks = c.stateFor(k)
+			continue
+		}
+		select {
+		case <-st.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// stateFor returns k's state, adding one for a key that is not tracked.
+func (c *Cache) stateFor(k ServiceKey) *keyState {
+	if ks := (*c.keys.Load())[k]; ks != nil {
+		return ks
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur := *c.keys.Load()
+	if ks := cur[k]; ks != nil {
+		return ks
+	}
+	next := maps.Clone(cur)
+	ks := newKeyState()
+	next[k] = ks
+	c.keys.Store(&next)
+	return ks
+}
+
+// Track replaces the set of keys the Cache follows. Keys no longer tracked forget their endpoints
+// (their waiters keep waiting, see WaitReady). Watches change only for the namespaces whose tracked
+// Services change; until a changed watch has listed its slices, the endpoints known before are kept.
+// Track does not block on the API server; it may be called before Start.
+func (c *Cache) Track(keys []ServiceKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ports := map[serviceName][]string{}
+	tracked := make(map[ServiceKey]struct{}, len(keys))
+	for _, k := range keys {
+		if _, dup := tracked[k]; dup {
+			continue
+		}
+		tracked[k] = struct{}{}
+		sn := serviceName{k.Namespace, k.Service}
+		ports[sn] = append(ports[sn], k.PortName)
+	}
+
+	cur := *c.keys.Load()
+	next := make(map[ServiceKey]*keyState, len(tracked))
+	var added []ServiceKey
+	for k := range tracked {
+		if ks := cur[k]; ks != nil {
+			next[k] = ks
+		} else {
+			next[k] = newKeyState()
+		}
+		if !c.isTrackedPort(k) {
+			added = append(added, k)
+		}
+	}
+	c.keys.Store(&next)
+	for k, ks := range cur {
+		if _, ok := tracked[k]; !ok {
+			ks.remove()
+		}
+	}
+	c.ports = ports
+	c.tracked = true
+	if c.ctx == nil || c.stopped {
+		return
+	}
+	c.reconcileWatches()
+	// A key new to a Service whose watch is unchanged (another port of it) is computed now.
+	for _, k := range added {
+		if w := c.watchOf(k.Namespace, k.Service); w != nil {
+			c.recompute(w, k.Namespace, k.Service)
+		}
+	}
+	c.checkSynced()
+}
+
+// isTrackedPort reports whether k's port was tracked before the Track in progress. c.mu held.
+func (c *Cache) isTrackedPort(k ServiceKey) bool {
+	for _, p := range c.ports[serviceName{k.Namespace, k.Service}] {
+		if p == k.PortName {
+			return true
+		}
+	}
+	return false
+}
+
+// OnTable tracks every Service port t routes to: each entry's target and cold-start fallback. Its
+// signature suits tablewatch.Watcher.OnChange.
+func (c *Cache) OnTable(t *routing.Table) { c.Track(KeysFromTable(t)) }
+
+// KeysFromTable returns the Service ports t routes to, each once.
+func KeysFromTable(t *routing.Table) []ServiceKey {
+	seen := map[ServiceKey]struct{}{}
+	var keys []ServiceKey
+	add := func(k ServiceKey) {
+		if _, ok := seen[k]; !ok {
+			seen[k] = struct{}{}
+			keys = append(keys, k)
+		}
+	}
+	for _, e := range t.Entries() {
+		add(ServiceKey{Namespace: e.Namespace, Service: e.Service, PortName: e.PortName})
+		if fb := e.ColdStart.Fallback; fb != nil {
+			add(ServiceKey{Namespace: e.Namespace, Service: fb.Service, PortName: fb.PortName})
+		}
+	}
+	return keys
+}
+
+// Synced reports whether the watches needed by the first Track after Start have listed their
+// EndpointSlices. It stays true afterwards: later Tracks (new routes) do not make it false.
+func (c *Cache) Synced() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.synced
+}
+
+// ReadyCheck returns nil once Synced, else an error; it suits a readiness check.
+func (c *Cache) ReadyCheck(*http.Request) error {
+	if c.Synced() {
+		return nil
+	}
+	return errors.New("EndpointSlices of routed Services not listed yet")
+}
+
+// CachedSlices returns the number of EndpointSlices the Cache holds (in every watch's store).
+func (c *Cache) CachedSlices() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, ws := range []map[watchKey]*sliceWatch{c.active, c.pending} {
+		for _, w := range ws {
+			n += len(w.inf.GetStore().ListKeys())
+		}
+	}
+	return n
+}
+
+// NeedLeaderElection reports false: every interceptor replica forwards.
+func (c *Cache) NeedLeaderElection() bool { return false }
+
+// Start runs the watches the tracked keys need until ctx ends, then stops them and returns nil.
+func (c *Cache) Start(ctx context.Context) error {
+	c.mu.Lock()
+	if c.ctx != nil {
+		c.mu.Unlock()
+		return errors.New("endpoint cache already started")
+	}
+	c.ctx = ctx
+	c.reconcileWatches()
+	c.checkSynced()
+	c.mu.Unlock()
+
+	<-ctx.Done()
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	c.wg.Wait()
+	return nil
+}
+
+// keyState is one key's readiness. Its state is replaced (under Cache.mu), never modified.
+type keyState struct {
+	state atomic.Pointer[readyState]
+}
+
+// readyState is an immutable snapshot: set is nil exactly while ready is open. When the key gets its
+// first ready endpoint, a snapshot with the set is published and then ready is closed, waking every
+// waiter; when it drops to none, a snapshot with a new open channel is published.
+type readyState struct {
+	set     *Set
+	ready   chan struct{}
+	removed bool // the key is no longer tracked; look it up again
+	// local and cross are Candidates(set, zone, true) for the Cache's zone.
+	local []Endpoint
+	cross bool
+}
+
+func newKeyState() *keyState {
+	ks := &keyState{}
+	ks.state.Store(&readyState{ready: make(chan struct{})})
+	return ks
+}
+
+// update publishes set (nil for none), with its candidates for zone. Cache.mu held.
+func (ks *keyState) update(set *Set, zone string) {
+	old := ks.state.Load()
+	ready := func() *readyState {
+		local, cross := Candidates(set, zone, true)
+		return &readyState{set: set, ready: old.ready, local: local, cross: cross}
+	}
+	switch {
+	case set == nil && old.set == nil:
+	case set == nil:
+		ks.state.Store(&readyState{ready: make(chan struct{})})
+	case old.set == nil:
+		ks.state.Store(ready())
+		close(old.ready)
+	case !sameEndpoints(old.set, set):
+		ks.state.Store(ready())
+	}
+}
+
+// remove marks the key untracked and wakes its waiters so that they look it up again. Cache.mu held.
+func (ks *keyState) remove() {
+	old := ks.state.Load()
+	closed := make(chan struct{})
+	close(closed)
+	ks.state.Store(&readyState{ready: closed, removed: true})
+	if old.set == nil && !old.removed {
+		close(old.ready)
+	}
+}

@@ -1,0 +1,229 @@
+package endpoints
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func newTestCache(t *testing.T) *Cache {
+	t.Helper()
+	c, err := NewCache(nil, CacheOptions{Log: logr.Discard(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// publish sets k's endpoints the way a watch event does.
+func publish(c *Cache, k ServiceKey, eps ...Endpoint) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var s *Set
+	if len(eps) > 0 {
+		s = &Set{Key: k, Endpoints: eps}
+	}
+	(*c.keys.Load())[k].update(s, c.zone)
+}
+
+type waitResult struct {
+	set *Set
+	err error
+}
+
+func wait(ctx context.Context, c *Cache, k ServiceKey) <-chan waitResult {
+	ch := make(chan waitResult, 1)
+	go func() {
+		s, err := c.WaitReady(ctx, k)
+		ch <- waitResult{s, err}
+	}()
+	return ch
+}
+
+func TestWaitReadyWakesOnlyThatKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newTestCache(t)
+		a := ServiceKey{Namespace: "ns", Service: "a"}
+		b := ServiceKey{Namespace: "ns", Service: "b"}
+		c.Track([]ServiceKey{a, b})
+		ctx := t.Context()
+		wa1, wa2, wb := wait(ctx, c, a), wait(ctx, c, a), wait(ctx, c, b)
+		synctest.Wait()
+
+		publish(c, a, Endpoint{IP: "198.18.0.1", Port: 80})
+		synctest.Wait()
+		for _, w := range []<-chan waitResult{wa1, wa2} {
+			select {
+			case r := <-w:
+				if r.err != nil || r.set.Len() != 1 || r.set.Endpoints[0].IP != "198.18.0.1" {
+					t.Fatalf("waiter of a got %+v, %v", r.set, r.err)
+				}
+			default:
+				t.Fatal("a waiter of a was not woken")
+			}
+		}
+		select {
+		case r := <-wb:
+			t.Fatalf("the waiter of b woke with %+v, %v", r.set, r.err)
+		default:
+		}
+		if got := c.Ready(a); got.Len() != 1 {
+			t.Errorf("Ready(a) = %+v, want one endpoint", got)
+		}
+
+		// a drops to zero: new waiters block again, and wake on its return.
+		publish(c, a)
+		if got := c.Ready(a); got != nil {
+			t.Errorf("Ready(a) after drop = %+v, want nil", got)
+		}
+		wa3 := wait(ctx, c, a)
+		synctest.Wait()
+		select {
+		case <-wa3:
+			t.Fatal("a waiter woke while a had no endpoint")
+		default:
+		}
+		publish(c, a, Endpoint{IP: "198.18.0.2", Port: 80})
+		synctest.Wait()
+		if r := <-wa3; r.set.Endpoints[0].IP != "198.18.0.2" {
+			t.Errorf("second wake got %+v", r.set)
+		}
+		publish(c, b, Endpoint{IP: "198.18.0.3", Port: 80})
+		synctest.Wait()
+		if r := <-wb; r.err != nil || r.set.Len() != 1 {
+			t.Errorf("waiter of b got %+v, %v", r.set, r.err)
+		}
+	})
+}
+
+func TestWaitReadyHonoursContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newTestCache(t)
+		k := ServiceKey{Namespace: "ns", Service: "a"}
+		c.Track([]ServiceKey{k})
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := c.WaitReady(ctx, k)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitReady error = %v, want deadline exceeded", err)
+		}
+		if d := time.Since(start); d != 3*time.Second {
+			t.Errorf("WaitReady returned after %v, want 3s", d)
+		}
+	})
+}
+
+func TestWaitReadyForAKeyTrackedLater(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newTestCache(t)
+		k := ServiceKey{Namespace: "ns", Service: "new"}
+		w := wait(t.Context(), c, k) // the proxy saw a route before the cache was told about it
+		synctest.Wait()
+		c.Track([]ServiceKey{k})
+		synctest.Wait()
+		publish(c, k, Endpoint{IP: "198.18.0.1", Port: 80})
+		synctest.Wait()
+		select {
+		case r := <-w:
+			if r.set.Len() != 1 {
+				t.Errorf("got %+v", r.set)
+			}
+		default:
+			t.Fatal("waiter not woken")
+		}
+	})
+}
+
+func TestUntrackingForgetsEndpointsAndKeepsWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newTestCache(t)
+		k := ServiceKey{Namespace: "ns", Service: "a"}
+		c.Track([]ServiceKey{k})
+		publish(c, k, Endpoint{IP: "198.18.0.1", Port: 80})
+		c.Track(nil)
+		if got := c.Ready(k); got != nil {
+			t.Fatalf("Ready after untracking = %+v, want nil", got)
+		}
+		w := wait(t.Context(), c, k)
+		synctest.Wait()
+		c.Track([]ServiceKey{k}) // tracked again: the waiter's key gets a watch again
+		synctest.Wait()
+		select {
+		case r := <-w:
+			t.Fatalf("waiter woke without an endpoint: %+v", r)
+		default:
+		}
+		publish(c, k, Endpoint{IP: "198.18.0.2", Port: 80})
+		synctest.Wait()
+		if r := <-w; r.set.Len() != 1 {
+			t.Errorf("got %+v", r.set)
+		}
+	})
+}
+
+func TestReadyAndCandidatesDoNotAllocate(t *testing.T) {
+	c, err := NewCache(nil, CacheOptions{Registerer: prometheus.NewRegistry(), Zone: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := ServiceKey{Namespace: "ns", Service: "a", PortName: "http"}
+	c.Track([]ServiceKey{k})
+	publish(c, k, Endpoint{IP: "198.18.0.1", Port: 80, Zone: "a"}, Endpoint{IP: "198.18.0.2", Port: 80, Zone: "b"})
+	if n := testing.AllocsPerRun(1000, func() { c.Ready(k) }); n != 0 {
+		t.Errorf("Ready allocated %v times, want 0", n)
+	}
+	if n := testing.AllocsPerRun(1000, func() { c.Candidates(k, true) }); n != 0 {
+		t.Errorf("Candidates allocated %v times, want 0", n)
+	}
+	_, eps, cross := c.Candidates(k, true)
+	if len(eps) != 1 || eps[0].IP != "198.18.0.1" || cross {
+		t.Errorf("Candidates(zone-aware) = %+v, %v; want the endpoint in zone a", eps, cross)
+	}
+	if _, eps, _ := c.Candidates(k, false); len(eps) != 2 {
+		t.Errorf("Candidates(not zone-aware) = %+v, want both endpoints", eps)
+	}
+}
+
+func BenchmarkReady(b *testing.B) {
+	c, _ := NewCache(nil, CacheOptions{Registerer: prometheus.NewRegistry()})
+	keys := make([]ServiceKey, 10000)
+	for i := range keys {
+		keys[i] = ServiceKey{Namespace: "tenant", Service: "app-" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676)), PortName: "http"}
+	}
+	c.Track(keys)
+	k := keys[5000]
+	publish(c, k, Endpoint{IP: "198.18.0.1", Port: 80})
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if c.Ready(k) == nil {
+				b.Fatal("not ready")
+			}
+		}
+	})
+}
+
+func BenchmarkCacheCandidates(b *testing.B) {
+	c, _ := NewCache(nil, CacheOptions{Registerer: prometheus.NewRegistry(), Zone: "a"})
+	k := ServiceKey{Namespace: "tenant", Service: "app", PortName: "http"}
+	c.Track([]ServiceKey{k})
+	eps := make([]Endpoint, 12)
+	for i := range eps {
+		eps[i] = Endpoint{IP: "198.18.0.1", Port: int32(8000 + i), Zone: []string{"a", "b", "c"}[i%3]}
+	}
+	publish(c, k, eps...)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, local, _ := c.Candidates(k, true); len(local) != 4 {
+			b.Fatal("want the 4 endpoints of zone a")
+		}
+	}
+}

@@ -1,0 +1,235 @@
+package endpoints
+
+import (
+	"context"
+	"hash/fnv"
+	"math/bits"
+	"slices"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// servicesPerWatch is the target number of Services per watch: a namespace with n tracked Services
+// gets the smallest power of two of watches not below n/servicesPerWatch, and a Service goes to
+// watch FNV-1a(name) mod that. Adding or removing a Service then re-lists one watch's slices, and the
+// label selector stays far below URL length limits.
+const servicesPerWatch = 64
+
+// serviceIndex indexes a watch's store by the kubernetes.io/service-name label.
+const serviceIndex = "service"
+
+// watchKey names one watch: a namespace and a bucket of its Services.
+type watchKey struct {
+	namespace string
+	bucket    uint32
+}
+
+// sliceWatch is an informer on the EndpointSlices of some Services of one namespace.
+type sliceWatch struct {
+	key      watchKey
+	services []string // sorted; the label selector's values
+	inf      cache.SharedIndexInformer
+	cancel   context.CancelFunc
+}
+
+func (w *sliceWatch) covers(service string) bool {
+	_, ok := slices.BinarySearch(w.services, service)
+	return ok
+}
+
+// bucketsFor returns the number of watches for n Services.
+func bucketsFor(n int) uint32 {
+	want := (n + servicesPerWatch - 1) / servicesPerWatch
+	if want <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(want-1))
+}
+
+func bucketOf(service string, buckets uint32) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(service))
+	return h.Sum32() % buckets
+}
+
+// reconcileWatches starts a watch for every bucket whose Services changed and stops the watches no
+// longer needed. A changed watch replaces the old one only once it has listed its slices (promote).
+// c.mu held.
+func (c *Cache) reconcileWatches() {
+	perNS := map[string]int{}
+	for sn := range c.ports {
+		perNS[sn.namespace]++
+	}
+	clear(c.nsBucket)
+	for ns, n := range perNS {
+		c.nsBucket[ns] = bucketsFor(n)
+	}
+	want := map[watchKey][]string{}
+	for sn := range c.ports {
+		wk := watchKey{sn.namespace, bucketOf(sn.name, c.nsBucket[sn.namespace])}
+		want[wk] = append(want[wk], sn.name)
+	}
+	for _, ws := range []map[watchKey]*sliceWatch{c.pending, c.active} {
+		for wk, w := range ws {
+			if _, ok := want[wk]; !ok {
+				w.cancel()
+				delete(ws, wk)
+			}
+		}
+	}
+	for wk, services := range want {
+		slices.Sort(services)
+		p := c.pending[wk]
+		if p != nil && slices.Equal(p.services, services) {
+			continue // already being listed
+		}
+		if p != nil {
+			p.cancel()
+			delete(c.pending, wk)
+		}
+		if a := c.active[wk]; a != nil && slices.Equal(a.services, services) {
+			continue // back to what the watch in use covers
+		}
+		if w := c.startWatch(wk, services); w != nil {
+			c.pending[wk] = w
+		}
+	}
+}
+
+// startWatch starts an informer on the slices of services in wk's namespace. c.mu held.
+func (c *Cache) startWatch(wk watchKey, services []string) *sliceWatch {
+	req, err := labels.NewRequirement(discoveryv1.LabelServiceName, selection.In, services)
+	if err != nil {
+		// Service names come from validated routing entries; this cannot happen.
+		c.log.Error(err, "cannot watch EndpointSlices", "namespace", wk.namespace, "services", services)
+		return nil
+	}
+	selector := labels.NewSelector().Add(*req).String()
+	ctx, cancel := context.WithCancel(c.ctx)
+	inf := discoveryinformers.NewFilteredEndpointSliceInformer(c.cs, wk.namespace, 0,
+		cache.Indexers{serviceIndex: indexByService},
+		func(o *metav1.ListOptions) { o.LabelSelector = selector })
+	w := &sliceWatch{key: wk, services: services, inf: inf, cancel: cancel}
+	if err := inf.SetTransform(trimSlice); err != nil {
+		c.log.Error(err, "configuring EndpointSlice informer", "namespace", wk.namespace)
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { c.onSlice(w, o) },
+		UpdateFunc: func(_, o any) { c.onSlice(w, o) },
+		DeleteFunc: func(o any) { c.onSlice(w, o) },
+	}); err != nil {
+		c.log.Error(err, "configuring EndpointSlice informer", "namespace", wk.namespace)
+	}
+	c.log.V(1).Info("watching EndpointSlices", "namespace", wk.namespace, "bucket", wk.bucket, "services", len(services))
+	c.wg.Add(2)
+	go func() {
+		defer c.wg.Done()
+		inf.RunWithContext(ctx)
+	}()
+	go func() {
+		defer c.wg.Done()
+		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			c.promote(w)
+		}
+	}()
+	return w
+}
+
+// promote makes a watch that has listed its slices the one in use, stops the watch it replaces and
+// recomputes the endpoints of every Service it covers.
+func (c *Cache) promote(w *sliceWatch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending[w.key] != w {
+		return // replaced or stopped while listing
+	}
+	delete(c.pending, w.key)
+	if old := c.active[w.key]; old != nil {
+		old.cancel()
+	}
+	c.active[w.key] = w
+	for _, svc := range w.services {
+		c.recompute(w, w.key.namespace, svc)
+	}
+	c.checkSynced()
+}
+
+// onSlice recomputes the endpoints of the Service of a changed slice, if the watch that saw the
+// change is in use.
+func (c *Cache) onSlice(w *sliceWatch, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	svc := s.Labels[discoveryv1.LabelServiceName]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.active[w.key] != w {
+		return
+	}
+	c.recompute(w, s.Namespace, svc)
+}
+
+// recompute publishes the ready endpoints of every tracked port of a Service from w's store. c.mu held.
+func (c *Cache) recompute(w *sliceWatch, namespace, service string) {
+	ports := c.ports[serviceName{namespace, service}]
+	if len(ports) == 0 {
+		return
+	}
+	objs, err := w.inf.GetIndexer().ByIndex(serviceIndex, service)
+	if err != nil {
+		c.log.Error(err, "reading cached EndpointSlices", "namespace", namespace, "service", service)
+		return
+	}
+	ss := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+			ss = append(ss, s)
+		}
+	}
+	keys := *c.keys.Load()
+	for _, p := range ports {
+		k := ServiceKey{Namespace: namespace, Service: service, PortName: p}
+		if ks := keys[k]; ks != nil {
+			ks.update(buildSet(k, ss), c.zone)
+		}
+	}
+}
+
+// watchOf returns the watch in use that covers a Service, or nil. c.mu held.
+func (c *Cache) watchOf(namespace, service string) *sliceWatch {
+	n, ok := c.nsBucket[namespace]
+	if !ok {
+		return nil
+	}
+	if w := c.active[watchKey{namespace, bucketOf(service, n)}]; w != nil && w.covers(service) {
+		return w
+	}
+	return nil
+}
+
+// checkSynced latches synced once every watch has listed its slices after the first Track. c.mu held.
+func (c *Cache) checkSynced() {
+	if !c.synced && c.tracked && c.ctx != nil && len(c.pending) == 0 {
+		c.synced = true
+	}
+}
+
+func indexByService(obj any) ([]string, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	if svc, ok := s.Labels[discoveryv1.LabelServiceName]; ok {
+		return []string{svc}, nil
+	}
+	return nil, nil
+}

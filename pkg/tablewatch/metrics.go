@@ -1,0 +1,110 @@
+package tablewatch
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/httpscale/httpscale/pkg/routing"
+)
+
+// Reasons a load fails, the values of the reason label of MetricLoadErrors.
+const (
+	// reasonIncomplete: the head is missing or names a shard that does not exist (yet).
+	reasonIncomplete = "incomplete"
+	// reasonCorrupt: the stored table is inconsistent or does not decode.
+	reasonCorrupt = "corrupt"
+	// reasonRead: the API server could not be read.
+	reasonRead = "read"
+	// reasonInvalid: any other decoding error.
+	reasonInvalid = "invalid"
+)
+
+// Metric names.
+const (
+	// MetricLoadErrors counts failed load attempts by reason (incomplete, corrupt, read, invalid).
+	MetricLoadErrors = "httpscale_interceptor_routing_table_load_errors_total"
+	// MetricFailing is 1 while the latest stored table cannot be loaded and an older one is served.
+	MetricFailing = "httpscale_interceptor_routing_table_load_failing"
+	// MetricInfo is 1 for the version label of the table served.
+	MetricInfo = "httpscale_interceptor_routing_table_info"
+	// MetricEntries is the number of entries of the table served.
+	MetricEntries = "httpscale_interceptor_routing_table_entries"
+	// MetricLoadTimestamp is the Unix time of the last successful load.
+	MetricLoadTimestamp = "httpscale_interceptor_routing_table_last_load_timestamp_seconds"
+)
+
+type metrics struct {
+	loadErrors *prometheus.CounterVec
+	failing    prometheus.Gauge
+	info       *prometheus.GaugeVec
+	entries    prometheus.Gauge
+	loadedAt   prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		loadErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricLoadErrors,
+			Help: "Failed routing table loads by reason; the last good table stays in use.",
+		}, []string{"reason"}),
+		failing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricFailing,
+			Help: "1 while the stored routing table cannot be loaded and an older one is served.",
+		}),
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricInfo,
+			Help: "1 for the version of the routing table served.",
+		}, []string{"version"}),
+		entries: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricEntries,
+			Help: "Entries (apps) in the routing table served.",
+		}),
+		loadedAt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricLoadTimestamp,
+			Help: "Unix time of the last successful routing table load.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.loadErrors, m.failing, m.info, m.entries, m.loadedAt} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering routing table metrics: %w", err)
+		}
+	}
+	// Expose every reason from the start, so that rate() and alerts see a zero before the first error.
+	for _, r := range []string{reasonIncomplete, reasonCorrupt, reasonRead, reasonInvalid} {
+		m.loadErrors.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+func (m *metrics) loaded(oldVersion, newVersion string, entries int) {
+	if oldVersion != newVersion {
+		m.info.DeleteLabelValues(oldVersion)
+	}
+	m.info.WithLabelValues(newVersion).Set(1)
+	m.entries.Set(float64(entries))
+	m.failing.Set(0)
+	m.loadedAt.SetToCurrentTime()
+}
+
+func reasonOf(err error) string {
+	switch {
+	case errors.Is(err, routing.ErrIncomplete):
+		return reasonIncomplete
+	case errors.Is(err, routing.ErrCorrupt):
+		return reasonCorrupt
+	default:
+		return reasonInvalid
+	}
+}
+
+// olderResourceVersion reports whether resourceVersion a is older than b. Resource versions are
+// opaque by API contract, but every etcd-backed API server issues them as increasing integers; when
+// either does not parse as one, nothing is assumed older and the table is loaded.
+func olderResourceVersion(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x < y
+}

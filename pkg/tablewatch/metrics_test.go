@@ -1,0 +1,42 @@
+package tablewatch
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/httpscale/httpscale/pkg/routing"
+)
+
+func TestOlderResourceVersion(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"9", "10", true}, // numeric, not lexical
+		{"10", "9", false},
+		{"10", "10", false},
+		{"", "10", false},
+		{"abc", "10", false}, // not an etcd revision: assume nothing
+		{"10", "abc", false},
+	} {
+		if got := olderResourceVersion(tc.a, tc.b); got != tc.want {
+			t.Errorf("olderResourceVersion(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+func TestReasonOf(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("reading: %w", routing.ErrIncomplete), reasonIncomplete},
+		{fmt.Errorf("reading: %w", routing.ErrCorrupt), reasonCorrupt},
+		{errors.New("something else"), reasonInvalid},
+	} {
+		if got := reasonOf(tc.err); got != tc.want {
+			t.Errorf("reasonOf(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
