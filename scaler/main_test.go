@@ -7,5 +7,5 @@ import (
 )
 
 func TestRunStopsCleanlyOnCancel(t *testing.T) {
-	testenv.CheckCleanShutdown(t, run)
+	testenv.CheckCleanShutdown(t, run, "--grpc-bind-address="+testenv.FreeAddr(t))
 }
