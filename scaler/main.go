@@ -7,12 +7,9 @@ import (
 	"os"
 
 	"github.com/go-logr/logr"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/httpscale/httpscale/pkg/component"
@@ -40,9 +37,7 @@ func run(ctx context.Context, args []string) error {
 		Name: "scaler", Config: cfg, Scheme: scheme,
 		Options: func(o *manager.Options) {
 			sel, _ := cfg.Selector() // validated before Options runs
-			o.Cache.ByObject = map[client.Object]cache.ByObject{
-				&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{cfg.Namespace: {}}, Label: sel},
-			}
+			o.Cache.ByObject = scaling.CacheByObject(cfg.Namespace, sel)
 		},
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
 			sel, err := cfg.Selector()

@@ -9,8 +9,18 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// CacheByObject restricts a manager's cache to what EndpointSliceDiscovery reads: the EndpointSlices
+// matching selector in namespace. With it the scaler needs get/list/watch on EndpointSlices in that
+// namespace only, and holds nothing else in memory.
+func CacheByObject(namespace string, selector labels.Selector) map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{namespace: {}}, Label: selector},
+	}
+}
 
 // Replica is one interceptor replica to poll.
 type Replica struct {

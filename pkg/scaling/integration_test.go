@@ -149,7 +149,9 @@ func metricIs(h *harness, md map[string]string, name string, want float64) func(
 	}
 }
 
-func formatFloat(f float64) string { return trigger.Metadata{ConcurrencyTarget: f}.Encode("")[trigger.KeyConcurrencyTarget] }
+func formatFloat(f float64) string {
+	return trigger.Metadata{ConcurrencyTarget: f}.Encode("")[trigger.KeyConcurrencyTarget]
+}
 
 var appMD = trigger.Metadata{App: "ns/app", ConcurrencyTarget: 10, RequestRateTarget: 5, Window: 10 * time.Second, Granularity: time.Second}.Encode("s:1")
 
