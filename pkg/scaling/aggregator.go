@@ -43,9 +43,16 @@ type replicaState struct {
 	seen     bool
 	epoch    string
 	seq      uint64
-	counts   map[string]admin.AppCount
+	counts   map[string]replicaApp
 	lastOK   time.Time
 	err      error
+}
+
+// replicaApp is one replica's latest counts for an app, with the app's state at hand so that Build
+// needs no lookup per replica and app.
+type replicaApp struct {
+	admin.AppCount
+	app *appState
 }
 
 type appState struct {
@@ -111,7 +118,7 @@ func (a *Aggregator) Observe(key string, c admin.Counts, now time.Time) {
 	restarted := st.seen && c.Epoch != st.epoch
 	counts := st.counts
 	if first || restarted || c.Full || counts == nil {
-		counts = make(map[string]admin.AppCount, len(c.Apps))
+		counts = make(map[string]replicaApp, len(c.Apps))
 	}
 	for _, ac := range c.Apps {
 		app := a.app(ac.Key)
@@ -126,7 +133,7 @@ func (a *Aggregator) Observe(key string, c admin.Counts, now time.Time) {
 			}
 			app.total += inc
 		}
-		counts[ac.Key] = ac
+		counts[ac.Key] = replicaApp{AppCount: ac, app: app}
 	}
 	st.counts = counts
 	st.seen, st.epoch, st.seq, st.lastOK, st.err = true, c.Epoch, c.Seq, now, nil
@@ -164,8 +171,8 @@ func (a *Aggregator) Build(now time.Time) (*Snapshot, []string) {
 			age := now.Sub(r.lastOK)
 			rs.Expired = a.opts.Grace > 0 && age > a.opts.Grace
 			rs.Stale = !rs.Expired && (r.err != nil || (a.opts.StaleAfter > 0 && age > a.opts.StaleAfter))
-			for key, c := range r.counts {
-				app := a.apps[key]
+			for _, c := range r.counts {
+				app := c.app
 				app.listed = true
 				if rs.Expired {
 					continue
