@@ -46,8 +46,14 @@ func cpuTime() time.Duration {
 
 // BenchmarkGetMetrics measures GetMetrics over a real gRPC connection on loopback while the
 // aggregator folds 20 replicas x 5,000 apps and publishes a snapshot every 200ms in the background
-// (deltas touching 10% of the apps), as the collector does at that size.
+// (deltas touching 10% of the apps), as the collector does at that size ("collecting"), and with
+// the snapshot left alone ("static"), to tell the handler's latency from CPU contention.
 func BenchmarkGetMetrics(b *testing.B) {
+	b.Run("collecting", func(b *testing.B) { benchGetMetrics(b, true) })
+	b.Run("static", func(b *testing.B) { benchGetMetrics(b, false) })
+}
+
+func benchGetMetrics(b *testing.B, collecting bool) {
 	state := NewState(30 * time.Second)
 	agg := NewAggregator(AggregatorOptions{Grace: 10 * time.Second, Window: state.Window, Woken: state.Woken})
 	var reps []Replica
@@ -72,6 +78,9 @@ func BenchmarkGetMetrics(b *testing.B) {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { // the collector's loop, without the HTTP part
+		if !collecting {
+			return
+		}
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -299,4 +308,43 @@ func BenchmarkWakeLatency(b *testing.B) {
 	}
 	b.StopTimer()
 	reportLatencies(b, lat)
+}
+
+// BenchmarkServiceGetMetrics is the handler alone (no gRPC): parse the trigger metadata, load the
+// snapshot, compute the value, for 5,000 apps alternating concurrency and request rate.
+func BenchmarkServiceGetMetrics(b *testing.B) {
+	state := NewState(30 * time.Second)
+	agg := NewAggregator(AggregatorOptions{Grace: 10 * time.Second})
+	agg.SetReplicas([]Replica{{Key: "a"}})
+	now := time.Now()
+	c := admin.Counts{Epoch: "e", Full: true}
+	for i := range benchApps {
+		c.Apps = append(c.Apps, admin.AppCount{Key: benchApp(i), InFlight: 1, Requests: 1})
+	}
+	agg.Observe("a", c, now)
+	for i := range 300 { // a minute of history at 200ms
+		for j := range c.Apps {
+			c.Apps[j].Requests += uint64(1 + i%3)
+		}
+		now = now.Add(200 * time.Millisecond)
+		agg.Observe("a", c, now)
+		state.Publish(agg.Build(now))
+	}
+	svc := NewService(state, nil, testLogB(b), nil)
+	reqs := make([]*externalscaler.GetMetricsRequest, benchApps)
+	for i := range reqs {
+		name := trigger.MetricConcurrency
+		if i%2 == 1 {
+			name = trigger.MetricRequestRate
+		}
+		reqs[i] = &externalscaler.GetMetricsRequest{MetricName: name,
+			ScaledObjectRef: ref(trigger.Metadata{App: benchApp(i), ConcurrencyTarget: 10, RequestRateTarget: 100}.Encode("s:1"))}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := svc.GetMetrics(context.Background(), reqs[i%benchApps]); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
