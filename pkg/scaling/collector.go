@@ -50,7 +50,8 @@ type Collector struct {
 	results chan pollResult
 	runners map[string]*runner
 	cycle   uint64
-	pending int  // polls of the current cycle still out
+	started time.Time // when the current cycle started
+	pending int       // polls of the current cycle still out
 	dirty   bool // answers applied since the last build
 	wg      sync.WaitGroup
 }
@@ -126,6 +127,8 @@ func (c *Collector) build() {
 	snap, changed := c.agg.Build(c.opts.Clock.Now())
 	c.state.Publish(snap, changed)
 	c.dirty = false
+	recordSnapshot(snap)
+	metricCycleSeconds.Observe(snap.At.Sub(c.started).Seconds())
 }
 
 func (c *Collector) apply(r pollResult) {
@@ -137,6 +140,7 @@ func (c *Collector) apply(r pollResult) {
 	}
 	c.dirty = true
 	if r.err != nil {
+		metricPollErrors.Inc()
 		c.agg.Fail(r.key, r.err)
 		c.log.V(1).Info("polling interceptor counts failed", "replica", r.key, "error", r.err.Error())
 		return
@@ -151,6 +155,7 @@ func (c *Collector) startCycle(ctx context.Context) {
 		c.build()
 	}
 	c.cycle++
+	c.started = c.opts.Clock.Now()
 	c.pending = 0
 	reps, err := c.opts.Discovery.Replicas(ctx)
 	if err != nil {
@@ -221,11 +226,13 @@ func (c *Collector) followWake(ctx context.Context, rep Replica) {
 	for {
 		started := clk.Now()
 		err := c.opts.Wake.Wake(ctx, rep.URL, func(ev admin.WakeEvent) {
+			metricWakes.Inc()
 			c.state.Wake(ev.Key, clk.Now())
 		})
 		if ctx.Err() != nil {
 			return
 		}
+		metricWakeReconnects.Inc()
 		if clk.Since(started) > c.opts.WakeBackoffMax {
 			backoff = c.opts.WakeBackoffMin
 		}

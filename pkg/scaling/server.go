@@ -52,9 +52,11 @@ func NewServer(opts ServerOptions, state *State) *Server {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}
 	// KEDA keeps one connection per scaler address and may ping it; allow that without GOAWAY.
-	gopts = append(gopts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
-		MinTime: 10 * time.Second, PermitWithoutStream: true,
-	}))
+	gopts = append(gopts,
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Ping idle connections so that a StreamIsActive stream to a vanished KEDA pod ends.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	)
 	s := &Server{opts: opts, grpc: grpc.NewServer(gopts...), health: health.NewServer(), stop: make(chan struct{})}
 	externalscaler.RegisterExternalScalerServer(s.grpc, NewService(state, opts.Clock, opts.Log, s.stop))
 	healthpb.RegisterHealthServer(s.grpc, s.health)
