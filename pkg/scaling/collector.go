@@ -52,13 +52,16 @@ type Collector struct {
 	cycle   uint64
 	started time.Time // when the current cycle started
 	pending int       // polls of the current cycle still out
-	dirty   bool // answers applied since the last build
-	wg      sync.WaitGroup
+	dirty   bool      // answers applied since the last build
+
+	discoveryErr string // the last discovery error, logged once
+	wg           sync.WaitGroup
 }
 
 type runner struct {
 	rep        Replica
 	polling    bool
+	failing    bool // the last poll failed; transitions are logged at Info, repeats at V(1)
 	cancelWake context.CancelFunc
 }
 
@@ -132,9 +135,11 @@ func (c *Collector) build() {
 }
 
 func (c *Collector) apply(r pollResult) {
-	if run := c.runners[r.key]; run != nil {
-		run.polling = false
+	run := c.runners[r.key]
+	if run == nil {
+		run = &runner{} // removed meanwhile; the Aggregator ignores it too
 	}
+	run.polling = false
 	if r.cycle == c.cycle {
 		c.pending--
 	}
@@ -142,8 +147,17 @@ func (c *Collector) apply(r pollResult) {
 	if r.err != nil {
 		metricPollErrors.Inc()
 		c.agg.Fail(r.key, r.err)
-		c.log.V(1).Info("polling interceptor counts failed", "replica", r.key, "error", r.err.Error())
+		log := c.log.V(1)
+		if !run.failing {
+			log = c.log
+		}
+		log.Info("polling interceptor counts failed; keeping its last counts for the grace period", "replica", r.key, "error", r.err.Error())
+		run.failing = true
 		return
+	}
+	if run.failing {
+		c.log.Info("polling interceptor counts works again", "replica", r.key)
+		run.failing = false
 	}
 	c.agg.Observe(r.key, r.counts, c.opts.Clock.Now())
 }
@@ -158,9 +172,15 @@ func (c *Collector) startCycle(ctx context.Context) {
 	c.started = c.opts.Clock.Now()
 	c.pending = 0
 	reps, err := c.opts.Discovery.Replicas(ctx)
-	if err != nil {
+	switch {
+	case err != nil && err.Error() != c.discoveryErr:
 		c.log.Error(err, "discovering interceptor replicas; keeping the previous set")
-	} else {
+		c.discoveryErr = err.Error()
+	case err == nil:
+		if c.discoveryErr != "" {
+			c.log.Info("discovering interceptor replicas works again")
+			c.discoveryErr = ""
+		}
 		c.setReplicas(ctx, reps)
 	}
 	for key, run := range c.runners {
