@@ -10,7 +10,7 @@ import (
 var (
 	metricReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "httpscale_scaler_interceptor_replicas",
-		Help: "Interceptor replicas known to the scaler, by state: healthy, stale (last counts kept for the grace period) or expired (ignored).",
+		Help: "Interceptor replicas known to the scaler, by state: healthy, stale (last counts kept for the grace period), expired (ignored) or unknown (never answered yet).",
 	}, []string{"state"})
 	metricPollErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "httpscale_scaler_poll_errors_total",
@@ -40,17 +40,20 @@ func init() {
 }
 
 func recordSnapshot(s *Snapshot) {
-	var healthy, stale, expired float64
+	var healthy, stale, expired, unknown float64
 	for _, r := range s.Replicas {
 		switch {
+		case r.LastSuccess.IsZero():
+			unknown++
 		case r.Expired:
 			expired++
 		case r.Stale:
 			stale++
-		case !r.LastSuccess.IsZero():
+		default:
 			healthy++
 		}
 	}
+	metricReplicas.WithLabelValues("unknown").Set(unknown)
 	metricReplicas.WithLabelValues("healthy").Set(healthy)
 	metricReplicas.WithLabelValues("stale").Set(stale)
 	metricReplicas.WithLabelValues("expired").Set(expired)
