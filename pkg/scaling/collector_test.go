@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/scaling/scalingtest"
 )
@@ -84,6 +86,9 @@ func TestCollectorKeepsAHungReplicaForTheGracePeriod(t *testing.T) {
 		b.counts.Set("ns/app", 2, 0)   // b is still polled meanwhile
 		check(9*time.Second, 5, true)  // 14s after a's last answer
 		check(2*time.Second, 2, false) // past the 15s grace: a is ignored
+		if got := testutil.ToFloat64(metricReplicas.WithLabelValues("expired")); got != 1 {
+			t.Errorf("expired replicas metric = %v, want 1", got)
+		}
 
 		a.hung.Store(false)
 		check(2*time.Second, 5, false) // a answers again: counted at once
