@@ -6,18 +6,19 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/component"
 	"github.com/httpscale/httpscale/pkg/config"
+	"github.com/httpscale/httpscale/pkg/scaling"
 )
 
-// Interceptor replicas (admin Service EndpointSlices) and the objects whose targets it reports.
+// Interceptor replicas: the admin Service's EndpointSlices in the install namespace, nothing else.
 // +kubebuilder:rbac:groups=discovery.k8s.io,namespace=httpscale-system,resources=endpointslices,verbs=get;list;watch
-// +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects,verbs=get;list;watch
 
 func main() {
 	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
@@ -28,10 +29,32 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, httpscalev1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return fmt.Errorf("building scheme: %w", err)
-		}
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("building scheme: %w", err)
 	}
-	return component.Run(ctx, component.Spec{Name: "scaler", Config: &config.Scaler{}, Scheme: scheme}, args)
+	cfg := &config.Scaler{}
+	return component.Run(ctx, component.Spec{
+		Name: "scaler", Config: cfg, Scheme: scheme,
+		Options: func(o *manager.Options) {
+			sel, _ := cfg.Selector() // validated before Options runs
+			o.Cache.ByObject = scaling.CacheByObject(cfg.Namespace, sel)
+		},
+		Setup: func(mgr manager.Manager, log logr.Logger) error {
+			sel, err := cfg.Selector()
+			if err != nil {
+				return err
+			}
+			opts := scaling.Options{
+				Namespace: cfg.Namespace, Selector: sel, PortName: cfg.InterceptorAdminPort,
+				Interval: cfg.PollInterval, Timeout: cfg.PollTimeout, StaleGrace: cfg.StaleGrace, WakeHold: cfg.WakeHold,
+				GRPCAddr: cfg.GRPCAddr,
+			}
+			if cfg.TLSCertFile != "" {
+				if opts.TLS, err = scaling.LoadTLS(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile); err != nil {
+					return err
+				}
+			}
+			return scaling.SetupWithManager(mgr, opts, log)
+		},
+	}, args)
 }

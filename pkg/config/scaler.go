@@ -1,18 +1,89 @@
 package config
 
 import (
+	"errors"
 	"flag"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Scaler configures the scaler binary.
 type Scaler struct {
 	Common
+	// GRPCAddr serves KEDA's ExternalScaler and the gRPC health service.
+	GRPCAddr string
+	// Namespace is where the interceptor admin Service lives (the install namespace).
+	Namespace string
+	// InterceptorSelector selects the interceptor admin Service's EndpointSlices in Namespace.
+	InterceptorSelector string
+	// InterceptorAdminPort names the admin port in those EndpointSlices; empty takes the first port.
+	InterceptorAdminPort string
+	// PollInterval paces the counts polls; PollTimeout bounds one poll of one replica.
+	PollInterval, PollTimeout time.Duration
+	// StaleGrace is how long an unreachable replica keeps contributing its last counts.
+	StaleGrace time.Duration
+	// WakeHold is how long a wake notice keeps an app active.
+	WakeHold time.Duration
+	// TLSCertFile and TLSKeyFile enable TLS on the gRPC port; TLSClientCAFile additionally requires
+	// client certificates signed by that CA.
+	TLSCertFile, TLSKeyFile, TLSClientCAFile string
 }
 
 // Bind registers the scaler's flags on fs, with defaults taken from the environment.
 func (s *Scaler) Bind(fs *flag.FlagSet) {
 	s.bind(fs, ":9191", ":9190")
+	fs.StringVar(&s.GRPCAddr, "grpc-bind-address", env("HTTPSCALE_GRPC_BIND_ADDRESS", ":9090"), "Address serving KEDA's external scaler gRPC API and gRPC health.")
+	fs.StringVar(&s.Namespace, "namespace", env("POD_NAMESPACE", "httpscale-system"), "Namespace of the interceptor admin Service (the install namespace).")
+	fs.StringVar(&s.InterceptorSelector, "interceptor-admin-selector", env("HTTPSCALE_INTERCEPTOR_ADMIN_SELECTOR", "kubernetes.io/service-name=httpscale-interceptor-admin"), "Label selector of the interceptor admin Service's EndpointSlices.")
+	fs.StringVar(&s.InterceptorAdminPort, "interceptor-admin-port-name", env("HTTPSCALE_INTERCEPTOR_ADMIN_PORT_NAME", "admin"), "Name of the admin port in those EndpointSlices; empty takes the first port.")
+	fs.DurationVar(&s.PollInterval, "poll-interval", envDuration("HTTPSCALE_POLL_INTERVAL", 200*time.Millisecond), "How often every interceptor replica's counts are polled.")
+	fs.DurationVar(&s.PollTimeout, "poll-timeout", envDuration("HTTPSCALE_POLL_TIMEOUT", time.Second), "Timeout of one poll of one replica.")
+	fs.DurationVar(&s.StaleGrace, "stale-grace", envDuration("HTTPSCALE_STALE_GRACE", 15*time.Second), "How long a replica that stopped answering keeps contributing its last counts (marked stale) before it is ignored.")
+	fs.DurationVar(&s.WakeHold, "wake-hold", envDuration("HTTPSCALE_WAKE_HOLD", 30*time.Second), "How long a wake notice keeps an app active.")
+	fs.StringVar(&s.TLSCertFile, "tls-cert-file", env("HTTPSCALE_TLS_CERT_FILE", ""), "PEM certificate for the gRPC port; enables TLS (KEDA's enableTLS).")
+	fs.StringVar(&s.TLSKeyFile, "tls-key-file", env("HTTPSCALE_TLS_KEY_FILE", ""), "PEM private key of --tls-cert-file.")
+	fs.StringVar(&s.TLSClientCAFile, "tls-client-ca-file", env("HTTPSCALE_TLS_CLIENT_CA_FILE", ""), "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS).")
+}
+
+// Selector parses InterceptorSelector.
+func (s *Scaler) Selector() (labels.Selector, error) {
+	sel, err := labels.Parse(s.InterceptorSelector)
+	if err != nil {
+		return nil, fmt.Errorf("--interceptor-admin-selector %q: %w", s.InterceptorSelector, err)
+	}
+	return sel, nil
 }
 
 // Validate reports every invalid setting at once.
-func (s *Scaler) Validate() error { return s.validate() }
+func (s *Scaler) Validate() error {
+	errs := []error{s.validate()}
+	if err := validateAddr("grpc-bind-address", s.GRPCAddr); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Namespace == "" {
+		errs = append(errs, errors.New("--namespace must not be empty"))
+	}
+	if _, err := s.Selector(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"poll-interval", s.PollInterval}, {"poll-timeout", s.PollTimeout}, {"stale-grace", s.StaleGrace}, {"wake-hold", s.WakeHold}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("--%s must be positive, got %s", d.name, d.v))
+		}
+	}
+	if s.StaleGrace > 0 && s.StaleGrace < s.PollInterval+s.PollTimeout {
+		errs = append(errs, fmt.Errorf("--stale-grace %s must be at least --poll-interval + --poll-timeout (%s), or every slow answer drops a replica", s.StaleGrace, s.PollInterval+s.PollTimeout))
+	}
+	if (s.TLSCertFile == "") != (s.TLSKeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file must be set together"))
+	}
+	if s.TLSClientCAFile != "" && s.TLSCertFile == "" {
+		errs = append(errs, errors.New("--tls-client-ca-file needs --tls-cert-file and --tls-key-file"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,274 @@
+package scaling
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+
+	"github.com/httpscale/httpscale/pkg/admin"
+)
+
+// CollectorOptions configure a Collector.
+type CollectorOptions struct {
+	// Discovery lists the replicas once per cycle.
+	Discovery Discoverer
+	// Counts polls /counts; every call is bounded by Timeout through its context.
+	Counts admin.Client
+	// Wake follows /wake streams; its http.Client must have no Timeout (the stream never ends).
+	Wake admin.Client
+	// Interval is the poll period. Timeout bounds one poll of one replica. StaleGrace is how long a
+	// replica whose polls fail keeps contributing its last counts.
+	Interval, Timeout, StaleGrace time.Duration
+	// WakeBackoffMin and WakeBackoffMax bound the reconnect delay of a broken wake stream (doubling,
+	// with jitter). Zero means 50ms and 2s.
+	WakeBackoffMin, WakeBackoffMax time.Duration
+	// Clock is the time source; nil means the real clock.
+	Clock clock.WithTicker
+	// Log receives poll and stream errors.
+	Log logr.Logger
+}
+
+// Collector polls every interceptor replica's counts and follows its wake stream, and publishes
+// Snapshots to a State. It is a controller-runtime Runnable that runs on every scaler replica (no
+// leader election: each scaler answers KEDA from its own view).
+//
+// One loop goroutine owns the Aggregator. Each cycle it lists replicas, starts one poll goroutine per
+// replica whose previous poll has finished (a hung replica gets no second concurrent poll), and builds
+// a snapshot when every poll of the cycle has answered or at the next tick, whichever comes first, so
+// a hung replica delays the others by at most one interval, once.
+type Collector struct {
+	opts  CollectorOptions
+	state *State
+	agg   *Aggregator
+	log   logr.Logger
+
+	results chan pollResult
+	runners map[string]*runner
+	cycle   uint64
+	started time.Time // when the current cycle started
+	pending int       // polls of the current cycle still out
+	dirty   bool      // answers applied since the last build
+
+	discoveryErr string // the last discovery error, logged once
+	wg           sync.WaitGroup
+}
+
+type runner struct {
+	rep        Replica
+	polling    bool
+	failing    bool // the last poll failed; transitions are logged at Info, repeats at V(1)
+	cancelWake context.CancelFunc
+}
+
+type pollResult struct {
+	key    string
+	cycle  uint64
+	counts admin.Counts
+	err    error
+}
+
+// NewCollector returns a Collector publishing to state.
+func NewCollector(opts CollectorOptions, state *State) *Collector {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.WakeBackoffMin <= 0 {
+		opts.WakeBackoffMin = 50 * time.Millisecond
+	}
+	if opts.WakeBackoffMax <= 0 {
+		opts.WakeBackoffMax = 2 * time.Second
+	}
+	return &Collector{
+		opts:  opts,
+		state: state,
+		log:   opts.Log,
+		agg: NewAggregator(AggregatorOptions{
+			StaleAfter: opts.Interval + opts.Timeout,
+			Grace:      opts.StaleGrace,
+			Window:     state.Window,
+			Woken:      state.Woken,
+		}),
+		results: make(chan pollResult),
+		runners: map[string]*runner{},
+	}
+}
+
+// NeedLeaderElection is false: every scaler replica collects.
+func (c *Collector) NeedLeaderElection() bool { return false }
+
+// Start runs until ctx ends, then stops every poll and stream and waits for them.
+func (c *Collector) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		c.wg.Wait()
+	}()
+	ticker := c.opts.Clock.NewTicker(c.opts.Interval)
+	defer ticker.Stop()
+	c.startCycle(ctx)
+	for {
+		if c.pending == 0 && c.dirty {
+			c.build()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C():
+			c.startCycle(ctx)
+		case r := <-c.results:
+			c.apply(r)
+		}
+	}
+}
+
+func (c *Collector) build() {
+	snap, changed := c.agg.Build(c.opts.Clock.Now())
+	c.state.Publish(snap, changed)
+	c.dirty = false
+	recordSnapshot(snap)
+	metricCycleSeconds.Observe(snap.At.Sub(c.started).Seconds())
+}
+
+func (c *Collector) apply(r pollResult) {
+	run := c.runners[r.key]
+	if run == nil {
+		run = &runner{} // removed meanwhile; the Aggregator ignores it too
+	}
+	run.polling = false
+	if r.cycle == c.cycle {
+		c.pending--
+	}
+	c.dirty = true
+	if r.err != nil {
+		metricPollErrors.Inc()
+		c.agg.Fail(r.key, r.err)
+		log := c.log.V(1)
+		if !run.failing {
+			log = c.log
+		}
+		log.Info("polling interceptor counts failed; keeping its last counts for the grace period", "replica", r.key, "error", r.err.Error())
+		run.failing = true
+		return
+	}
+	if run.failing {
+		c.log.Info("polling interceptor counts works again", "replica", r.key)
+		run.failing = false
+	}
+	c.agg.Observe(r.key, r.counts, c.opts.Clock.Now())
+}
+
+// startCycle publishes what the previous cycle gathered (late answers included), refreshes the
+// replica set and starts this cycle's polls.
+func (c *Collector) startCycle(ctx context.Context) {
+	if c.dirty {
+		c.build()
+	}
+	c.cycle++
+	c.started = c.opts.Clock.Now()
+	c.pending = 0
+	reps, err := c.opts.Discovery.Replicas(ctx)
+	switch {
+	case err != nil && err.Error() != c.discoveryErr:
+		c.log.Error(err, "discovering interceptor replicas; keeping the previous set")
+		c.discoveryErr = err.Error()
+	case err == nil:
+		if c.discoveryErr != "" {
+			c.log.Info("discovering interceptor replicas works again")
+			c.discoveryErr = ""
+		}
+		c.setReplicas(ctx, reps)
+	}
+	for key, run := range c.runners {
+		if run.polling {
+			continue
+		}
+		run.polling = true
+		c.pending++
+		since, epoch := c.agg.Cursor(key)
+		c.poll(ctx, key, run.rep.URL, since, epoch)
+	}
+	c.dirty = c.dirty || c.pending == 0 // nothing to wait for: publish staleness changes at once
+}
+
+func (c *Collector) poll(ctx context.Context, key, url string, since uint64, epoch string) {
+	cycle := c.cycle
+	c.wg.Go(func() {
+		pctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+		counts, err := c.opts.Counts.Counts(pctx, url, since, epoch)
+		cancel()
+		select {
+		case c.results <- pollResult{key: key, cycle: cycle, counts: counts, err: err}:
+		case <-ctx.Done():
+		}
+	})
+}
+
+func (c *Collector) setReplicas(ctx context.Context, reps []Replica) {
+	c.agg.SetReplicas(reps)
+	keep := make(map[string]bool, len(reps))
+	for _, rep := range reps {
+		keep[rep.Key] = true
+		run := c.runners[rep.Key]
+		if run != nil && run.rep.URL == rep.URL {
+			continue
+		}
+		if run != nil {
+			run.cancelWake()
+		} else {
+			run = &runner{}
+			c.runners[rep.Key] = run
+			c.log.Info("interceptor replica added", "replica", rep.Key, "url", rep.URL)
+		}
+		run.rep = rep
+		wctx, cancel := context.WithCancel(ctx)
+		run.cancelWake = cancel
+		c.wg.Go(func() { c.followWake(wctx, rep) })
+	}
+	for key, run := range c.runners {
+		if !keep[key] {
+			run.cancelWake()
+			delete(c.runners, key)
+			c.log.Info("interceptor replica removed", "replica", key)
+		}
+	}
+}
+
+// followWake keeps a wake stream to the replica open until ctx ends, reconnecting with jittered
+// exponential backoff. The backoff starts over after a stream that stayed up for a while.
+func (c *Collector) followWake(ctx context.Context, rep Replica) {
+	clk := c.opts.Clock
+	backoff := c.opts.WakeBackoffMin
+	for {
+		started := clk.Now()
+		err := c.opts.Wake.Wake(ctx, rep.URL, func(ev admin.WakeEvent) {
+			metricWakes.Inc()
+			c.state.Wake(ev.Key, clk.Now())
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		metricWakeReconnects.Inc()
+		if clk.Since(started) > c.opts.WakeBackoffMax {
+			backoff = c.opts.WakeBackoffMin
+		}
+		if errors.Is(err, admin.ErrStreamEnded) {
+			c.log.V(1).Info("wake stream ended; reconnecting", "replica", rep.Key)
+		} else {
+			c.log.V(1).Info("wake stream broke; reconnecting", "replica", rep.Key, "error", err.Error(), "backoff", backoff.String())
+		}
+		delay := backoff/2 + rand.N(backoff/2+1)
+		t := clk.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		backoff = min(2*backoff, c.opts.WakeBackoffMax)
+	}
+}

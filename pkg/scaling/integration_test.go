@@ -1,0 +1,333 @@
+package scaling
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/httpscale/httpscale/pkg/admin"
+	"github.com/httpscale/httpscale/pkg/scaling/scalingtest"
+	"github.com/httpscale/httpscale/pkg/trigger"
+)
+
+// harness runs a Collector and a gRPC Server against fake interceptor replicas (real pkg/admin
+// handlers on loopback) and talks to the server with a real gRPC client.
+type harness struct {
+	t      *testing.T
+	ics    []*scalingtest.Interceptor
+	reps   atomic.Pointer[[]Replica]
+	state  *State
+	conn   *grpc.ClientConn
+	client externalscaler.ExternalScalerClient
+}
+
+type harnessOptions struct {
+	replicas      int
+	grace         time.Duration
+	wakeHeartbeat time.Duration
+	server        ServerOptions
+	dial          []grpc.DialOption
+	// before runs after the replicas started and before the collector's first poll.
+	before func(ics []*scalingtest.Interceptor)
+}
+
+func startHarness(t *testing.T, o harnessOptions) *harness {
+	t.Helper()
+	if o.grace == 0 {
+		o.grace = time.Second
+	}
+	h := &harness{t: t, state: NewState(30 * time.Second)}
+	var reps []Replica
+	for i := range o.replicas {
+		ic := scalingtest.Start(scalingtest.Options{WakeHeartbeat: o.wakeHeartbeat})
+		t.Cleanup(ic.Close)
+		h.ics = append(h.ics, ic)
+		reps = append(reps, Replica{Key: string(rune('a' + i)), URL: ic.URL()})
+	}
+	h.reps.Store(&reps)
+	if o.before != nil {
+		o.before(h.ics)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	collector := NewCollector(CollectorOptions{
+		Discovery:  DiscoverFunc(func(context.Context) ([]Replica, error) { return *h.reps.Load(), nil }),
+		Counts:     admin.Client{},
+		Wake:       admin.Client{},
+		Interval:   20 * time.Millisecond,
+		Timeout:    100 * time.Millisecond,
+		StaleGrace: o.grace,
+		Log:        testLog(t).WithName("collector"),
+	}, h.state)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.server.Listener = lis
+	o.server.Log = testLog(t).WithName("grpc")
+	server := NewServer(o.server, h.state)
+	done := make(chan error, 2)
+	go func() { done <- collector.Start(ctx) }()
+	go func() { done <- server.Start(ctx) }()
+	dial := o.dial
+	if dial == nil {
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	h.conn, err = grpc.NewClient(lis.Addr().String(), dial...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.client = externalscaler.NewExternalScalerClient(h.conn)
+	t.Cleanup(func() {
+		h.conn.Close()
+		cancel()
+		for range 2 {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("runnable returned %v on shutdown", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("collector or server did not stop within 10s")
+				return
+			}
+		}
+	})
+	select {
+	case <-h.state.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no snapshot within 10s")
+	}
+	return h
+}
+
+// eventually polls cond every 10ms for up to 10s (generous: the machine is shared and busy).
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		var ok bool
+		if ok, last = cond(); ok {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s: not reached within 10s; last: %s", what, last)
+}
+
+func (h *harness) metric(md map[string]string, name string) float64 {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := h.client.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: ref(md), MetricName: name})
+	if err != nil {
+		h.t.Fatalf("GetMetrics %s: %v", name, err)
+	}
+	return resp.MetricValues[0].MetricValueFloat
+}
+
+func (h *harness) isActive(md map[string]string) bool {
+	h.t.Helper()
+	resp, err := h.client.IsActive(context.Background(), ref(md))
+	if err != nil {
+		h.t.Fatalf("IsActive: %v", err)
+	}
+	return resp.Result
+}
+
+func metricIs(h *harness, md map[string]string, name string, want float64) func() (bool, string) {
+	return func() (bool, string) {
+		got := h.metric(md, name)
+		return got == want, "got " + formatFloat(got)
+	}
+}
+
+func formatFloat(f float64) string {
+	return trigger.Metadata{ConcurrencyTarget: f}.Encode("")[trigger.KeyConcurrencyTarget]
+}
+
+var appMD = trigger.Metadata{App: "ns/app", ConcurrencyTarget: 10, RequestRateTarget: 5, Window: 10 * time.Second, Granularity: time.Second}.Encode("s:1")
+
+func TestGRPCServesCountsSummedOverRealInterceptors(t *testing.T) {
+	h := startHarness(t, harnessOptions{replicas: 3})
+	if h.isActive(appMD) {
+		t.Fatal("active before any traffic")
+	}
+	h.ics[0].Counts().Set("ns/app", 2, 0)
+	h.ics[1].Counts().Set("ns/app", 1, 3)
+	h.ics[2].Counts().Set("ns/other", 7, 0)
+	eventually(t, "concurrency is the sum over replicas", metricIs(h, appMD, trigger.MetricConcurrency, 6))
+	if !h.isActive(appMD) {
+		t.Error("not active with 6 requests in flight or held")
+	}
+	fleet := trigger.Metadata{Fleet: true, ConcurrencyTarget: 100}.Encode("s:1")
+	eventually(t, "fleet concurrency", metricIs(h, fleet, trigger.MetricFleet, 13))
+
+	for _, ic := range h.ics {
+		ic.Counts().AddRequests("ns/app", 10)
+	}
+	eventually(t, "request rate over the 10s window", metricIs(h, appMD, trigger.MetricRequestRate, 3))
+
+	health := healthpb.NewHealthClient(h.conn)
+	resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: externalscaler.ExternalScaler_ServiceDesc.ServiceName})
+	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health check: %v %v, want SERVING", resp, err)
+	}
+}
+
+func TestHungReplicaKeepsItsLastCountsForTheGracePeriodWithoutBlockingReads(t *testing.T) {
+	h := startHarness(t, harnessOptions{replicas: 2, grace: 1500 * time.Millisecond})
+	h.ics[0].Counts().Set("ns/app", 4, 0)
+	h.ics[1].Counts().Set("ns/app", 1, 0)
+	eventually(t, "both replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 5))
+
+	h.ics[0].Hang()
+	hungAt := time.Now()
+	h.ics[1].Counts().Set("ns/app", 2, 0)
+	// The healthy replica's change shows while the hung one's last counts are kept.
+	eventually(t, "healthy replica still polled while the other hangs", metricIs(h, appMD, trigger.MetricConcurrency, 6))
+	eventually(t, "hung replica marked stale", func() (bool, string) {
+		s := h.state.Snapshot()
+		return s.Apps["ns/app"].Stale && s.Replicas[0].Stale, "not stale yet"
+	})
+	if time.Since(hungAt) < time.Second && h.metric(appMD, trigger.MetricConcurrency) != 6 {
+		t.Error("hung replica's counts were dropped before the grace period ended")
+	}
+	// Reads never wait on the hung replica.
+	for range 20 {
+		start := time.Now()
+		h.metric(appMD, trigger.MetricConcurrency)
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Fatalf("GetMetrics took %s while a replica hangs", d)
+		}
+	}
+	eventually(t, "hung replica ignored after the grace period", metricIs(h, appMD, trigger.MetricConcurrency, 2))
+	// The grace period runs from the last good answer, up to one 20ms interval before Hang.
+	if d := time.Since(hungAt); d < 1400*time.Millisecond {
+		t.Errorf("hung replica dropped after %s, before the 1.5s grace period", d)
+	}
+	h.ics[0].Unhang()
+	eventually(t, "replica back after it answers again", metricIs(h, appMD, trigger.MetricConcurrency, 6))
+}
+
+func TestRestartedReplicaCountsFromZeroWithoutSpikeOrDrop(t *testing.T) {
+	h := startHarness(t, harnessOptions{replicas: 2, before: func(ics []*scalingtest.Interceptor) {
+		ics[0].Counts().AddRequests("ns/app", 1000) // before the first poll: a baseline, not traffic
+		ics[1].Counts().AddRequests("ns/app", 500)
+	}})
+	eventually(t, "baseline", func() (bool, string) {
+		s := h.state.Snapshot()
+		return len(s.Replicas) == 2 && s.Replicas[0].Epoch != "" && s.Replicas[1].Epoch != "", "replicas not polled yet"
+	})
+	if got := h.metric(appMD, trigger.MetricRequestRate); got != 0 {
+		t.Fatalf("rate after the first poll = %v, want 0 (existing totals are a baseline)", got)
+	}
+	oldEpoch := h.state.Snapshot().Replicas[0].Epoch
+	h.ics[0].Restart()
+	h.ics[0].Counts().AddRequests("ns/app", 20)
+	h.ics[1].Counts().AddRequests("ns/app", 10)
+	eventually(t, "rate counts the restarted replica from zero", metricIs(h, appMD, trigger.MetricRequestRate, 3))
+	if s := h.state.Snapshot(); s.Replicas[0].Epoch == oldEpoch {
+		t.Errorf("replica epoch still %q after restart", oldEpoch)
+	}
+}
+
+func TestReplicaLeavingDiscoveryIsDroppedAtOnce(t *testing.T) {
+	h := startHarness(t, harnessOptions{replicas: 2})
+	h.ics[0].Counts().Set("ns/app", 4, 0)
+	h.ics[1].Counts().Set("ns/app", 1, 0)
+	eventually(t, "both replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 5))
+	reps := *h.reps.Load()
+	rest := reps[1:]
+	h.reps.Store(&rest)
+	eventually(t, "removed replica no longer counted", metricIs(h, appMD, trigger.MetricConcurrency, 1))
+}
+
+func recvWithin(t *testing.T, stream externalscaler.ExternalScaler_StreamIsActiveClient, d time.Duration) (bool, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	type result struct {
+		v   bool
+		err error
+	}
+	c := make(chan result, 1)
+	go func() {
+		resp, err := stream.Recv()
+		c <- result{resp.GetResult(), err}
+	}()
+	select {
+	case r := <-c:
+		if r.err != nil {
+			t.Fatalf("StreamIsActive Recv: %v", r.err)
+		}
+		return r.v, time.Since(start)
+	case <-time.After(d):
+		t.Fatalf("no StreamIsActive message within %s", d)
+		return false, 0
+	}
+}
+
+func TestStreamIsActivePushesWakeNoticesAndSurvivesBrokenWakeStreams(t *testing.T) {
+	h := startHarness(t, harnessOptions{replicas: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	md := trigger.Metadata{App: "ns/app", RequestRateTarget: 1}.Encode("s:1")
+	stream, err := h.client.StreamIsActive(ctx, ref(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := recvWithin(t, stream, 5*time.Second); v {
+		t.Fatal("first message true before any traffic")
+	}
+	eventually(t, "wake streams open", func() (bool, string) {
+		return h.ics[0].WakeStreams() == 1 && h.ics[1].WakeStreams() == 1, "not subscribed yet"
+	})
+	h.ics[1].Wake("ns/app")
+	if v, d := recvWithin(t, stream, 5*time.Second); !v {
+		t.Fatal("message after a wake notice is false")
+	} else {
+		t.Logf("wake notice reached the StreamIsActive client in %s", d)
+	}
+	if !h.isActive(md) {
+		t.Error("IsActive disagrees with the stream after a wake notice")
+	}
+
+	// The replica breaks its stream; the collector reconnects and the next wake still arrives.
+	h.ics[1].DropWakeStreams()
+	eventually(t, "wake stream reconnected", func() (bool, string) {
+		return h.ics[1].WakeStreams() == 1, "not reconnected"
+	})
+	h.ics[1].Wake("ns/app")
+	if v, _ := recvWithin(t, stream, 5*time.Second); !v {
+		t.Fatal("message after the second wake notice is false")
+	}
+}
+
+func TestStreamIsActivePushesActivityChanges(t *testing.T) {
+	h := startHarness(t, harnessOptions{replicas: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	md := map[string]string{trigger.KeyHTTPScaledObject: "ns/app", trigger.KeyConcurrencyTarget: "1", trigger.KeyRequestRateWindow: "1s"}
+	stream, err := h.client.StreamIsActive(ctx, ref(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := recvWithin(t, stream, 5*time.Second); v {
+		t.Fatal("first message true before any traffic")
+	}
+	h.ics[0].Counts().Set("ns/app", 0, 1) // a held request, no wake notice
+	if v, _ := recvWithin(t, stream, 5*time.Second); !v {
+		t.Fatal("held request did not push true")
+	}
+	h.ics[0].Counts().Set("ns/app", 0, 0)
+	if v, _ := recvWithin(t, stream, 5*time.Second); v {
+		t.Fatal("idle app did not push false")
+	}
+}

@@ -1,0 +1,61 @@
+package scaling
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Prometheus metrics of the scaler, served on the manager's metrics endpoint. Labels are bounded:
+// none carries an app or a replica name.
+var (
+	metricReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "httpscale_scaler_interceptor_replicas",
+		Help: "Interceptor replicas known to the scaler, by state: healthy, stale (last counts kept for the grace period), expired (ignored) or unknown (never answered yet).",
+	}, []string{"state"})
+	metricPollErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "httpscale_scaler_poll_errors_total",
+		Help: "Failed or timed-out polls of an interceptor replica's counts.",
+	})
+	metricCycleSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "httpscale_scaler_poll_cycle_seconds",
+		Help:    "Time from the start of a poll cycle to the snapshot it produced.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	})
+	metricApps = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "httpscale_scaler_apps",
+		Help: "Apps in the latest snapshot.",
+	})
+	metricWakes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "httpscale_scaler_wake_notices_total",
+		Help: "Wake notices received from interceptor replicas.",
+	})
+	metricWakeReconnects = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "httpscale_scaler_wake_stream_reconnects_total",
+		Help: "Wake streams that broke and were reopened.",
+	})
+)
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(metricReplicas, metricPollErrors, metricCycleSeconds, metricApps, metricWakes, metricWakeReconnects)
+}
+
+func recordSnapshot(s *Snapshot) {
+	var healthy, stale, expired, unknown float64
+	for _, r := range s.Replicas {
+		switch {
+		case r.LastSuccess.IsZero():
+			unknown++
+		case r.Expired:
+			expired++
+		case r.Stale:
+			stale++
+		default:
+			healthy++
+		}
+	}
+	metricReplicas.WithLabelValues("unknown").Set(unknown)
+	metricReplicas.WithLabelValues("healthy").Set(healthy)
+	metricReplicas.WithLabelValues("stale").Set(stale)
+	metricReplicas.WithLabelValues("expired").Set(expired)
+	metricApps.Set(float64(len(s.Apps)))
+}

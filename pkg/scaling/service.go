@@ -1,0 +1,158 @@
+package scaling
+
+import (
+	"context"
+	"math"
+
+	"github.com/go-logr/logr"
+	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/utils/clock"
+
+	"github.com/httpscale/httpscale/pkg/trigger"
+)
+
+// Service is KEDA's ExternalScaler over a State. Every call reads the current Snapshot and returns;
+// nothing waits on an interceptor. It is safe for concurrent use.
+type Service struct {
+	externalscaler.UnimplementedExternalScalerServer
+
+	state *State
+	clock clock.PassiveClock
+	log   logr.Logger
+	stop  <-chan struct{}
+}
+
+// NewService returns a Service reading state. Closing stop ends every StreamIsActive stream, which
+// a graceful gRPC stop would otherwise wait for forever.
+func NewService(state *State, clk clock.PassiveClock, log logr.Logger, stop <-chan struct{}) *Service {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Service{state: state, clock: clk, log: log, stop: stop}
+}
+
+// metadata parses the trigger metadata and remembers the app's rate window, so that history is kept
+// long enough and activity is judged over the same window.
+func (s *Service) metadata(ref *externalscaler.ScaledObjectRef) (trigger.Metadata, error) {
+	if ref == nil {
+		return trigger.Metadata{}, status.Error(codes.InvalidArgument, "missing scaledObjectRef")
+	}
+	md, err := trigger.Parse(ref.GetScalerMetadata())
+	if err != nil {
+		return trigger.Metadata{}, status.Errorf(codes.InvalidArgument, "ScaledObject %s/%s: %v", ref.GetNamespace(), ref.GetName(), err)
+	}
+	if !md.Fleet {
+		s.state.SetWindow(md.App, md.Window, md.Granularity)
+	}
+	return md, nil
+}
+
+// active is the answer to IsActive for md: concurrency above zero, a request within the window, or
+// a recent wake notice.
+func (s *Service) active(md trigger.Metadata) bool {
+	snap := s.state.Snapshot()
+	if md.Fleet {
+		return snap.FleetConcurrency > 0
+	}
+	return snap.Concurrency(md.App) > 0 ||
+		snap.Requests(md.App, md.Window, md.Granularity) > 0 ||
+		s.state.Woken(md.App, s.clock.Now())
+}
+
+// IsActive reports whether the app should run at least one replica.
+func (s *Service) IsActive(_ context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.IsActiveResponse, error) {
+	md, err := s.metadata(ref)
+	if err != nil {
+		return nil, err
+	}
+	return &externalscaler.IsActiveResponse{Result: s.active(md)}, nil
+}
+
+// StreamIsActive sends the current activity at once, then true the moment a wake notice for the
+// app arrives, and the new value whenever the activity changes. It ends when the client goes away
+// or the server stops.
+func (s *Service) StreamIsActive(ref *externalscaler.ScaledObjectRef, stream externalscaler.ExternalScaler_StreamIsActiveServer) error {
+	md, err := s.metadata(ref)
+	if err != nil {
+		return err
+	}
+	sub := s.state.Subscribe(md.App) // the empty app is the fleet
+	defer sub.Close()
+	last := s.active(md)
+	if err := stream.Send(&externalscaler.IsActiveResponse{Result: last}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-s.stop:
+			return nil
+		case <-sub.C():
+		}
+		woke := sub.Woke()
+		now := s.active(md) || woke
+		if now == last && !woke {
+			continue
+		}
+		if err := stream.Send(&externalscaler.IsActiveResponse{Result: now}); err != nil {
+			return err
+		}
+		last = now
+	}
+}
+
+// GetMetricSpec returns one metric per target the trigger sets, each with its target value.
+func (s *Service) GetMetricSpec(_ context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
+	md, err := s.metadata(ref)
+	if err != nil {
+		return nil, err
+	}
+	var specs []*externalscaler.MetricSpec
+	add := func(name string, target float64) {
+		specs = append(specs, &externalscaler.MetricSpec{
+			MetricName: name, TargetSizeFloat: target, TargetSize: max(1, int64(math.Round(target))),
+		})
+	}
+	switch {
+	case md.Fleet:
+		add(trigger.MetricFleet, md.ConcurrencyTarget)
+	default:
+		if md.ConcurrencyTarget > 0 {
+			add(trigger.MetricConcurrency, md.ConcurrencyTarget)
+		}
+		if md.RequestRateTarget > 0 {
+			add(trigger.MetricRequestRate, md.RequestRateTarget)
+		}
+	}
+	return &externalscaler.GetMetricSpecResponse{MetricSpecs: specs}, nil
+}
+
+// GetMetrics answers the one metric asked for. A metric the trigger does not configure is
+// InvalidArgument, as KEDA should never ask for it.
+func (s *Service) GetMetrics(_ context.Context, req *externalscaler.GetMetricsRequest) (*externalscaler.GetMetricsResponse, error) {
+	md, err := s.metadata(req.GetScaledObjectRef())
+	if err != nil {
+		return nil, err
+	}
+	snap := s.state.Snapshot()
+	var v float64
+	switch name := req.GetMetricName(); {
+	case md.Fleet && name == trigger.MetricFleet:
+		v = float64(snap.FleetConcurrency)
+	case !md.Fleet && name == trigger.MetricConcurrency && md.ConcurrencyTarget > 0:
+		v = float64(snap.Concurrency(md.App))
+	case !md.Fleet && name == trigger.MetricRequestRate && md.RequestRateTarget > 0:
+		v = snap.Rate(md.App, md.Window, md.Granularity)
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "metric %q is not configured by the trigger of ScaledObject %s/%s",
+			name, req.GetScaledObjectRef().GetNamespace(), req.GetScaledObjectRef().GetName())
+	}
+	return &externalscaler.GetMetricsResponse{MetricValues: []*externalscaler.MetricValue{{
+		MetricName:       req.GetMetricName(),
+		MetricValue:      int64(math.Ceil(v)), // for KEDA versions that read only the integer
+		MetricValueFloat: v,
+	}}}, nil
+}

@@ -1,0 +1,194 @@
+package scaling
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/httpscale/httpscale/pkg/trigger"
+)
+
+func ref(md map[string]string) *externalscaler.ScaledObjectRef {
+	return &externalscaler.ScaledObjectRef{Name: "app", Namespace: "ns", ScalerMetadata: md}
+}
+
+func TestGetMetricSpecReturnsOneMetricPerTarget(t *testing.T) {
+	svc := NewService(NewState(time.Minute), nil, testLog(t), nil)
+	for _, tc := range []struct {
+		name string
+		md   trigger.Metadata
+		want []*externalscaler.MetricSpec
+	}{{
+		name: "concurrency only",
+		md:   trigger.Metadata{App: "ns/app", ConcurrencyTarget: 10},
+		want: []*externalscaler.MetricSpec{{MetricName: trigger.MetricConcurrency, TargetSize: 10, TargetSizeFloat: 10}},
+	}, {
+		name: "request rate only, fractional target",
+		md:   trigger.Metadata{App: "ns/app", RequestRateTarget: 0.5},
+		want: []*externalscaler.MetricSpec{{MetricName: trigger.MetricRequestRate, TargetSize: 1, TargetSizeFloat: 0.5}},
+	}, {
+		name: "both",
+		md:   trigger.Metadata{App: "ns/app", ConcurrencyTarget: 4, RequestRateTarget: 100},
+		want: []*externalscaler.MetricSpec{
+			{MetricName: trigger.MetricConcurrency, TargetSize: 4, TargetSizeFloat: 4},
+			{MetricName: trigger.MetricRequestRate, TargetSize: 100, TargetSizeFloat: 100},
+		},
+	}, {
+		name: "interceptor fleet",
+		md:   trigger.Metadata{Fleet: true, ConcurrencyTarget: 200},
+		want: []*externalscaler.MetricSpec{{MetricName: trigger.MetricFleet, TargetSize: 200, TargetSizeFloat: 200}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := svc.GetMetricSpec(context.Background(), ref(tc.md.Encode("scaler:9090")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, resp.MetricSpecs, protocmp.Transform()); diff != "" {
+				t.Errorf("metric specs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestGetMetricsAnswersOnlyTheConfiguredMetricAsked(t *testing.T) {
+	state := NewState(time.Minute)
+	a := newAgg("a")
+	a.Observe("a", full("ea", 1, app("ns/app", 3, 2, 0)), t0)
+	a.Observe("a", delta("ea", 2, app("ns/app", 3, 2, 30)), t0.Add(time.Second))
+	snap, changed := a.Build(t0.Add(time.Second))
+	state.Publish(snap, changed)
+	svc := NewService(state, clocktesting.NewFakePassiveClock(t0.Add(time.Second)), testLog(t), nil)
+
+	both := trigger.Metadata{App: "ns/app", ConcurrencyTarget: 4, RequestRateTarget: 100, Window: 10 * time.Second, Granularity: time.Second}.Encode("s:1")
+	concOnly := trigger.Metadata{App: "ns/app", ConcurrencyTarget: 4}.Encode("s:1")
+	fleet := trigger.Metadata{Fleet: true, ConcurrencyTarget: 4}.Encode("s:1")
+	for _, tc := range []struct {
+		name, metric string
+		md           map[string]string
+		want         float64
+		wantCode     codes.Code
+	}{
+		{name: "concurrency", metric: trigger.MetricConcurrency, md: both, want: 5},
+		{name: "request rate", metric: trigger.MetricRequestRate, md: both, want: 3},
+		{name: "fleet", metric: trigger.MetricFleet, md: fleet, want: 5},
+		{name: "rate not configured", metric: trigger.MetricRequestRate, md: concOnly, wantCode: codes.InvalidArgument},
+		{name: "app metric on fleet trigger", metric: trigger.MetricConcurrency, md: fleet, wantCode: codes.InvalidArgument},
+		{name: "unknown name", metric: "s0-concurrency", md: both, wantCode: codes.InvalidArgument},
+		{name: "bad metadata", metric: trigger.MetricConcurrency, md: map[string]string{"httpScaledObject": "nope"}, wantCode: codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := svc.GetMetrics(context.Background(), &externalscaler.GetMetricsRequest{ScaledObjectRef: ref(tc.md), MetricName: tc.metric})
+			if status.Code(err) != tc.wantCode {
+				t.Fatalf("error %v, want code %s", err, tc.wantCode)
+			}
+			if err != nil {
+				return
+			}
+			want := []*externalscaler.MetricValue{{MetricName: tc.metric, MetricValueFloat: tc.want, MetricValue: int64(tc.want)}}
+			if diff := cmp.Diff(want, resp.MetricValues, protocmp.Transform()); diff != "" {
+				t.Errorf("metric values (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestOneRequestAfterALongIdleActivatesTheApp is the regression test for request-rate activation
+// that rounds to zero: two hours without traffic, then one request, with the request rate as the
+// only metric and a one-hour window (1/3600 req/s, which KEDA's three-decimal formatting would turn
+// into 0).
+func TestOneRequestAfterALongIdleActivatesTheApp(t *testing.T) {
+	state := NewState(30 * time.Second)
+	clk := clocktesting.NewFakePassiveClock(t0)
+	svc := NewService(state, clk, testLog(t), nil)
+	md := ref(trigger.Metadata{App: "ns/app", RequestRateTarget: 5, Window: time.Hour, Granularity: time.Minute}.Encode("s:1"))
+	if _, err := svc.GetMetricSpec(context.Background(), md); err != nil { // KEDA asks first; the window is learned
+		t.Fatal(err)
+	}
+	a := NewAggregator(AggregatorOptions{Grace: 10 * time.Second, Window: state.Window, Woken: state.Woken})
+	a.SetReplicas([]Replica{{Key: "a", URL: "http://a"}})
+
+	const interval = 200 * time.Millisecond
+	now := t0
+	step := func(requests uint64) {
+		now = now.Add(interval)
+		clk.SetTime(now)
+		a.Observe("a", delta("ea", 1, app("ns/app", 0, 0, requests)), now)
+		snap, changed := a.Build(now)
+		state.Publish(snap, changed)
+	}
+	a.Observe("a", full("ea", 1, app("ns/app", 0, 0, 41)), now) // old traffic, long gone
+	for range int(2 * time.Hour / interval) {
+		step(41)
+	}
+	isActive := func() bool {
+		resp, err := svc.IsActive(context.Background(), md)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Result
+	}
+	rate := func() float64 {
+		resp, err := svc.GetMetrics(context.Background(), &externalscaler.GetMetricsRequest{ScaledObjectRef: md, MetricName: trigger.MetricRequestRate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.MetricValues[0].MetricValueFloat
+	}
+	if isActive() || rate() != 0 {
+		t.Fatalf("after two idle hours: active %v rate %v, want false 0", isActive(), rate())
+	}
+
+	step(42) // one request
+	if !isActive() {
+		t.Error("IsActive = false after one request, want true")
+	}
+	if got := rate(); got < MinReportedRate {
+		t.Errorf("request rate after one request = %v, want at least %v so that KEDA does not see 0", got, MinReportedRate)
+	}
+
+	// It stays active through the window and then turns inactive.
+	for range int(59 * time.Minute / interval) {
+		step(42)
+	}
+	if !isActive() {
+		t.Error("IsActive = false 59m after the request inside a 1h window, want true")
+	}
+	for range int(2 * time.Minute / interval) {
+		step(42)
+	}
+	if isActive() || rate() != 0 {
+		t.Errorf("after the window: active %v rate %v, want false 0", isActive(), rate())
+	}
+}
+
+func TestIsActiveFollowsWakeNotices(t *testing.T) {
+	state := NewState(30 * time.Second)
+	clk := clocktesting.NewFakePassiveClock(t0)
+	svc := NewService(state, clk, testLog(t), nil)
+	md := ref(trigger.Metadata{App: "ns/app", ConcurrencyTarget: 1}.Encode("s:1"))
+	active := func() bool {
+		resp, err := svc.IsActive(context.Background(), md)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Result
+	}
+	if active() {
+		t.Fatal("active before any traffic")
+	}
+	state.Wake("ns/app", t0)
+	if !active() {
+		t.Error("not active right after a wake notice")
+	}
+	clk.SetTime(t0.Add(31 * time.Second))
+	if active() {
+		t.Error("still active after the wake hold")
+	}
+}
