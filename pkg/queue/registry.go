@@ -124,6 +124,18 @@ func (r *Registry) CountsSince(since uint64) admin.Counts {
 	return out
 }
 
+// Snapshot returns every app's counters sorted by key without advancing the counts sequence (for
+// metrics scrapes).
+func (r *Registry) Snapshot() []admin.AppCount {
+	apps := *r.apps.Load()
+	out := make([]admin.AppCount, 0, len(apps))
+	for _, a := range apps {
+		out = append(out, a.Count())
+	}
+	slices.SortFunc(out, func(x, y admin.AppCount) int { return strings.Compare(x.Key, y.Key) })
+	return out
+}
+
 // App is one app's counters. Methods are safe for concurrent use and lock-free.
 type App struct {
 	key      string
