@@ -33,10 +33,11 @@ var (
 const StatusClientClosedRequest = 499
 
 // statusFor maps an error of the request path to the status the client gets and a short reason used
-// as a bounded metric label and in the response body.
+// as a bounded metric label and in the response body. Callers attribute a cancelled context: only
+// ErrClientGone means the client went away (a bare context.Canceled may be one of our own timers).
 func statusFor(err error) (code int, reason string) {
 	switch {
-	case errors.Is(err, ErrClientGone), errors.Is(err, context.Canceled):
+	case errors.Is(err, ErrClientGone):
 		return StatusClientClosedRequest, "client_gone"
 	case errors.Is(err, ErrNoRoute):
 		return http.StatusNotFound, "no_route"
