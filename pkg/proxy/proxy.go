@@ -128,8 +128,9 @@ type Proxy struct {
 	rp      *httputil.ReverseProxy
 	h1, h2c *http.Transport
 
-	mu     sync.Mutex // serialises rebuilds of routes
-	routes atomic.Pointer[routes]
+	mu       sync.Mutex // serialises rebuilds of routes
+	routes   atomic.Pointer[routes]
+	prepared atomic.Pointer[routes] // built by TableChanged before the table is served
 
 	upgrades tracker
 }
@@ -178,50 +179,88 @@ type app struct {
 	queueLimit     int64
 }
 
-// current returns the routes of the table to serve with, rebuilding them when the table changed.
+// current returns the routes of the table to serve with, building them when the table changed.
 // Cost on the hot path: two atomic loads.
 func (p *Proxy) current() *routes {
 	t := p.opts.Tables.Table()
 	if rt := p.routes.Load(); rt != nil && rt.table == t {
 		return rt
 	}
-	return p.rebuild(t)
-}
-
-// TableChanged prepares the per-app state of the current table now rather than on the next request;
-// call it from the table watch's change callback.
-func (p *Proxy) TableChanged() { p.current() }
-
-func (p *Proxy) rebuild(t *routing.Table) *routes {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if rt := p.routes.Load(); rt != nil && rt.table == t {
+		return rt
+	}
+	rt := p.prepared.Load()
+	if rt == nil || rt.table != t {
+		rt = p.build(t)
+	} else {
+		p.prepared.Store(nil)
+	}
+	p.publish(rt)
+	return rt
+}
+
+// TableChanged builds the per-app state of t before t is served, so the first requests routed by a
+// new table do not pay for it; call it from the table watch's change callback. It blocks for O(apps)
+// and does not block requests.
+func (p *Proxy) TableChanged(t *routing.Table) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rt := p.routes.Load(); rt != nil && rt.table == t {
+		return
+	}
+	p.prepared.Store(p.build(t))
+	p.syncRegistry()
+}
+
+// build returns the routes of t, carrying endpoint state over from the routes served. Callers hold
+// p.mu.
+func (p *Proxy) build(t *routing.Table) *routes {
 	old := p.routes.Load()
-	if old != nil && old.table == t {
-		return old
-	}
 	rt := &routes{table: t, apps: make(map[*routing.Entry]*app, t.Len()), byKey: make(map[string]*app, t.Len())}
-	entries := t.Entries()
-	keys := make([]string, 0, len(entries))
-	for i := range entries {
-		keys = append(keys, entries[i].Key())
+	for _, e := range t.Entries() {
+		shared, _ := t.Lookup(e.Key())
+		a := p.newApp(shared, old)
+		rt.apps[shared] = a
+		rt.byKey[a.key] = a
 	}
-	p.opts.Registry.Sync(keys)
-	for _, key := range keys {
-		e, _ := t.Lookup(key)
-		a := p.newApp(e, old)
-		rt.apps[e] = a
-		rt.byKey[key] = a
+	p.log.V(1).Info("routing table prepared", "version", t.Version(), "apps", len(rt.byKey))
+	return rt
+}
+
+// publish serves rt and forgets the counters and metrics of apps that neither rt nor a prepared
+// table routes. Callers hold p.mu.
+func (p *Proxy) publish(rt *routes) {
+	old := p.routes.Swap(rt)
+	p.syncRegistry()
+	if old == nil {
+		return
 	}
-	if old != nil {
-		for key := range old.byKey {
-			if _, kept := rt.byKey[key]; !kept {
-				p.opts.Metrics.forget(key)
+	prep := p.prepared.Load()
+	for key := range old.byKey {
+		_, kept := rt.byKey[key]
+		if !kept && prep != nil {
+			_, kept = prep.byKey[key]
+		}
+		if !kept {
+			p.opts.Metrics.forget(key)
+		}
+	}
+}
+
+// syncRegistry keeps the counters of the apps of the served and the prepared routes, so that the
+// counters an app's state points at stay the ones the admin port reports. Callers hold p.mu.
+func (p *Proxy) syncRegistry() {
+	var keys []string
+	for _, rt := range []*routes{p.routes.Load(), p.prepared.Load()} {
+		if rt != nil {
+			for k := range rt.byKey {
+				keys = append(keys, k)
 			}
 		}
 	}
-	p.routes.Store(rt)
-	p.log.V(1).Info("routing table in use", "version", t.Version(), "apps", len(keys))
-	return rt
+	p.opts.Registry.Sync(keys)
 }
 
 func (p *Proxy) newApp(e *routing.Entry, old *routes) *app {

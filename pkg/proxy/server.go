@@ -35,6 +35,9 @@ type Server struct {
 	// After, when set, delays the start of the drain until it is closed once the context ended:
 	// the admin server stays up until the proxy has drained, so probes and counts keep answering.
 	After <-chan struct{}
+	// OnShutdown, when set, runs when the server stops accepting (after the delay), e.g. to end
+	// streaming responses that Shutdown would otherwise wait for.
+	OnShutdown func()
 	// Drained is closed when the server has stopped; may be nil.
 	Drained chan struct{}
 	// Log receives lifecycle messages.
@@ -118,6 +121,9 @@ func (s *Server) Start(ctx context.Context) error {
 			t.Stop()
 			return fmt.Errorf("%s: serving on %s: %w", s.Name, a, err)
 		}
+	}
+	if s.OnShutdown != nil {
+		s.OnShutdown()
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), s.DrainTimeout)
 	defer cancel()
