@@ -20,14 +20,16 @@ import (
 // maxAttemptsCap bounds MaxDialAttempts so the tried list fits a small array on the stack.
 const maxAttemptsCap = 8
 
-// newTransports returns the shared upstream transports: HTTP/1.1 and h2c (HTTP/2 with prior
-// knowledge, for Service ports with appProtocol kubernetes.io/h2c). One of each serves every app, so
-// connections to a pod are reused across requests.
-func newTransports(o Options) (h1, h2c *http.Transport) {
+// newTransports returns the shared upstream transports: the synchronous HTTP/1.1 fast path for
+// requests without a body (see h1Transport), http.Transport for HTTP/1.1 requests with a body or an
+// upgrade, and h2c (HTTP/2 with prior knowledge, for Service ports with appProtocol
+// kubernetes.io/h2c). One of each serves every app, so connections to a pod are reused.
+func newTransports(o Options) (fast *h1Transport, h1, h2c *http.Transport) {
 	dial := o.DialContext
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}
+	fast = &h1Transport{dial: dial, maxIdle: 1024, idleTimeout: 90 * time.Second, now: o.Now}
 	h1 = &http.Transport{
 		Proxy:       nil, // only table destinations are dialled, never an environment proxy
 		DialContext: dial,
@@ -50,7 +52,7 @@ func newTransports(o Options) (h1, h2c *http.Transport) {
 		IdleConnTimeout:    90 * time.Second,
 		DisableCompression: true,
 	}
-	return h1, h2c
+	return fast, h1, h2c
 }
 
 func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
@@ -79,9 +81,12 @@ func (p *Proxy) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("proxy: request for %s has no forwarding state", req.Host)
 	}
 	b := st.backend
-	tr := p.h1
-	if b.protocol == routing.ProtocolH2C {
+	var tr http.RoundTripper = p.h1
+	switch {
+	case b.protocol == routing.ProtocolH2C:
 		tr = p.h2c
+	case fastEligible(req):
+		tr = p.fast
 	}
 	if st.app.entry.ViaService || st.set.Len() == 0 {
 		req.URL.Host = b.serviceAddr
@@ -128,7 +133,7 @@ func (p *Proxy) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // attempt is one RoundTrip on tr under the app's response-header timeout.
-func (p *Proxy) attempt(tr *http.Transport, req *http.Request, st *state) (*http.Response, error) {
+func (p *Proxy) attempt(tr http.RoundTripper, req *http.Request, st *state) (*http.Response, error) {
 	d := st.app.responseHeader
 	ctx := req.Context()
 	if d > 0 {

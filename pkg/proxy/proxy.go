@@ -126,6 +126,7 @@ type Proxy struct {
 	opts    Options
 	log     logr.Logger
 	rp      *httputil.ReverseProxy
+	fast    *h1Transport
 	h1, h2c *http.Transport
 
 	mu       sync.Mutex // serialises rebuilds of routes
@@ -149,7 +150,7 @@ func New(o Options) (*Proxy, error) {
 		o.Metrics = m
 	}
 	p := &Proxy{opts: o, log: o.Log}
-	p.h1, p.h2c = newTransports(o)
+	p.fast, p.h1, p.h2c = newTransports(o)
 	p.rp = p.newReverseProxy()
 	return p, nil
 }
