@@ -180,8 +180,14 @@ func TestDrainFinishesInFlightHeldAndWebSockets(t *testing.T) {
 		err  error
 	}
 	slowRes, coldRes := make(chan result, 1), make(chan result, 1)
-	go func() { c, b, _, err := h.get(context.Background(), "slow.example.com", "/"); slowRes <- result{c, b, err} }()
-	go func() { c, b, _, err := h.get(context.Background(), "cold.example.com", "/"); coldRes <- result{c, b, err} }()
+	go func() {
+		c, b, _, err := h.get(context.Background(), "slow.example.com", "/")
+		slowRes <- result{c, b, err}
+	}()
+	go func() {
+		c, b, _, err := h.get(context.Background(), "cold.example.com", "/")
+		coldRes <- result{c, b, err}
+	}()
 	c, br := dialUpgrade(t, h, "ws.example.com")
 	eventually(t, "the slow request to be in flight", func() bool { in, _, _ := h.count("ns/slow"); return in == 1 })
 	wctx, stop := context.WithTimeout(context.Background(), 10*time.Second)

@@ -29,13 +29,14 @@ func newTransports(o Options) (fast *h1Transport, h1, h2c *http.Transport) {
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}
-	fast = &h1Transport{dial: dial, maxIdle: 1024, idleTimeout: 90 * time.Second, now: o.Now}
+	fast = &h1Transport{dial: dial, maxIdle: o.MaxConnsPerEndpoint, maxConns: o.MaxConnsPerEndpoint, idleTimeout: 90 * time.Second, now: o.Now}
 	h1 = &http.Transport{
 		Proxy:       nil, // only table destinations are dialled, never an environment proxy
 		DialContext: dial,
 		// The default of 2 idle connections per pod would make a busy app open and close a
 		// connection for most requests.
-		MaxIdleConnsPerHost:   1024,
+		MaxIdleConnsPerHost:   o.MaxConnsPerEndpoint,
+		MaxConnsPerHost:       o.MaxConnsPerEndpoint,
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		// Bodies pass through untouched; the client negotiated its own encoding.
@@ -49,6 +50,7 @@ func newTransports(o Options) (fast *h1Transport, h1, h2c *http.Transport) {
 		Proxy:              nil,
 		DialContext:        dial,
 		Protocols:          &protos,
+		MaxConnsPerHost:    o.MaxConnsPerEndpoint,
 		IdleConnTimeout:    90 * time.Second,
 		DisableCompression: true,
 	}

@@ -23,13 +23,23 @@ import (
 // out to have been closed by the upstream before any response byte arrived; that is the only retry.
 type h1Transport struct {
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
-	maxIdle     int           // per address
+	maxIdle     int           // idle connections kept per address
+	maxConns    int           // connections open at once per address; 0 means no limit
 	idleTimeout time.Duration // pooled connections older than this are closed
 	now         func() time.Time
 
 	mu        sync.Mutex
-	idle      map[string][]*h1Conn
+	hosts     map[string]*hostPool
 	lastSweep time.Time
+}
+
+// hostPool is the connections of one address. Requests beyond maxConns wait in FIFO order for a
+// connection to be returned (or for a slot to dial when one is closed): a burst of released held
+// requests reaches a freshly started pod over a bounded number of connections.
+type hostPool struct {
+	idle    []*h1Conn
+	open    int            // idle + in use + being dialled
+	waiters []chan *h1Conn // a waiter receives a pooled connection, or nil: a slot to dial
 }
 
 type h1Conn struct {
@@ -52,19 +62,15 @@ func fastEligible(req *http.Request) bool {
 func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	for attempt := 0; ; attempt++ {
-		pc, reused := t.get(req.URL.Host)
-		if pc == nil {
-			c, err := t.dial(ctx, "tcp", req.URL.Host)
-			if err != nil {
-				return nil, err
-			}
-			pc = &h1Conn{t: t, addr: req.URL.Host, c: c, br: bufio.NewReaderSize(c, 8<<10), bw: bufio.NewWriterSize(c, 4<<10)}
+		pc, reused, err := t.acquire(ctx, req.URL.Host)
+		if err != nil {
+			return nil, err
 		}
 		resp, err := pc.roundTrip(ctx, req)
 		if err == nil {
 			return resp, nil
 		}
-		_ = pc.c.Close()
+		t.discard(pc)
 		var stale staleConnError
 		if reused && errors.As(err, &stale) && attempt < 2 && ctx.Err() == nil {
 			continue // the upstream closed the pooled connection; nothing was processed
@@ -74,6 +80,102 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+}
+
+// acquire returns a pooled connection to addr (reused true), or dials a new one when fewer than
+// maxConns are open, or waits for one of the two.
+func (t *h1Transport) acquire(ctx context.Context, addr string) (*h1Conn, bool, error) {
+	now := t.now()
+	t.mu.Lock()
+	hp := t.hosts[addr]
+	if hp == nil {
+		hp = &hostPool{}
+		if t.hosts == nil {
+			t.hosts = map[string]*hostPool{}
+		}
+		t.hosts[addr] = hp
+	}
+	for len(hp.idle) > 0 {
+		pc := hp.idle[len(hp.idle)-1]
+		hp.idle[len(hp.idle)-1] = nil
+		hp.idle = hp.idle[:len(hp.idle)-1]
+		if now.Sub(pc.idleAt) < t.idleTimeout {
+			t.mu.Unlock()
+			return pc, true, nil
+		}
+		hp.open--
+		_ = pc.c.Close()
+	}
+	if t.maxConns <= 0 || hp.open < t.maxConns {
+		hp.open++
+		t.mu.Unlock()
+		return t.dialConn(ctx, addr)
+	}
+	ch := make(chan *h1Conn, 1)
+	hp.waiters = append(hp.waiters, ch)
+	t.mu.Unlock()
+	select {
+	case pc := <-ch:
+		if pc != nil {
+			return pc, true, nil
+		}
+		return t.dialConn(ctx, addr) // a slot was handed over
+	case <-ctx.Done():
+	}
+	t.mu.Lock()
+	for i, w := range hp.waiters {
+		if w == ch {
+			hp.waiters = append(hp.waiters[:i], hp.waiters[i+1:]...)
+			t.mu.Unlock()
+			return nil, false, ctx.Err()
+		}
+	}
+	t.mu.Unlock()
+	// Handed something while giving up: pass it on.
+	if pc := <-ch; pc != nil {
+		t.put(pc)
+	} else {
+		t.releaseSlot(addr)
+	}
+	return nil, false, ctx.Err()
+}
+
+// dialConn opens a connection in a slot already counted in open.
+func (t *h1Transport) dialConn(ctx context.Context, addr string) (*h1Conn, bool, error) {
+	c, err := t.dial(ctx, "tcp", addr)
+	if err != nil {
+		t.releaseSlot(addr)
+		return nil, false, err
+	}
+	return &h1Conn{t: t, addr: addr, c: c, br: bufio.NewReaderSize(c, 8<<10), bw: bufio.NewWriterSize(c, 4<<10)}, false, nil
+}
+
+// releaseSlot gives up one open slot of addr: to the first waiter, or by counting it closed.
+func (t *h1Transport) releaseSlot(addr string) {
+	t.mu.Lock()
+	hp := t.hosts[addr]
+	if hp == nil {
+		t.mu.Unlock()
+		return
+	}
+	if len(hp.waiters) > 0 {
+		ch := hp.waiters[0]
+		hp.waiters = hp.waiters[1:]
+		t.mu.Unlock()
+		ch <- nil
+		return
+	}
+	hp.open--
+	if hp.open <= 0 && len(hp.idle) == 0 {
+		delete(t.hosts, addr)
+	}
+	t.mu.Unlock()
+}
+
+// discard closes a connection that cannot be reused.
+func (t *h1Transport) discard(pc *h1Conn) {
+	_ = pc.c.Close()
+	t.releaseSlot(pc.addr)
 }
 
 // staleConnError marks a failure on a connection before any response byte arrived.
@@ -155,64 +257,57 @@ func (b *h1Body) finish(complete bool) {
 		b.pc.t.put(b.pc)
 		return
 	}
-	_ = b.pc.c.Close()
+	b.pc.t.discard(b.pc)
 }
 
-// get takes the most recently used idle connection to addr, closing expired ones.
-func (t *h1Transport) get(addr string) (*h1Conn, bool) {
-	now := t.now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	conns := t.idle[addr]
-	for len(conns) > 0 {
-		pc := conns[len(conns)-1]
-		conns[len(conns)-1] = nil
-		conns = conns[:len(conns)-1]
-		if now.Sub(pc.idleAt) < t.idleTimeout {
-			t.idle[addr] = conns
-			return pc, true
-		}
-		_ = pc.c.Close()
-	}
-	delete(t.idle, addr)
-	return nil, false
-}
-
+// put returns a connection after a complete response: to the first waiter, else to the pool.
 func (t *h1Transport) put(pc *h1Conn) {
 	now := t.now()
 	pc.idleAt = now
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.idle == nil {
-		t.idle = map[string][]*h1Conn{}
-	}
-	if len(t.idle[pc.addr]) >= t.maxIdle {
+	hp := t.hosts[pc.addr]
+	if hp == nil { // CloseIdle forgot the address
+		t.mu.Unlock()
 		_ = pc.c.Close()
 		return
 	}
-	t.idle[pc.addr] = append(t.idle[pc.addr], pc)
+	if len(hp.waiters) > 0 {
+		ch := hp.waiters[0]
+		hp.waiters = hp.waiters[1:]
+		t.mu.Unlock()
+		ch <- pc
+		return
+	}
+	if len(hp.idle) >= t.maxIdle {
+		hp.open--
+		t.mu.Unlock()
+		_ = pc.c.Close()
+		return
+	}
+	hp.idle = append(hp.idle, pc)
 	if now.Sub(t.lastSweep) > t.idleTimeout/2 {
 		t.sweepLocked(now)
 	}
+	t.mu.Unlock()
 }
 
 // sweepLocked closes expired idle connections, e.g. to pods that went away.
 func (t *h1Transport) sweepLocked(now time.Time) {
 	t.lastSweep = now
-	for addr, conns := range t.idle {
-		kept := conns[:0]
-		for _, pc := range conns {
+	for addr, hp := range t.hosts {
+		kept := hp.idle[:0]
+		for _, pc := range hp.idle {
 			if now.Sub(pc.idleAt) < t.idleTimeout {
 				kept = append(kept, pc)
 			} else {
+				hp.open--
 				_ = pc.c.Close()
 			}
 		}
-		clear(conns[len(kept):])
-		if len(kept) == 0 {
-			delete(t.idle, addr)
-		} else {
-			t.idle[addr] = kept
+		clear(hp.idle[len(kept):])
+		hp.idle = kept
+		if hp.open <= 0 && len(hp.waiters) == 0 {
+			delete(t.hosts, addr)
 		}
 	}
 }
@@ -221,10 +316,11 @@ func (t *h1Transport) sweepLocked(now time.Time) {
 func (t *h1Transport) CloseIdle() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, conns := range t.idle {
-		for _, pc := range conns {
+	for _, hp := range t.hosts {
+		for _, pc := range hp.idle {
 			_ = pc.c.Close()
 		}
+		hp.open -= len(hp.idle)
+		hp.idle = nil
 	}
-	t.idle = nil
 }

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -9,7 +10,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
@@ -76,3 +79,53 @@ func TestPostBodiesStreamThrough(t *testing.T) {
 	}
 }
 
+func TestReleasedBurstUsesBoundedConnections(t *testing.T) {
+	var conns, active, peak atomic.Int32
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := active.Add(1)
+		defer active.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+		_, _ = w.Write([]byte("ok"))
+	}))
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(o *proxy.Options, _ *proxy.Server) {
+		o.MaxConnsPerEndpoint = 2
+	})
+	const n = 30
+	codes := make(chan int, n)
+	for range n {
+		go func() {
+			code, _, _, err := h.get(context.Background(), "app.example.com", "/")
+			if err != nil {
+				code = 0
+			}
+			codes <- code
+		}()
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if err := h.src.WaitWaiting(ctx, key("app"), n); err != nil {
+		t.Fatal(err)
+	}
+	h.src.Set(key("app"), endpointOf(t, s.URL, ""))
+	for range n {
+		if c := <-codes; c != http.StatusOK {
+			t.Fatalf("released request answered %d, want 200", c)
+		}
+	}
+	if c, p := conns.Load(), peak.Load(); c > 2 || p > 2 {
+		t.Errorf("burst of %d opened %d connections with %d requests at once, want at most 2", n, c, p)
+	}
+}

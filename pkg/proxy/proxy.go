@@ -71,6 +71,10 @@ type Options struct {
 	DialTimeout time.Duration
 	// BadEndpointFor keeps an endpoint that refused a connection out of the rotation.
 	BadEndpointFor time.Duration
+	// MaxConnsPerEndpoint bounds the connections open to one endpoint; more requests wait for one.
+	// It keeps a burst of released held requests from opening thousands of connections to a pod
+	// that just started.
+	MaxConnsPerEndpoint int
 	// MaxDialAttempts bounds the endpoints tried for one request when connections fail.
 	MaxDialAttempts int
 	// WakeEvery is the minimum interval between two wake events of one app.
@@ -86,14 +90,15 @@ type Options struct {
 
 // Defaults are the values used for zero Options fields.
 var Defaults = Options{
-	ReadinessTimeout: 2 * time.Minute,
-	QueueLimit:       1000,
-	RetryAfter:       5 * time.Second,
-	DialTimeout:      2 * time.Second,
-	BadEndpointFor:   5 * time.Second,
-	MaxDialAttempts:  3,
-	WakeEvery:        time.Second,
-	ClusterDomain:    "cluster.local",
+	ReadinessTimeout:    2 * time.Minute,
+	QueueLimit:          1000,
+	RetryAfter:          5 * time.Second,
+	DialTimeout:         2 * time.Second,
+	BadEndpointFor:      5 * time.Second,
+	MaxDialAttempts:     3,
+	MaxConnsPerEndpoint: 512,
+	WakeEvery:           time.Second,
+	ClusterDomain:       "cluster.local",
 }
 
 func (o *Options) setDefaults() {
@@ -104,6 +109,7 @@ func (o *Options) setDefaults() {
 	setIfZero(&o.DialTimeout, d.DialTimeout)
 	setIfZero(&o.BadEndpointFor, d.BadEndpointFor)
 	setIfZero(&o.MaxDialAttempts, d.MaxDialAttempts)
+	setIfZero(&o.MaxConnsPerEndpoint, d.MaxConnsPerEndpoint)
 	setIfZero(&o.WakeEvery, d.WakeEvery)
 	setIfZero(&o.ClusterDomain, d.ClusterDomain)
 	if o.Now == nil {
