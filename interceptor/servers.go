@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -24,6 +26,9 @@ const adminDrainTimeout = 5 * time.Second
 // requests and WebSockets); the admin server keeps answering probes, counts and wake streams until
 // the proxy has drained.
 func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, log logr.Logger) error {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(cfg.GCPercent)
+	}
 	reg := queue.NewRegistry(nil)
 	metrics, err := proxy.NewMetrics(ctrlmetrics.Registry, reg)
 	if err != nil {
@@ -43,6 +48,7 @@ func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, 
 		QueueLimit:            cfg.QueueLimit,
 		RetryAfter:            cfg.RetryAfter,
 		DialTimeout:           cfg.DialTimeout,
+		MaxConnsPerEndpoint:   cfg.MaxConnsPerEndpoint,
 		ClusterDomain:         cfg.ClusterDomain,
 	})
 	if err != nil {

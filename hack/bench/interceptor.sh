@@ -59,16 +59,32 @@ http {
   }
 }
 CONF
-nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/logs/error.log" & pids+=($!)
+nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/logs/error.log" &
+nginx_pid=$!; pids+=($nginx_pid)
 for p in "$BE" "$PX" "$AD" "$NG"; do wait_port "$p"; done
 
+# cpu_ticks PID...: user+system clock ticks used so far by the processes (and nginx's workers).
+cpu_ticks() {
+	local total=0 p
+	for p in "$@"; do
+		[[ -r /proc/$p/stat ]] || continue
+		total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+	done
+	echo "$total"
+}
+nginx_pids() { echo "$nginx_pid" $(ps --ppid "$nginx_pid" -o pid= 2>/dev/null); }
 declare -A port=([direct]=$BE [proxy]=$PX [nginx]=$NG)
-declare -A sum=()
+declare -A sum=() cpu=() reqs=()
 echo "== wrk -t2 -c64 -d$DUR, $ROUNDS interleaved rounds"
 for r in $(seq "$ROUNDS"); do
 	for t in direct proxy nginx; do
+		case $t in proxy) procs="$proxy_pid" ;; nginx) procs=$(nginx_pids) ;; *) procs="" ;; esac
+		before=$(cpu_ticks $procs)
 		out=$(wrk -t2 -c64 -d"$DUR" --latency "http://127.0.0.1:${port[$t]}/")
+		used=$(( $(cpu_ticks $procs) - before ))
 		rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+		n=$(awk '/requests in/ {print $1}' <<<"$out")
+		cpu[$t]=$(( ${cpu[$t]:-0} + used )); reqs[$t]=$(( ${reqs[$t]:-0} + n ))
 		p50=$(awk '$1=="50%" {print $2}' <<<"$out")
 		p99=$(awk '$1=="99%" {print $2}' <<<"$out")
 		errs=$(awk '/Non-2xx|Socket errors/' <<<"$out")
@@ -79,6 +95,9 @@ done
 awk -v d="${sum[direct]}" -v p="${sum[proxy]}" -v n="${sum[nginx]}" -v r="$ROUNDS" 'BEGIN {
 	printf "mean req/s: direct %.0f  proxy %.0f  nginx %.0f\n", d/r, p/r, n/r
 	printf "proxy/direct %.2f  proxy/nginx %.2f  nginx/direct %.2f\n", p/d, p/n, n/d }'
+tck=$(getconf CLK_TCK)
+awk -v pc="${cpu[proxy]}" -v pn="${reqs[proxy]}" -v nc="${cpu[nginx]}" -v nn="${reqs[nginx]}" -v tck="$tck" 'BEGIN {
+	printf "CPU per proxied request (user+system, all rounds): proxy %.1f us  nginx %.1f us (2 workers + master)\n", pc/tck*1e6/pn, nc/tck*1e6/nn }'
 
 echo "== fixed rate $RATE req/s for $RATE_DUR (open loop; latency from the intended send time)"
 for t in direct proxy nginx; do

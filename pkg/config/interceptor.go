@@ -42,6 +42,12 @@ type Interceptor struct {
 	// TableResync is the period of the routing table's full re-read.
 	TableResync time.Duration
 
+	// MaxConnsPerEndpoint bounds the connections open to one pod.
+	MaxConnsPerEndpoint int
+	// GCPercent is the Go garbage collector's target (GOGC); the proxy's live heap is small, so a
+	// higher value trades a little memory for less CPU per request. GOGC in the environment wins.
+	GCPercent int
+
 	// DrainDelay is how long the replica keeps serving after SIGTERM with readiness failing.
 	DrainDelay time.Duration
 	// DrainTimeout bounds the wait for in-flight and held requests and WebSockets after the delay.
@@ -66,6 +72,8 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&i.DialTimeout, "dial-timeout", envDuration("HTTPSCALE_DIAL_TIMEOUT", 2*time.Second), "Bound of one connection attempt to a pod.")
 	fs.StringVar(&i.ClusterDomain, "cluster-domain", env("HTTPSCALE_CLUSTER_DOMAIN", "cluster.local"), "Cluster DNS domain, for apps forwarded via their Service.")
 	fs.DurationVar(&i.TableResync, "table-resync", envDuration("HTTPSCALE_TABLE_RESYNC", time.Minute), "Period of the routing table's full re-read.")
+	fs.IntVar(&i.MaxConnsPerEndpoint, "max-conns-per-endpoint", envInt("HTTPSCALE_MAX_CONNS_PER_ENDPOINT", 512), "Connections open at once to one pod; more requests wait for one.")
+	fs.IntVar(&i.GCPercent, "gc-percent", envInt("HTTPSCALE_GC_PERCENT", 400), "Go GC target percentage (ignored when GOGC is set).")
 	fs.DurationVar(&i.DrainDelay, "drain-delay", envDuration("HTTPSCALE_DRAIN_DELAY", 5*time.Second), "After SIGTERM, keep serving this long with readiness failing.")
 	fs.DurationVar(&i.DrainTimeout, "drain-timeout", envDuration("HTTPSCALE_DRAIN_TIMEOUT", 60*time.Second), "After the delay, wait this long for in-flight and held requests and WebSockets.")
 }
@@ -78,6 +86,12 @@ func (i *Interceptor) Validate() error {
 	}
 	if i.Namespace == "" {
 		errs = append(errs, errors.New("--namespace must not be empty"))
+	}
+	if i.MaxConnsPerEndpoint < 1 {
+		errs = append(errs, fmt.Errorf("--max-conns-per-endpoint %d: want at least 1", i.MaxConnsPerEndpoint))
+	}
+	if i.GCPercent < 25 {
+		errs = append(errs, fmt.Errorf("--gc-percent %d: want at least 25", i.GCPercent))
 	}
 	if i.QueueLimit < 1 {
 		errs = append(errs, fmt.Errorf("--queue-limit %d: want at least 1", i.QueueLimit))
