@@ -13,7 +13,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
@@ -34,8 +36,12 @@ func main() {
 	backend := flag.String("backend", "127.0.0.1:18090", "backend host:port")
 	coldBackend := flag.String("cold-backend", "", "host:port the cold app gets on /control/ready (default: -backend)")
 	queueLimit := flag.Int("queue-limit", 20000, "hold queue limit")
+	gcPercent := flag.Int("gc-percent", 400, "GC target, as the interceptor's --gc-percent (GOGC wins)")
 	flag.Parse()
 
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(*gcPercent)
+	}
 	host, port, err := net.SplitHostPort(*backend)
 	if err != nil {
 		log.Fatal(err)
