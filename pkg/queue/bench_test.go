@@ -34,4 +34,3 @@ func BenchmarkAppLookup(b *testing.B) {
 		}
 	}
 }
-
