@@ -499,7 +499,11 @@ func (p *Proxy) fail(w http.ResponseWriter, st *state, err error) {
 		if code >= 500 && reason != "queue_full" {
 			p.opts.Metrics.upstreamErrs.WithLabelValues(app, reason).Inc()
 		}
-		p.log.Info("request failed", "app", app, "status", code, "reason", reason, "error", err.Error())
+		log := p.log
+		if reason == "queue_full" {
+			log = log.V(1) // a flood of rejections would drown the log; the metric counts them
+		}
+		log.Info("request failed", "app", app, "status", code, "reason", reason, "error", err.Error())
 	}
 	h := w.Header()
 	if st != nil {
