@@ -302,3 +302,49 @@ func TestRequestsOfRemovedAppsAreNotRoutedAndCountersReset(t *testing.T) {
 		t.Errorf("counts after removal (-want +got):\n%s", d)
 	}
 }
+
+func TestRequestTimeoutAnswers504(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	e := entry("app", "app.example.com", "app")
+	e.Timeouts.Request = 50 * time.Millisecond
+	h := newHarness(t, []routing.Entry{e}, nil)
+	h.src.Set(key("app"), ep)
+	code, body, _ := h.mustGet("app.example.com", "/")
+	if code != http.StatusGatewayTimeout || !strings.Contains(body, "request_timeout") {
+		t.Errorf("got %d %q, want 504 request_timeout", code, body)
+	}
+}
+
+func TestClientCancelWhileForwardedIs499NotUpstreamError(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done() // the proxy cancels the upstream request when the client goes away
+	})
+	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
+	h.src.Set(key("app"), ep)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, _, _, err := h.get(ctx, "app.example.com", "/"); errc <- err }()
+	<-arrived
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("client error %v, want context.Canceled", err)
+	}
+	eventually(t, "the 499 to be recorded", func() bool {
+		return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "499"}) == 1
+	})
+	if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {
+		t.Errorf("upstream errors = %v, want 0", v)
+	}
+	if in, _, _ := h.count("ns/app"); in != 0 {
+		t.Errorf("in flight = %d after the client left, want 0", in)
+	}
+}
