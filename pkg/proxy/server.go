@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -139,4 +140,39 @@ func (s *Server) Start(ctx context.Context) error {
 	<-serveErr // http.ErrServerClosed
 	s.Log.Info("stopped", "server", s.Name)
 	return nil
+}
+
+// tracker counts active items and lets a caller wait for zero.
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed while n == 0; nil means closed
+}
+
+func (t *tracker) add(d int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == 0 && d > 0 {
+		t.zero = make(chan struct{})
+	}
+	t.n += d
+	if t.n == 0 && t.zero != nil {
+		close(t.zero)
+		t.zero = nil
+	}
+}
+
+func (t *tracker) wait(ctx context.Context) error {
+	t.mu.Lock()
+	ch := t.zero
+	t.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for upgraded connections: %w", ctx.Err())
+	}
 }
