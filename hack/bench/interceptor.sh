@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Loopback benchmark of the interceptor's request path (pkg/proxy), side by side in one run:
 #   1. wrk -t2 -c64, tiny response: backend direct vs through the proxy vs through nginx
-#      (2 workers, upstream keepalive), interleaved for ROUNDS rounds;
+#      (2 workers, upstream keepalive) vs through hack/bench/floor (the least a net/http proxy can
+#      do, as a reference), interleaved for ROUNDS rounds, with each proxy's CPU per request;
 #   2. latency at a fixed RATE req/s (hack/bench/rate, open loop) for the same three targets;
 #   3. cold start (hack/bench/coldstart): endpoint ready -> held request forwarded, and HELD
 #      requests held at once (proxy RSS, all answered).
@@ -32,12 +33,15 @@ ulimit -n 65536 2>/dev/null || echo "warning: could not raise the open-file limi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
 
-go build -o "$work/" ./hack/bench/backend ./hack/bench/proxy ./hack/bench/rate ./hack/bench/coldstart
-BE=$(free_port); PX=$(free_port); AD=$(free_port); NG=$(free_port); CB=$(free_port)
+go build -o "$work/" ./hack/bench/backend ./hack/bench/proxy ./hack/bench/floor ./hack/bench/rate ./hack/bench/coldstart
+BE=$(free_port); PX=$(free_port); AD=$(free_port); NG=$(free_port); CB=$(free_port); FL=$(free_port)
 
-"$work/backend" -listen "127.0.0.1:$BE" & pids+=($!)
+"$work/backend" -listen "127.0.0.1:$BE" &
+backend_pid=$!; pids+=($backend_pid)
 "$work/proxy" -listen "127.0.0.1:$PX" -admin "127.0.0.1:$AD" -backend "127.0.0.1:$BE" -cold-backend "127.0.0.1:$CB" &
 proxy_pid=$!; pids+=($proxy_pid)
+"$work/floor" -listen "127.0.0.1:$FL" -backend "127.0.0.1:$BE" &
+floor_pid=$!; pids+=($floor_pid)
 mkdir -p "$work/nginx/logs"
 cat >"$work/nginx/nginx.conf" <<CONF
 worker_processes 2;
@@ -61,7 +65,7 @@ http {
 CONF
 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/logs/error.log" &
 nginx_pid=$!; pids+=($nginx_pid)
-for p in "$BE" "$PX" "$AD" "$NG"; do wait_port "$p"; done
+for p in "$BE" "$PX" "$AD" "$NG" "$FL"; do wait_port "$p"; done
 
 # cpu_ticks PID...: user+system clock ticks used so far by the processes (and nginx's workers).
 cpu_ticks() {
@@ -73,12 +77,12 @@ cpu_ticks() {
 	echo "$total"
 }
 nginx_pids() { echo "$nginx_pid" $(ps --ppid "$nginx_pid" -o pid= 2>/dev/null); }
-declare -A port=([direct]=$BE [proxy]=$PX [nginx]=$NG)
+declare -A port=([direct]=$BE [proxy]=$PX [nginx]=$NG [floor]=$FL)
 declare -A sum=() cpu=() reqs=()
 echo "== wrk -t2 -c64 -d$DUR, $ROUNDS interleaved rounds"
 for r in $(seq "$ROUNDS"); do
-	for t in direct proxy nginx; do
-		case $t in proxy) procs="$proxy_pid" ;; nginx) procs=$(nginx_pids) ;; *) procs="" ;; esac
+	for t in direct proxy nginx floor; do
+		case $t in proxy) procs="$proxy_pid" ;; nginx) procs=$(nginx_pids) ;; floor) procs="$floor_pid" ;; *) procs="$backend_pid" ;; esac
 		before=$(cpu_ticks $procs)
 		out=$(wrk -t2 -c64 -d"$DUR" --latency "http://127.0.0.1:${port[$t]}/")
 		used=$(( $(cpu_ticks $procs) - before ))
@@ -92,12 +96,14 @@ for r in $(seq "$ROUNDS"); do
 		sum[$t]=$(awk -v a="${sum[$t]:-0}" -v b="$rps" 'BEGIN {print a+b}')
 	done
 done
-awk -v d="${sum[direct]}" -v p="${sum[proxy]}" -v n="${sum[nginx]}" -v r="$ROUNDS" 'BEGIN {
-	printf "mean req/s: direct %.0f  proxy %.0f  nginx %.0f\n", d/r, p/r, n/r
-	printf "proxy/direct %.2f  proxy/nginx %.2f  nginx/direct %.2f\n", p/d, p/n, n/d }'
+awk -v d="${sum[direct]}" -v p="${sum[proxy]}" -v n="${sum[nginx]}" -v f="${sum[floor]}" -v r="$ROUNDS" 'BEGIN {
+	printf "mean req/s: direct %.0f  proxy %.0f  nginx %.0f  floor %.0f\n", d/r, p/r, n/r, f/r
+	printf "proxy/direct %.2f  proxy/nginx %.2f  nginx/direct %.2f  floor/nginx %.2f\n", p/d, p/n, n/d, f/n }'
 tck=$(getconf CLK_TCK)
-awk -v pc="${cpu[proxy]}" -v pn="${reqs[proxy]}" -v nc="${cpu[nginx]}" -v nn="${reqs[nginx]}" -v tck="$tck" 'BEGIN {
-	printf "CPU per proxied request (user+system, all rounds): proxy %.1f us  nginx %.1f us (2 workers + master)\n", pc/tck*1e6/pn, nc/tck*1e6/nn }'
+for t in direct proxy nginx floor; do
+	awk -v c="${cpu[$t]}" -v n="${reqs[$t]}" -v tck="$tck" -v t="$t" 'BEGIN {
+		printf "CPU per request (user+system, all rounds) %-6s %.1f us\n", t, c/tck*1e6/n }'
+done
 
 echo "== fixed rate $RATE req/s for $RATE_DUR (open loop; latency from the intended send time)"
 for t in direct proxy nginx; do
