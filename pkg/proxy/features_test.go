@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,5 +253,34 @@ func TestDrainTimeoutCutsOffWebSockets(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := br.ReadString('\n'); err == nil {
 		t.Error("WebSocket still open after the drain timeout")
+	}
+}
+
+func TestNeverDialsDestinationsOutsideTheTable(t *testing.T) {
+	var canaryHits atomic.Int32
+	canary, _ := backendFunc(t, func(w http.ResponseWriter, r *http.Request) { canaryHits.Add(1) })
+	_, ep := backend(t, "app")
+	catchAll := entry("all", "*", "app")
+	h := newHarness(t, []routing.Entry{catchAll}, nil)
+	h.src.Set(key("app"), ep)
+
+	// An absolute-form request naming another server, as sent to an open forward proxy.
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET %s/steal HTTP/1.1\r\nHost: app.example.com\r\n\r\n", canary.URL)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "app /steal" {
+		t.Errorf("absolute-form request: %d %q, want the routed app's answer", resp.StatusCode, body)
+	}
+	if n := canaryHits.Load(); n != 0 {
+		t.Errorf("the named server was dialled %d times", n)
 	}
 }
