@@ -284,3 +284,25 @@ func TestNeverDialsDestinationsOutsideTheTable(t *testing.T) {
 		t.Errorf("the named server was dialled %d times", n)
 	}
 }
+
+func TestViaServiceDialsTheServiceName(t *testing.T) {
+	s, ep := backend(t, "svc")
+	var dialled atomic.Value
+	e := entry("app", "app.example.com", "app")
+	e.ViaService = true
+	h := newHarness(t, []routing.Entry{e}, func(o *proxy.Options, _ *proxy.Server) {
+		o.ClusterDomain = "example.internal"
+		o.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dialled.Store(addr)
+			return (&net.Dialer{}).DialContext(ctx, network, strings.TrimPrefix(s.URL, "http://"))
+		}
+	})
+	// Readiness still comes from the endpoints; the connection goes to the Service's name.
+	h.src.Set(key("app"), ep)
+	if code, body, _ := h.mustGet("app.example.com", "/"); code != 200 || body != "svc /" {
+		t.Fatalf("got %d %q", code, body)
+	}
+	if got := dialled.Load(); got != "app.ns.svc.example.internal:80" {
+		t.Errorf("dialled %v, want the Service's cluster name and port", got)
+	}
+}
