@@ -108,7 +108,10 @@ func (p *Proxy) RoundTrip(req *http.Request) (*http.Response, error) {
 	maxAttempts := min(p.opts.MaxDialAttempts, maxAttemptsCap, len(view.all))
 	var tried [maxAttemptsCap]string
 	for n := 0; ; n++ {
-		now := p.opts.Now()
+		var now time.Time
+		if n > 0 || b.hasBad() { // the clock is only needed to expire bad marks
+			now = p.opts.Now()
+		}
 		c, ok := b.pick(cands, tried[:n], now)
 		if !ok && len(cands) < len(view.all) {
 			cands = view.all // the zone's endpoints all failed: use every zone
@@ -127,6 +130,9 @@ func (p *Proxy) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if !isDialError(err) || body != nil && body.read || n+1 >= maxAttempts {
 			return nil, err
+		}
+		if now.IsZero() {
+			now = p.opts.Now()
 		}
 		b.markBad(c.addr, now, now.Add(p.opts.BadEndpointFor))
 		p.log.V(1).Info("endpoint refused connection; trying another", "app", st.app.key, "endpoint", c.addr, "error", err.Error())

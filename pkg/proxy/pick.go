@@ -119,6 +119,9 @@ func (b *backend) pick(cands []candidate, tried []string, now time.Time) (c *can
 	return nil, false
 }
 
+// hasBad reports whether any endpoint carries a bad mark (expired or not).
+func (b *backend) hasBad() bool { return b.bad.Load() != nil }
+
 // markBad keeps addr out of the rotation until until, while other endpoints remain.
 func (b *backend) markBad(addr string, now, until time.Time) {
 	b.badMu.Lock()
