@@ -168,4 +168,3 @@ func rss() int64 {
 	}
 	return 0
 }
-
