@@ -170,7 +170,7 @@ func TestDrainFinishesInFlightHeldAndWebSockets(t *testing.T) {
 		entry("fast", "fast.example.com", "fast"),
 		entry("cold", "cold.example.com", "cold"),
 		entry("ws", "ws.example.com", "ws"),
-	}, func(_ *proxy.Options, s *proxy.Server) { s.DrainDelay = 200 * time.Millisecond })
+	}, func(_ *proxy.Options, s *proxy.Server) { s.DrainDelay = 2 * time.Second })
 	h.src.Set(key("slow"), slowEP)
 	h.src.Set(key("fast"), fastEP)
 	h.src.Set(key("ws"), endpointOf(t, ws.URL, ""))
@@ -203,7 +203,14 @@ func TestDrainFinishesInFlightHeldAndWebSockets(t *testing.T) {
 	if code, body, _ := h.mustGet("fast.example.com", "/"); code != 200 || body != "fast /" {
 		t.Errorf("request during the drain delay: %d %q", code, body)
 	}
-	time.Sleep(300 * time.Millisecond) // past the delay: Shutdown is waiting for the requests
+	// Past the delay the listener closes; Shutdown then waits for the requests.
+	eventually(t, "the listener to close after the delay", func() bool {
+		c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
 	select {
 	case err := <-h.stopped:
 		t.Fatalf("server stopped (%v) with requests in flight", err)
