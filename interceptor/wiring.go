@@ -35,18 +35,26 @@ type kubeParts struct {
 
 // wireKubernetes builds the routing-table watch and the EndpointSlice cache and adds them to mgr.
 //
-// WIRING POINT. pkg/tablewatch and the EndpointSlice cache in pkg/endpoints are being written on
-// another branch. When they land, this function becomes:
+// WIRING POINT. pkg/tablewatch and the EndpointSlice cache (pkg/endpoints.Cache) are being written on
+// another branch. With the API they have there, this function becomes:
 //
-//	w, err := tablewatch.New(mgr.GetConfig(), tablewatch.Options{
-//		Namespace: cfg.Namespace, Resync: cfg.TableResync, Log: log.WithName("tablewatch")})
-//	cache, err := endpoints.NewCache(mgr.GetConfig(), endpoints.CacheOptions{Log: log.WithName("endpoints")})
-//	w.OnChange(func(t *routing.Table) { cache.Watch(proxy.ServiceKeys(t)) }) // before the proxy's callback
-//	mgr.Add(w); mgr.Add(cache)
-//	return kubeParts{tables: w, endpoints: cache, onTableChange: w.OnChange, ready: w.Ready, zone: zone}, nil
+//	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+//	zone, err := endpoints.ResolveZone(ctx, cs, cfg.Zone, cfg.NodeName)   // replaces replicaZone
+//	cache, err := endpoints.NewCache(cs, endpoints.CacheOptions{Zone: zone, Log: log.WithName("endpoints")})
+//	table, err := tablewatch.NewForClient(cs, tablewatch.Options{
+//		Namespace: cfg.Namespace, Resync: cfg.TableResync, Log: log.WithName("routing")})
+//	table.OnChange(cache.OnTable) // registered first: Services are tracked before the proxy routes to them
+//	mgr.Add(table); mgr.Add(cache)
+//	return kubeParts{tables: table, endpoints: cache, onTableChange: table.OnChange, zone: zone,
+//		ready: func() error {
+//			if err := table.Ready(); err != nil {
+//				return err
+//			}
+//			return cache.ReadyCheck(nil)
+//		}}, nil
 //
-// Until then it returns parts that know no route and no endpoint: the binary starts, serves the
-// admin port, reports not ready, and answers every proxied request 404.
+// (each err checked and wrapped). Until then it returns parts that know no route and no endpoint:
+// the binary starts, serves the admin port, reports not ready, and answers every proxied request 404.
 func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, log logr.Logger) (kubeParts, error) {
 	zone, err := replicaZone(mgr, cfg)
 	if err != nil {
