@@ -313,3 +313,32 @@ func TestViaServiceDialsTheServiceName(t *testing.T) {
 		t.Errorf("dialled %v, want the Service's cluster name and port", got)
 	}
 }
+
+func TestWebSocketHeldWhileColdThenUpgraded(t *testing.T) {
+	ws := wsBackend(t)
+	h := newHarness(t, []routing.Entry{entry("ws", "ws.example.com", "ws")}, nil)
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: ws.example.com\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if err := h.src.WaitWaiting(ctx, key("ws"), 1); err != nil {
+		t.Fatal(err)
+	}
+	h.src.Set(key("ws"), endpointOf(t, ws.URL, ""))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get(proxy.HeaderColdStart) != "true" {
+		t.Fatalf("held upgrade answered %d cold=%q, want 101 with the cold-start header", resp.StatusCode, resp.Header.Get(proxy.HeaderColdStart))
+	}
+	echo(t, c, br, "after a cold start")
+	if in, held, _ := h.count("ns/ws"); in != 1 || held != 0 {
+		t.Errorf("open WebSocket after a cold start: in flight %d held %d, want 1 0", in, held)
+	}
+}
