@@ -17,6 +17,9 @@ import (
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
+// forwardedKeep are inbound X-Forwarded-* headers passed on unchanged when present.
+var forwardedKeep = []string{"X-Forwarded-Proto", "X-Forwarded-Host"}
+
 // maxAttemptsCap bounds MaxDialAttempts so the tried list fits a small array on the stack.
 const maxAttemptsCap = 8
 
@@ -63,7 +66,19 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 		// endpoint. Hop-by-hop headers are removed by ReverseProxy before Rewrite.
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
+			// ReverseProxy dropped the inbound X-Forwarded-*; restore the chain so that
+			// SetXForwarded appends this hop's client to it.
+			if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
+				pr.Out.Header["X-Forwarded-For"] = prior
+			}
 			pr.SetXForwarded()
+			// An ingress in front of the interceptor knows the original scheme and host better
+			// than we do (it may have terminated TLS): keep what it said.
+			for _, h := range forwardedKeep {
+				if v := pr.In.Header[h]; len(v) > 0 {
+					pr.Out.Header[h] = v
+				}
+			}
 		},
 		Transport:      p,
 		BufferPool:     bufferPool{},

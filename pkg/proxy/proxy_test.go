@@ -40,18 +40,35 @@ func TestRoutesWarmRequestsAndRejectsUnknownHosts(t *testing.T) {
 		t.Errorf("what the backend saw (-want +got):\n%s", d)
 	}
 
+	// Behind an ingress that terminated TLS: its scheme and host are kept, the client is appended.
+	req, _ := http.NewRequest(http.MethodGet, h.url+"/", nil)
+	req.Host = "shop.example.com"
+	req.Header.Set("X-Forwarded-Proto", "https")
+	req.Header.Set("X-Forwarded-Host", "shop.example.com")
+	req.Header.Set("X-Forwarded-For", "203.0.113.7")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	got = map[string]string{"xff": resp.Header.Get("X-Seen-Forwarded-For"), "xfh": resp.Header.Get("X-Seen-Forwarded-Host"), "xfp": resp.Header.Get("X-Seen-Forwarded-Proto")}
+	want = map[string]string{"xff": "203.0.113.7, 127.0.0.1", "xfh": "shop.example.com", "xfp": "https"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("forwarded headers behind an ingress (-want +got):\n%s", d)
+	}
+
 	code, body, _ = h.mustGet("other.example.com", "/")
 	if code != http.StatusNotFound || body != "Not Found: no_route\n" {
 		t.Errorf("unknown host: %d %q, want 404 with a short plain body", code, body)
 	}
-	if _, _, req := h.count("ns/shop"); req != 1 {
-		t.Errorf("requests counted for ns/shop = %d, want 1 (unrouted requests are not counted)", req)
+	if _, _, req := h.count("ns/shop"); req != 2 {
+		t.Errorf("requests counted for ns/shop = %d, want 2 (unrouted requests are not counted)", req)
 	}
 	if v := h.metric("httpscale_interceptor_unrouted_requests_total", nil); v != 1 {
 		t.Errorf("unrouted metric = %v, want 1", v)
 	}
-	if v := h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/shop", "code": "2xx"}); v != 1 {
-		t.Errorf("2xx responses of ns/shop = %v, want 1", v)
+	if v := h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/shop", "code": "2xx"}); v != 2 {
+		t.Errorf("2xx responses of ns/shop = %v, want 2", v)
 	}
 }
 
