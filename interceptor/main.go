@@ -6,10 +6,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/httpscale/httpscale/pkg/component"
 	"github.com/httpscale/httpscale/pkg/config"
@@ -32,5 +35,22 @@ func run(ctx context.Context, args []string) error {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("building scheme: %w", err)
 	}
-	return component.Run(ctx, component.Spec{Name: "interceptor", Config: &config.Interceptor{}, Scheme: scheme}, args)
+	cfg := &config.Interceptor{}
+	return component.Run(ctx, component.Spec{
+		Name:   "interceptor",
+		Config: cfg,
+		Scheme: scheme,
+		Options: func(o *manager.Options) {
+			// The drain runs inside the manager's shutdown; give it its whole budget.
+			t := cfg.DrainDelay + cfg.DrainTimeout + 15*time.Second
+			o.GracefulShutdownTimeout = &t
+		},
+		Setup: func(mgr manager.Manager, log logr.Logger) error {
+			kube, err := wireKubernetes(mgr, cfg, log)
+			if err != nil {
+				return err
+			}
+			return setupServers(mgr, cfg, kube, log)
+		},
+	}, args)
 }

@@ -1,11 +1,89 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
-func TestRunStopsCleanlyOnCancel(t *testing.T) {
-	testenv.CheckCleanShutdown(t, run)
+func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
+	env, _, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping envtest: %v", err)
+		}
+	})
+	kubeconfig, err := testenv.WriteKubeconfig(env, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyAddr, adminAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	args := []string{
+		"--kubeconfig=" + kubeconfig, "--health-probe-bind-address=" + testenv.FreeAddr(t),
+		"--proxy-bind-address=" + proxyAddr, "--admin-bind-address=" + adminAddr,
+		"--namespace=httpscale-system", "--drain-delay=0", "--drain-timeout=5s",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args) }()
+
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if code, _ := get("http://" + adminAddr + admin.PathHealthz); code == http.StatusOK {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run returned before serving: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("admin port did not answer /healthz within 60s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, body := get("http://" + adminAddr + admin.PathStatus)
+	var st admin.Status
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.Draining {
+		t.Errorf("/status: %d %q", code, body)
+	}
+	if code, body := get("http://" + adminAddr + admin.PathCounts); code != http.StatusOK || !strings.Contains(body, `"full":true`) {
+		t.Errorf("/counts: %d %q", code, body)
+	}
+	if code, body := get("http://" + adminAddr + admin.PathMetrics); code != http.StatusOK || !strings.Contains(body, "httpscale_interceptor_unrouted_requests_total") {
+		t.Errorf("/metrics: %d, missing the interceptor's metrics", code)
+	}
+	if code, body := get("http://" + proxyAddr + "/"); code != http.StatusNotFound || body != "Not Found: no_route\n" {
+		t.Errorf("proxy port for an unknown host: %d %q, want 404", code, body)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v after cancellation, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return within 30s of cancellation")
+	}
 }

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Loopback benchmark of the interceptor's request path (pkg/proxy), side by side in one run:
+#   1. wrk -t2 -c64, tiny response: backend direct vs through the proxy vs through nginx
+#      (2 workers, upstream keepalive) vs through hack/bench/floor (the least a net/http proxy can
+#      do, as a reference), interleaved for ROUNDS rounds, with each proxy's CPU per request;
+#   2. latency at a fixed RATE req/s (hack/bench/rate, open loop) for the same three targets;
+#   3. cold start (hack/bench/coldstart): endpoint ready -> held request forwarded, and HELD
+#      requests held at once (proxy RSS, all answered).
+# Needs wrk and nginx (apt-get install -y wrk nginx-light). Every process it starts is stopped by PID.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+DUR=${DUR:-10s}
+ROUNDS=${ROUNDS:-3}
+RATE=${RATE:-1000}
+RATE_DUR=${RATE_DUR:-10s}
+TRIALS=${TRIALS:-100}
+HELD=${HELD:-10000}
+
+work=$(mktemp -d /tmp/httpscale-bench.XXXXXX)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do
+		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$p" 2>/dev/null || true
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+ulimit -n 65536 2>/dev/null || echo "warning: could not raise the open-file limit; the held-requests run may fail" >&2
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
+
+go build -o "$work/" ./hack/bench/backend ./hack/bench/proxy ./hack/bench/floor ./hack/bench/rate ./hack/bench/coldstart
+BE=$(free_port); PX=$(free_port); AD=$(free_port); NG=$(free_port); CB=$(free_port); FL=$(free_port)
+
+"$work/backend" -listen "127.0.0.1:$BE" &
+backend_pid=$!; pids+=($backend_pid)
+"$work/proxy" -listen "127.0.0.1:$PX" -admin "127.0.0.1:$AD" -backend "127.0.0.1:$BE" -cold-backend "127.0.0.1:$CB" &
+proxy_pid=$!; pids+=($proxy_pid)
+"$work/floor" -listen "127.0.0.1:$FL" -backend "127.0.0.1:$BE" &
+floor_pid=$!; pids+=($floor_pid)
+mkdir -p "$work/nginx/logs"
+cat >"$work/nginx/nginx.conf" <<CONF
+worker_processes 2;
+daemon off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/body;
+  proxy_temp_path $work/nginx/proxy;
+  fastcgi_temp_path $work/nginx/fastcgi;
+  uwsgi_temp_path $work/nginx/uwsgi;
+  scgi_temp_path $work/nginx/scgi;
+  upstream backend { server 127.0.0.1:$BE; keepalive 64; }
+  server {
+    listen 127.0.0.1:$NG;
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+CONF
+nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/logs/error.log" &
+nginx_pid=$!; pids+=($nginx_pid)
+for p in "$BE" "$PX" "$AD" "$NG" "$FL"; do wait_port "$p"; done
+
+# cpu_ticks PID...: user+system clock ticks used so far by the processes (and nginx's workers).
+cpu_ticks() {
+	local total=0 p
+	for p in "$@"; do
+		[[ -r /proc/$p/stat ]] || continue
+		total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+	done
+	echo "$total"
+}
+nginx_pids() { echo "$nginx_pid" $(ps --ppid "$nginx_pid" -o pid= 2>/dev/null); }
+declare -A port=([direct]=$BE [proxy]=$PX [nginx]=$NG [floor]=$FL)
+declare -A sum=() cpu=() reqs=()
+echo "== wrk -t2 -c64 -d$DUR, $ROUNDS interleaved rounds"
+for r in $(seq "$ROUNDS"); do
+	for t in direct proxy nginx floor; do
+		case $t in proxy) procs="$proxy_pid" ;; nginx) procs=$(nginx_pids) ;; floor) procs="$floor_pid" ;; *) procs="$backend_pid" ;; esac
+		before=$(cpu_ticks $procs)
+		out=$(wrk -t2 -c64 -d"$DUR" --latency "http://127.0.0.1:${port[$t]}/")
+		used=$(( $(cpu_ticks $procs) - before ))
+		rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+		n=$(awk '/requests in/ {print $1}' <<<"$out")
+		cpu[$t]=$(( ${cpu[$t]:-0} + used )); reqs[$t]=$(( ${reqs[$t]:-0} + n ))
+		p50=$(awk '$1=="50%" {print $2}' <<<"$out")
+		p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+		errs=$(awk '/Non-2xx|Socket errors/' <<<"$out")
+		printf 'round %d %-7s %10s req/s  p50 %-8s p99 %-8s %s\n' "$r" "$t" "$rps" "$p50" "$p99" "$errs"
+		sum[$t]=$(awk -v a="${sum[$t]:-0}" -v b="$rps" 'BEGIN {print a+b}')
+	done
+done
+awk -v d="${sum[direct]}" -v p="${sum[proxy]}" -v n="${sum[nginx]}" -v f="${sum[floor]}" -v r="$ROUNDS" 'BEGIN {
+	printf "mean req/s: direct %.0f  proxy %.0f  nginx %.0f  floor %.0f\n", d/r, p/r, n/r, f/r
+	printf "proxy/direct %.2f  proxy/nginx %.2f  nginx/direct %.2f  floor/nginx %.2f\n", p/d, p/n, n/d, f/n }'
+tck=$(getconf CLK_TCK)
+for t in direct proxy nginx floor; do
+	awk -v c="${cpu[$t]}" -v n="${reqs[$t]}" -v tck="$tck" -v t="$t" 'BEGIN {
+		printf "CPU per request (user+system, all rounds) %-6s %.1f us\n", t, c/tck*1e6/n }'
+done
+
+echo "== fixed rate $RATE req/s for $RATE_DUR (open loop; latency from the intended send time)"
+for t in direct proxy nginx; do
+	"$work/rate" -url "http://127.0.0.1:${port[$t]}/" -rate "$RATE" -duration "$RATE_DUR" -name "$t"
+done
+
+echo "== cold start"
+"$work/coldstart" -proxy "http://127.0.0.1:$PX" -admin "http://127.0.0.1:$AD" -listen "127.0.0.1:$CB" \
+	-trials "$TRIALS" -held "$HELD" -pid "$proxy_pid"

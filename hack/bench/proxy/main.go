@@ -1,0 +1,97 @@
+// Command proxy runs the interceptor's request path (pkg/proxy) outside Kubernetes for loopback
+// benchmarks: a static routing table, endpoints set over a control port, and the real admin handler.
+//
+// Routes: host "cold.bench" is the app "bench/cold" (Service "cold"), which starts with no endpoint;
+// every other host is "bench/warm" (Service "warm"), forwarded to -backend. On the admin address,
+// POST /control/ready gives "cold" the -cold-backend endpoint and POST /control/cold takes it away.
+package main
+
+import (
+	"context"
+	"flag"
+	"log"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/httpscale/httpscale/pkg/admin"
+	"github.com/httpscale/httpscale/pkg/endpoints"
+	"github.com/httpscale/httpscale/pkg/proxy"
+	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
+	"github.com/httpscale/httpscale/pkg/queue"
+	"github.com/httpscale/httpscale/pkg/routing"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:18081", "proxy listen address")
+	adminAddr := flag.String("admin", "127.0.0.1:19091", "admin and control listen address")
+	backend := flag.String("backend", "127.0.0.1:18090", "backend host:port")
+	coldBackend := flag.String("cold-backend", "", "host:port the cold app gets on /control/ready (default: -backend)")
+	queueLimit := flag.Int("queue-limit", 20000, "hold queue limit")
+	gcPercent := flag.Int("gc-percent", 400, "GC target, as the interceptor's --gc-percent (GOGC wins)")
+	flag.Parse()
+
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(*gcPercent)
+	}
+	host, port, err := net.SplitHostPort(*backend)
+	if err != nil {
+		log.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	ep := endpoints.Endpoint{IP: host, Port: int32(p)}
+	coldEP := ep
+	if *coldBackend != "" {
+		h, cp, err := net.SplitHostPort(*coldBackend)
+		if err != nil {
+			log.Fatal(err)
+		}
+		n, _ := strconv.Atoi(cp)
+		coldEP = endpoints.Endpoint{IP: h, Port: int32(n)}
+	}
+	table, err := routing.NewTable([]routing.Entry{
+		{Namespace: "bench", Name: "warm", Hosts: []string{"*"}, Service: "warm", Port: 80},
+		{Namespace: "bench", Name: "cold", Hosts: []string{"cold.bench"}, Service: "cold", Port: 80,
+			Timeouts: routing.Timeouts{Readiness: 5 * time.Minute}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	src := proxytest.NewSource()
+	warm := endpoints.ServiceKey{Namespace: "bench", Service: "warm"}
+	cold := endpoints.ServiceKey{Namespace: "bench", Service: "cold"}
+	src.Set(warm, ep)
+
+	reg := queue.NewRegistry(nil)
+	px, err := proxy.New(proxy.Options{
+		Tables: proxy.TableFunc(func() *routing.Table { return table }), Endpoints: src, Registry: reg,
+		Log: logr.Discard(), QueueLimit: *queueLimit,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	mux := http.NewServeMux()
+	mux.Handle("/", admin.NewHandler(admin.HandlerOptions{Counts: reg, Wake: reg}))
+	mux.HandleFunc("POST /control/ready", func(w http.ResponseWriter, _ *http.Request) { src.Set(cold, coldEP) })
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("POST /control/cold", func(w http.ResponseWriter, _ *http.Request) { src.Set(cold) })
+	go func() { log.Fatal(http.ListenAndServe(*adminAddr, mux)) }()
+
+	srv := &proxy.Server{Name: "proxy", Addr: *listen, Handler: px, H2C: true, DrainTimeout: 5 * time.Second,
+		WaitIdle: px.WaitUpgrades, Log: logr.Discard()}
+	if err := srv.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+}

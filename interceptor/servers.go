@@ -1,0 +1,110 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/httpscale/httpscale/pkg/admin"
+	"github.com/httpscale/httpscale/pkg/config"
+	"github.com/httpscale/httpscale/pkg/proxy"
+	"github.com/httpscale/httpscale/pkg/queue"
+)
+
+// adminDrainTimeout bounds the admin server's own shutdown, which starts once the proxy drained.
+const adminDrainTimeout = 5 * time.Second
+
+// setupServers adds the proxy server and the admin server to mgr. On shutdown the proxy drains
+// first (readiness fails at once, then DrainDelay, then up to DrainTimeout for in-flight and held
+// requests and WebSockets); the admin server keeps answering probes, counts and wake streams until
+// the proxy has drained.
+func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, log logr.Logger) error {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(cfg.GCPercent)
+	}
+	reg := queue.NewRegistry(nil)
+	metrics, err := proxy.NewMetrics(ctrlmetrics.Registry, reg)
+	if err != nil {
+		return fmt.Errorf("registering proxy metrics: %w", err)
+	}
+	p, err := proxy.New(proxy.Options{
+		Tables:                kube.tables,
+		Endpoints:             kube.endpoints,
+		Registry:              reg,
+		Metrics:               metrics,
+		Log:                   log.WithName("proxy"),
+		Zone:                  kube.zone,
+		ZoneAware:             cfg.ZoneAware,
+		ReadinessTimeout:      cfg.ReadinessTimeout,
+		RequestTimeout:        cfg.RequestTimeout,
+		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+		QueueLimit:            cfg.QueueLimit,
+		RetryAfter:            cfg.RetryAfter,
+		DialTimeout:           cfg.DialTimeout,
+		MaxConnsPerEndpoint:   cfg.MaxConnsPerEndpoint,
+		ClusterDomain:         cfg.ClusterDomain,
+	})
+	if err != nil {
+		return err
+	}
+	if kube.onTableChange != nil {
+		kube.onTableChange(p.TableChanged)
+	}
+	proxySrv := &proxy.Server{
+		Name:         "proxy",
+		Addr:         cfg.ProxyAddr,
+		Handler:      p,
+		H2C:          true,
+		DrainDelay:   cfg.DrainDelay,
+		DrainTimeout: cfg.DrainTimeout,
+		WaitIdle:     p.WaitUpgrades,
+		Drained:      make(chan struct{}),
+		Log:          log.WithName("proxy"),
+	}
+	ready := func() error {
+		if err := proxySrv.Ready(); err != nil {
+			return err
+		}
+		if kube.ready != nil {
+			return kube.ready()
+		}
+		return nil
+	}
+	stopStreams := make(chan struct{})
+	adminSrv := &proxy.Server{
+		Name: "admin",
+		Addr: cfg.AdminAddr,
+		Handler: admin.NewHandler(admin.HandlerOptions{
+			Status: func() admin.Status {
+				t := kube.tables.Table()
+				return admin.Status{TableVersion: t.Version(), TableEntries: t.Len(), Draining: proxySrv.Draining()}
+			},
+			Counts:  reg,
+			Wake:    reg,
+			Ready:   ready,
+			Metrics: promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{}),
+			Stop:    stopStreams,
+		}),
+		After:        proxySrv.Drained,
+		OnShutdown:   func() { close(stopStreams) },
+		DrainTimeout: adminDrainTimeout,
+		Log:          log.WithName("admin"),
+	}
+	for _, r := range []manager.Runnable{proxySrv, adminSrv} {
+		if err := mgr.Add(r); err != nil {
+			return fmt.Errorf("adding server: %w", err)
+		}
+	}
+	// The manager's own probe port mirrors the admin port's readiness.
+	if err := mgr.AddReadyzCheck("proxy", func(*http.Request) error { return ready() }); err != nil {
+		return fmt.Errorf("adding readiness check: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,326 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// h1Transport is a synchronous HTTP/1.1 client for requests without a body and without an upgrade,
+// which is most proxied traffic. It writes the request and reads the response on the calling
+// goroutine over a pooled keep-alive connection, where http.Transport hands every request to two
+// more goroutines (a writer and a reader per connection); on a busy host those hand-offs cost more
+// than the proxying itself. Everything else (bodies, upgrades, h2c) goes through http.Transport.
+//
+// Because such a request has no body, it can be sent again safely when a pooled connection turns
+// out to have been closed by the upstream before any response byte arrived; that is the only retry.
+type h1Transport struct {
+	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	maxIdle     int           // idle connections kept per address
+	maxConns    int           // connections open at once per address; 0 means no limit
+	idleTimeout time.Duration // pooled connections older than this are closed
+	now         func() time.Time
+
+	mu        sync.Mutex
+	hosts     map[string]*hostPool
+	lastSweep time.Time
+}
+
+// hostPool is the connections of one address. Requests beyond maxConns wait in FIFO order for a
+// connection to be returned (or for a slot to dial when one is closed): a burst of released held
+// requests reaches a freshly started pod over a bounded number of connections.
+type hostPool struct {
+	idle    []*h1Conn
+	open    int            // idle + in use + being dialled
+	waiters []chan *h1Conn // a waiter receives a pooled connection, or nil: a slot to dial
+}
+
+type h1Conn struct {
+	t      *h1Transport
+	addr   string
+	c      net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	idleAt time.Time
+}
+
+// fastEligible reports whether req can use h1Transport.
+func fastEligible(req *http.Request) bool {
+	return (req.Body == nil || req.Body == http.NoBody) && req.ContentLength == 0 &&
+		req.Header.Get("Upgrade") == "" && len(req.TransferEncoding) == 0 && req.Header.Get("Expect") == ""
+}
+
+// RoundTrip sends req (which must satisfy fastEligible) to req.URL.Host. A dial failure is returned
+// as the dialer's error so that the caller can try another endpoint.
+func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	for attempt := 0; ; attempt++ {
+		pc, reused, err := t.acquire(ctx, req.URL.Host)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := pc.roundTrip(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		t.discard(pc)
+		var stale staleConnError
+		if reused && errors.As(err, &stale) && attempt < 2 && ctx.Err() == nil {
+			continue // the upstream closed the pooled connection; nothing was processed
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		return nil, err
+	}
+}
+
+// acquire returns a pooled connection to addr (reused true), or dials a new one when fewer than
+// maxConns are open, or waits for one of the two.
+func (t *h1Transport) acquire(ctx context.Context, addr string) (*h1Conn, bool, error) {
+	now := t.now()
+	t.mu.Lock()
+	hp := t.hosts[addr]
+	if hp == nil {
+		hp = &hostPool{}
+		if t.hosts == nil {
+			t.hosts = map[string]*hostPool{}
+		}
+		t.hosts[addr] = hp
+	}
+	for len(hp.idle) > 0 {
+		pc := hp.idle[len(hp.idle)-1]
+		hp.idle[len(hp.idle)-1] = nil
+		hp.idle = hp.idle[:len(hp.idle)-1]
+		if now.Sub(pc.idleAt) < t.idleTimeout {
+			t.mu.Unlock()
+			return pc, true, nil
+		}
+		hp.open--
+		_ = pc.c.Close()
+	}
+	if t.maxConns <= 0 || hp.open < t.maxConns {
+		hp.open++
+		t.mu.Unlock()
+		return t.dialConn(ctx, addr)
+	}
+	ch := make(chan *h1Conn, 1)
+	hp.waiters = append(hp.waiters, ch)
+	t.mu.Unlock()
+	select {
+	case pc := <-ch:
+		if pc != nil {
+			return pc, true, nil
+		}
+		return t.dialConn(ctx, addr) // a slot was handed over
+	case <-ctx.Done():
+	}
+	t.mu.Lock()
+	for i, w := range hp.waiters {
+		if w == ch {
+			hp.waiters = append(hp.waiters[:i], hp.waiters[i+1:]...)
+			t.mu.Unlock()
+			return nil, false, ctx.Err()
+		}
+	}
+	t.mu.Unlock()
+	// Handed something while giving up: pass it on.
+	if pc := <-ch; pc != nil {
+		t.put(pc)
+	} else {
+		t.releaseSlot(addr)
+	}
+	return nil, false, ctx.Err()
+}
+
+// dialConn opens a connection in a slot already counted in open.
+func (t *h1Transport) dialConn(ctx context.Context, addr string) (*h1Conn, bool, error) {
+	c, err := t.dial(ctx, "tcp", addr)
+	if err != nil {
+		t.releaseSlot(addr)
+		return nil, false, err
+	}
+	return &h1Conn{t: t, addr: addr, c: c, br: bufio.NewReaderSize(c, 8<<10), bw: bufio.NewWriterSize(c, 4<<10)}, false, nil
+}
+
+// releaseSlot gives up one open slot of addr: to the first waiter, or by counting it closed.
+func (t *h1Transport) releaseSlot(addr string) {
+	t.mu.Lock()
+	hp := t.hosts[addr]
+	if hp == nil {
+		t.mu.Unlock()
+		return
+	}
+	if len(hp.waiters) > 0 {
+		ch := hp.waiters[0]
+		hp.waiters = hp.waiters[1:]
+		t.mu.Unlock()
+		ch <- nil
+		return
+	}
+	hp.open--
+	if hp.open <= 0 && len(hp.idle) == 0 {
+		delete(t.hosts, addr)
+	}
+	t.mu.Unlock()
+}
+
+// discard closes a connection that cannot be reused.
+func (t *h1Transport) discard(pc *h1Conn) {
+	_ = pc.c.Close()
+	t.releaseSlot(pc.addr)
+}
+
+// staleConnError marks a failure on a connection before any response byte arrived.
+type staleConnError struct{ err error }
+
+func (e staleConnError) Error() string { return e.err.Error() }
+func (e staleConnError) Unwrap() error { return e.err }
+
+func (pc *h1Conn) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
+	// Cancelling the request (client gone, timeouts) closes the connection, which unblocks I/O.
+	var cancelled atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		cancelled.Store(true)
+		_ = pc.c.Close()
+	})
+	if err := req.Write(pc.bw); err != nil {
+		stop()
+		return nil, staleConnError{fmt.Errorf("writing request: %w", err)}
+	}
+	if err := pc.bw.Flush(); err != nil {
+		stop()
+		return nil, staleConnError{fmt.Errorf("writing request: %w", err)}
+	}
+	var resp *http.Response
+	for {
+		if _, err := pc.br.Peek(1); err != nil {
+			stop()
+			return nil, staleConnError{fmt.Errorf("reading response: %w", err)}
+		}
+		r, err := http.ReadResponse(pc.br, req)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("reading response: %w", err)
+		}
+		if r.StatusCode >= 100 && r.StatusCode < 200 && r.StatusCode != http.StatusSwitchingProtocols {
+			continue // informational responses are dropped
+		}
+		resp = r
+		break
+	}
+	keep := !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
+	resp.Body = &h1Body{pc: pc, body: resp.Body, keep: keep, stop: stop, cancelled: &cancelled}
+	return resp, nil
+}
+
+// h1Body returns the connection to the pool once the body was read to its end.
+type h1Body struct {
+	pc        *h1Conn
+	body      io.ReadCloser
+	keep      bool
+	done      bool
+	stop      func() bool
+	cancelled *atomic.Bool
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	n, err := b.body.Read(p)
+	if err == io.EOF {
+		b.finish(true)
+	}
+	return n, err
+}
+
+func (b *h1Body) Close() error {
+	if !b.done {
+		b.finish(false)
+	}
+	return nil
+}
+
+func (b *h1Body) finish(complete bool) {
+	b.done = true
+	stopped := b.stop()
+	_ = b.body.Close()
+	if complete && b.keep && stopped && !b.cancelled.Load() {
+		b.pc.t.put(b.pc)
+		return
+	}
+	b.pc.t.discard(b.pc)
+}
+
+// put returns a connection after a complete response: to the first waiter, else to the pool.
+func (t *h1Transport) put(pc *h1Conn) {
+	now := t.now()
+	pc.idleAt = now
+	t.mu.Lock()
+	hp := t.hosts[pc.addr]
+	if hp == nil { // CloseIdle forgot the address
+		t.mu.Unlock()
+		_ = pc.c.Close()
+		return
+	}
+	if len(hp.waiters) > 0 {
+		ch := hp.waiters[0]
+		hp.waiters = hp.waiters[1:]
+		t.mu.Unlock()
+		ch <- pc
+		return
+	}
+	if len(hp.idle) >= t.maxIdle {
+		hp.open--
+		t.mu.Unlock()
+		_ = pc.c.Close()
+		return
+	}
+	hp.idle = append(hp.idle, pc)
+	if now.Sub(t.lastSweep) > t.idleTimeout/2 {
+		t.sweepLocked(now)
+	}
+	t.mu.Unlock()
+}
+
+// sweepLocked closes expired idle connections, e.g. to pods that went away.
+func (t *h1Transport) sweepLocked(now time.Time) {
+	t.lastSweep = now
+	for addr, hp := range t.hosts {
+		kept := hp.idle[:0]
+		for _, pc := range hp.idle {
+			if now.Sub(pc.idleAt) < t.idleTimeout {
+				kept = append(kept, pc)
+			} else {
+				hp.open--
+				_ = pc.c.Close()
+			}
+		}
+		clear(hp.idle[len(kept):])
+		hp.idle = kept
+		if hp.open <= 0 && len(hp.waiters) == 0 {
+			delete(t.hosts, addr)
+		}
+	}
+}
+
+// CloseIdle closes every pooled connection.
+func (t *h1Transport) CloseIdle() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, hp := range t.hosts {
+		for _, pc := range hp.idle {
+			_ = pc.c.Close()
+		}
+		hp.open -= len(hp.idle)
+		hp.idle = nil
+	}
+}

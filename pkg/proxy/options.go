@@ -1,0 +1,110 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/httpscale/httpscale/pkg/endpoints"
+	"github.com/httpscale/httpscale/pkg/queue"
+	"github.com/httpscale/httpscale/pkg/routing"
+)
+
+// TableSource yields the routing table to route with. pkg/tablewatch implements it; Table must be
+// cheap (an atomic load) because it is called once per request, and may return nil before the first
+// table was loaded (every request is then unrouted).
+type TableSource interface {
+	Table() *routing.Table
+}
+
+// TableFunc adapts a function to TableSource.
+type TableFunc func() *routing.Table
+
+// Table calls f.
+func (f TableFunc) Table() *routing.Table { return f() }
+
+// Options configure a Proxy. Zero durations and limits take the defaults in Defaults.
+type Options struct {
+	Tables    TableSource
+	Endpoints endpoints.Source
+	Registry  *queue.Registry
+	// Metrics may be nil (metrics are then kept in a private registry).
+	Metrics *Metrics
+	Log     logr.Logger
+
+	// Zone is this replica's zone; "" disables zone preference.
+	Zone string
+	// ZoneAware is the global default of Entry.ZoneAware.
+	ZoneAware bool
+
+	// ReadinessTimeout bounds holding; Entry.Timeouts.Readiness overrides it.
+	ReadinessTimeout time.Duration
+	// RequestTimeout bounds a forwarded request including its body; 0 means none. Entry overrides.
+	RequestTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for response headers; 0 means none. Entry overrides.
+	ResponseHeaderTimeout time.Duration
+	// QueueLimit is the default per-app hold-queue limit; Entry.ColdStart.QueueLimit overrides.
+	QueueLimit int
+	// RetryAfter is the Retry-After of a 503 for a full queue.
+	RetryAfter time.Duration
+	// DialTimeout bounds one connection attempt to an endpoint.
+	DialTimeout time.Duration
+	// BadEndpointFor keeps an endpoint that refused a connection out of the rotation.
+	BadEndpointFor time.Duration
+	// MaxConnsPerEndpoint bounds the connections open to one endpoint; more requests wait for one.
+	// It keeps a burst of released held requests from opening thousands of connections to a pod
+	// that just started.
+	MaxConnsPerEndpoint int
+	// MaxDialAttempts bounds the endpoints tried for one request when connections fail.
+	MaxDialAttempts int
+	// WakeEvery is the minimum interval between two wake events of one app.
+	WakeEvery time.Duration
+	// ClusterDomain builds Service addresses for ViaService ("svc.ns.svc.<domain>:port").
+	ClusterDomain string
+
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// DialContext replaces the dialer of both upstream transports (nil: a net.Dialer with DialTimeout).
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Defaults are the values used for zero Options fields.
+var Defaults = Options{
+	ReadinessTimeout:    2 * time.Minute,
+	QueueLimit:          1000,
+	RetryAfter:          5 * time.Second,
+	DialTimeout:         2 * time.Second,
+	BadEndpointFor:      5 * time.Second,
+	MaxDialAttempts:     3,
+	MaxConnsPerEndpoint: 512,
+	WakeEvery:           time.Second,
+	ClusterDomain:       "cluster.local",
+}
+
+func (o *Options) setDefaults() {
+	d := Defaults
+	setIfZero(&o.ReadinessTimeout, d.ReadinessTimeout)
+	setIfZero(&o.QueueLimit, d.QueueLimit)
+	setIfZero(&o.RetryAfter, d.RetryAfter)
+	setIfZero(&o.DialTimeout, d.DialTimeout)
+	setIfZero(&o.BadEndpointFor, d.BadEndpointFor)
+	setIfZero(&o.MaxDialAttempts, d.MaxDialAttempts)
+	setIfZero(&o.MaxConnsPerEndpoint, d.MaxConnsPerEndpoint)
+	setIfZero(&o.WakeEvery, d.WakeEvery)
+	setIfZero(&o.ClusterDomain, d.ClusterDomain)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Registry == nil {
+		o.Registry = queue.NewRegistry(o.Now)
+	}
+}
+
+func setIfZero[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}

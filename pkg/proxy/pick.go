@@ -1,0 +1,138 @@
+package proxy
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/httpscale/httpscale/pkg/endpoints"
+)
+
+// ZoneCandidates returns the endpoints a replica in zone should spread requests over: those that
+// EndpointSlice topology hints assign to zone when every endpoint carries hints, else those in zone;
+// when that leaves none, all of them. zone "" (unknown) disables the preference. The result may share
+// memory with eps and must not be modified. Not for the hot path: the proxy caches it per Set.
+func ZoneCandidates(eps []endpoints.Endpoint, zone string) []endpoints.Endpoint {
+	if zone == "" || len(eps) == 0 {
+		return eps
+	}
+	hinted := true
+	for i := range eps {
+		if len(eps[i].ForZones) == 0 {
+			hinted = false
+			break
+		}
+	}
+	var out []endpoints.Endpoint
+	for i := range eps {
+		if hinted && slices.Contains(eps[i].ForZones, zone) || !hinted && eps[i].Zone == zone {
+			out = append(out, eps[i])
+		}
+	}
+	if len(out) == 0 {
+		return eps
+	}
+	return out
+}
+
+// candidate is an endpoint with its dial address computed once.
+type candidate struct {
+	ep   endpoints.Endpoint
+	addr string
+}
+
+// zoneView caches ZoneCandidates for one immutable Set.
+type zoneView struct {
+	set   *endpoints.Set
+	zone  string
+	all   []candidate // every ready endpoint
+	cands []candidate // the zone's candidates (a subset of all, or all)
+}
+
+// backend is the forwarding state of one Service port in one table: endpoint choice (round robin
+// over the zone's candidates) and endpoints recently seen refusing connections. Safe for concurrent use.
+type backend struct {
+	key      endpoints.ServiceKey
+	protocol string
+	// serviceAddr is host:port of the Service's cluster DNS name (used with ViaService).
+	serviceAddr string
+
+	next atomic.Uint32
+	view atomic.Pointer[zoneView]
+
+	badMu sync.Mutex
+	bad   atomic.Pointer[map[string]time.Time] // copy-on-write; nil when none
+}
+
+// candidates returns the endpoints to spread over for set, cached while set stays current.
+func (b *backend) candidates(set *endpoints.Set, zone string) *zoneView {
+	if v := b.view.Load(); v != nil && v.set == set && v.zone == zone {
+		return v
+	}
+	v := &zoneView{set: set, zone: zone, all: make([]candidate, len(set.Endpoints))}
+	for i, ep := range set.Endpoints {
+		v.all[i] = candidate{ep: ep, addr: ep.Addr()}
+	}
+	local := ZoneCandidates(set.Endpoints, zone)
+	if len(local) == len(set.Endpoints) {
+		v.cands = v.all
+	} else {
+		v.cands = make([]candidate, len(local))
+		for i, ep := range local {
+			v.cands[i] = candidate{ep: ep, addr: ep.Addr()}
+		}
+	}
+	b.view.Store(v)
+	return v
+}
+
+// pick returns the next endpoint from cands, skipping those tried already and, while others remain,
+// those marked bad. ok is false when every candidate was tried.
+func (b *backend) pick(cands []candidate, tried []string, now time.Time) (c *candidate, ok bool) {
+	n := len(cands)
+	if n == 0 {
+		return nil, false
+	}
+	start := int(b.next.Add(1) - 1)
+	bad := b.bad.Load()
+	fallback := -1
+	for i := range n {
+		c := &cands[(start+i)%n]
+		if len(tried) > 0 && slices.Contains(tried, c.addr) {
+			continue
+		}
+		if bad != nil {
+			if until, isBad := (*bad)[c.addr]; isBad && now.Before(until) {
+				if fallback < 0 {
+					fallback = (start + i) % n
+				}
+				continue
+			}
+		}
+		return c, true
+	}
+	if fallback >= 0 {
+		// Every untried endpoint is marked bad: a mark is only a guess, so try one anyway.
+		return &cands[fallback], true
+	}
+	return nil, false
+}
+
+// hasBad reports whether any endpoint carries a bad mark (expired or not).
+func (b *backend) hasBad() bool { return b.bad.Load() != nil }
+
+// markBad keeps addr out of the rotation until until, while other endpoints remain.
+func (b *backend) markBad(addr string, now, until time.Time) {
+	b.badMu.Lock()
+	defer b.badMu.Unlock()
+	next := map[string]time.Time{addr: until}
+	if cur := b.bad.Load(); cur != nil {
+		for a, u := range *cur {
+			if a != addr && now.Before(u) {
+				next[a] = u
+			}
+		}
+	}
+	b.bad.Store(&next)
+}

@@ -1,0 +1,367 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/httpscale/httpscale/pkg/admin"
+	"github.com/httpscale/httpscale/pkg/endpoints"
+	"github.com/httpscale/httpscale/pkg/proxy"
+	"github.com/httpscale/httpscale/pkg/routing"
+)
+
+func TestRoutesWarmRequestsAndRejectsUnknownHosts(t *testing.T) {
+	_, ep := backend(t, "shop")
+	h := newHarness(t, []routing.Entry{entry("shop", "shop.example.com", "shop")}, nil)
+	h.src.Set(key("shop"), ep)
+
+	code, body, hdr := h.mustGet("Shop.Example.com:8080", "/cart")
+	if code != http.StatusOK || body != "shop /cart" {
+		t.Fatalf("routed request: %d %q, want 200 %q", code, body, "shop /cart")
+	}
+	got := map[string]string{
+		"host": hdr.Get("X-Seen-Host"), "xff": hdr.Get("X-Seen-Forwarded-For"),
+		"xfh": hdr.Get("X-Seen-Forwarded-Host"), "xfp": hdr.Get("X-Seen-Forwarded-Proto"),
+		"cold": hdr.Get(proxy.HeaderColdStart),
+	}
+	want := map[string]string{
+		"host": "Shop.Example.com:8080", "xff": "127.0.0.1", "xfh": "Shop.Example.com:8080", "xfp": "http", "cold": "",
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("what the backend saw (-want +got):\n%s", d)
+	}
+
+	// Behind an ingress that terminated TLS: its scheme and host are kept, the client is appended.
+	req, _ := http.NewRequest(http.MethodGet, h.url+"/", nil)
+	req.Host = "shop.example.com"
+	req.Header.Set("X-Forwarded-Proto", "https")
+	req.Header.Set("X-Forwarded-Host", "shop.example.com")
+	req.Header.Set("X-Forwarded-For", "203.0.113.7")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	got = map[string]string{"xff": resp.Header.Get("X-Seen-Forwarded-For"), "xfh": resp.Header.Get("X-Seen-Forwarded-Host"), "xfp": resp.Header.Get("X-Seen-Forwarded-Proto")}
+	want = map[string]string{"xff": "203.0.113.7, 127.0.0.1", "xfh": "shop.example.com", "xfp": "https"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("forwarded headers behind an ingress (-want +got):\n%s", d)
+	}
+
+	code, body, _ = h.mustGet("other.example.com", "/")
+	if code != http.StatusNotFound || body != "Not Found: no_route\n" {
+		t.Errorf("unknown host: %d %q, want 404 with a short plain body", code, body)
+	}
+	if _, _, req := h.count("ns/shop"); req != 2 {
+		t.Errorf("requests counted for ns/shop = %d, want 2 (unrouted requests are not counted)", req)
+	}
+	if v := h.metric("httpscale_interceptor_unrouted_requests_total", nil); v != 1 {
+		t.Errorf("unrouted metric = %v, want 1", v)
+	}
+	if v := h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/shop", "code": "2xx"}); v != 2 {
+		t.Errorf("2xx responses of ns/shop = %v, want 2", v)
+	}
+}
+
+func TestHoldsUntilReadyAndReleasesEveryHeldRequest(t *testing.T) {
+	_, ep := backend(t, "app")
+	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
+	wakes, cancel := h.reg.Subscribe(8)
+	defer cancel()
+
+	const n = 20
+	type result struct {
+		code int
+		body string
+		hdr  http.Header
+		err  error
+	}
+	results := make(chan result, n)
+	for range n {
+		go func() {
+			code, body, hdr, err := h.get(context.Background(), "app.example.com", "/x")
+			results <- result{code, body, hdr, err}
+		}()
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if err := h.src.WaitWaiting(ctx, key("app"), n); err != nil {
+		t.Fatalf("requests were not held: %v", err)
+	}
+	select {
+	case ev := <-wakes:
+		if ev.Key != "ns/app" {
+			t.Errorf("wake event for %q, want ns/app", ev.Key)
+		}
+	case <-ctx.Done():
+		t.Fatal("no wake event while requests were held")
+	}
+	if in, held, req := h.count("ns/app"); in != 0 || held != n || req != n {
+		t.Errorf("counts while held: in flight %d held %d requests %d, want 0 %d %d", in, held, req, n, n)
+	}
+	if d := h.reg.CountsSince(0).Apps; len(d) != 1 || d[0].Concurrency() != n {
+		t.Errorf("admin counts while held = %+v, want concurrency %d", d, n)
+	}
+
+	h.src.Set(key("app"), ep)
+	for range n {
+		r := <-results
+		if r.err != nil || r.code != http.StatusOK || r.body != "app /x" {
+			t.Fatalf("held request: %v %d %q, want 200", r.err, r.code, r.body)
+		}
+		if r.hdr.Get(proxy.HeaderColdStart) != "true" || r.hdr.Get(proxy.HeaderColdStartWait) == "" {
+			t.Errorf("held response lacks cold-start headers: %v", r.hdr)
+		}
+	}
+	if in, held, _ := h.count("ns/app"); in != 0 || held != 0 {
+		t.Errorf("counts after release: in flight %d held %d, want 0 0", in, held)
+	}
+	if v := h.metric("httpscale_interceptor_cold_start_wait_seconds", map[string]string{"app": "ns/app"}); v != n {
+		t.Errorf("cold-start wait observations = %v, want %d", v, n)
+	}
+	// Warm now: no cold-start header.
+	if _, _, hdr := h.mustGet("app.example.com", "/"); hdr.Get(proxy.HeaderColdStart) != "" {
+		t.Error("warm request carries the cold-start header")
+	}
+}
+
+func TestFullHoldQueueAnswers503WithRetryAfter(t *testing.T) {
+	e := entry("app", "app.example.com", "app")
+	e.ColdStart.QueueLimit = 2
+	h := newHarness(t, []routing.Entry{e}, func(o *proxy.Options, _ *proxy.Server) { o.RetryAfter = 7 * time.Second })
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { _, _, _, _ = h.get(ctx, "app.example.com", "/") })
+	}
+	wctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if err := h.src.WaitWaiting(wctx, key("app"), 2); err != nil {
+		t.Fatal(err)
+	}
+	code, body, hdr := h.mustGet("app.example.com", "/")
+	if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") != "7" || !strings.Contains(body, "queue_full") {
+		t.Errorf("third request: %d Retry-After=%q %q, want 503 Retry-After=7 queue_full", code, hdr.Get("Retry-After"), body)
+	}
+	if v := h.metric("httpscale_interceptor_queue_rejections_total", map[string]string{"app": "ns/app"}); v != 1 {
+		t.Errorf("queue rejections = %v, want 1", v)
+	}
+	cancel()
+	wg.Wait()
+	eventually(t, "held requests to leave the queue", func() bool { _, held, _ := h.count("ns/app"); return held == 0 })
+}
+
+func TestReadinessTimeoutAnswers504(t *testing.T) {
+	e := entry("app", "app.example.com", "app")
+	e.Timeouts.Readiness = 50 * time.Millisecond
+	h := newHarness(t, []routing.Entry{e}, nil)
+	code, body, hdr := h.mustGet("app.example.com", "/")
+	if code != http.StatusGatewayTimeout || !strings.Contains(body, "readiness_timeout") {
+		t.Errorf("got %d %q, want 504 readiness_timeout", code, body)
+	}
+	if hdr.Get(proxy.HeaderColdStart) != "true" {
+		t.Error("504 after holding lacks the cold-start header")
+	}
+	if _, held, _ := h.count("ns/app"); held != 0 {
+		t.Errorf("held = %d after the timeout, want 0", held)
+	}
+}
+
+func TestReadinessTimeoutUsesFallbackThenPlaceholder(t *testing.T) {
+	_, fbEP := backend(t, "fallback")
+	withFallback := entry("fb", "fb.example.com", "app")
+	withFallback.Timeouts.Readiness = 50 * time.Millisecond
+	withFallback.ColdStart.Fallback = &routing.Backend{Service: "sorry", Port: 80}
+	withPlaceholder := entry("ph", "ph.example.com", "app")
+	withPlaceholder.Timeouts.Readiness = 50 * time.Millisecond
+	withPlaceholder.ColdStart.Placeholder = &routing.Placeholder{
+		StatusCode: 202, Headers: map[string]string{"Content-Type": "text/html"}, Body: "<p>warming up</p>",
+	}
+	h := newHarness(t, []routing.Entry{withFallback, withPlaceholder}, nil)
+	h.src.Set(key("sorry"), fbEP)
+
+	code, body, hdr := h.mustGet("fb.example.com", "/page")
+	if code != http.StatusOK || body != "fallback /page" || hdr.Get(proxy.HeaderColdStart) != "true" {
+		t.Errorf("fallback: %d %q cold=%q, want 200 from the fallback with the cold-start header", code, body, hdr.Get(proxy.HeaderColdStart))
+	}
+	code, body, hdr = h.mustGet("ph.example.com", "/")
+	if code != 202 || body != "<p>warming up</p>" || hdr.Get("Content-Type") != "text/html" || hdr.Get(proxy.HeaderColdStart) != "true" {
+		t.Errorf("placeholder: %d %q %v", code, body, hdr)
+	}
+}
+
+func TestDialFailureRetriesAnotherEndpointAndMarksItBad(t *testing.T) {
+	_, good := backend(t, "good")
+	dead := deadEndpoint(t)
+	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
+	h.src.Set(key("app"), dead, good)
+	for i := range 6 {
+		code, body, _ := h.mustGet("app.example.com", "/")
+		if code != http.StatusOK || body != "good /" {
+			t.Fatalf("request %d: %d %q, want 200 from the good endpoint", i, code, body)
+		}
+	}
+	if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {
+		t.Errorf("upstream errors = %v after successful retries, want 0", v)
+	}
+	// With only the dead endpoint, the request fails with 502 and is counted as an upstream error.
+	h.src.Set(key("app"), dead)
+	code, body, _ := h.mustGet("app.example.com", "/")
+	if code != http.StatusBadGateway || !strings.Contains(body, "dial") {
+		t.Errorf("only a dead endpoint: %d %q, want 502 dial", code, body)
+	}
+	if v := h.metric("httpscale_interceptor_upstream_errors_total", map[string]string{"app": "ns/app", "reason": "dial"}); v != 1 {
+		t.Errorf("dial errors = %v, want 1", v)
+	}
+}
+
+// deadEndpoint returns a loopback address nothing listens on.
+func deadEndpoint(t *testing.T) endpoints.Endpoint {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "http://" + ln.Addr().String()
+	_ = ln.Close()
+	return endpointOf(t, addr, "")
+}
+
+func TestNoRetryOnceTheRequestWasSent(t *testing.T) {
+	var hits atomic.Int32
+	hangUp := func() endpoints.Endpoint {
+		_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			c, _, _ := http.NewResponseController(w).Hijack()
+			_ = c.Close() // the request arrived; the connection dies before a response
+		})
+		return ep
+	}
+	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
+	h.src.Set(key("app"), hangUp(), hangUp())
+	req, _ := http.NewRequest(http.MethodPost, h.url+"/", strings.NewReader("payload"))
+	req.Host = "app.example.com"
+	resp, err := h.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("status %d, want 502", resp.StatusCode)
+	}
+	if total := hits.Load(); total != 1 {
+		t.Errorf("upstream saw the POST %d times, want exactly 1 (no retry after sending)", total)
+	}
+}
+
+func TestResponseHeaderTimeoutAnswers504(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	e := entry("app", "app.example.com", "app")
+	e.Timeouts.ResponseHeader = 50 * time.Millisecond
+	h := newHarness(t, []routing.Entry{e}, nil)
+	h.src.Set(key("app"), ep)
+	code, body, _ := h.mustGet("app.example.com", "/")
+	if code != http.StatusGatewayTimeout || !strings.Contains(body, "response_header_timeout") {
+		t.Errorf("got %d %q, want 504 response_header_timeout", code, body)
+	}
+}
+
+func TestClientCancelWhileHeldIs499NotUpstreamError(t *testing.T) {
+	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, _, _, err := h.get(ctx, "app.example.com", "/"); errc <- err }()
+	wctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if err := h.src.WaitWaiting(wctx, key("app"), 1); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("client error %v, want context.Canceled", err)
+	}
+	eventually(t, "the 499 to be recorded", func() bool {
+		return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "499"}) == 1
+	})
+	if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {
+		t.Errorf("upstream errors = %v, want 0 for a client that went away", v)
+	}
+	if _, held, _ := h.count("ns/app"); held != 0 {
+		t.Errorf("held = %d, want 0", held)
+	}
+}
+
+func TestRequestsOfRemovedAppsAreNotRoutedAndCountersReset(t *testing.T) {
+	_, ep := backend(t, "app")
+	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
+	h.src.Set(key("app"), ep)
+	h.mustGet("app.example.com", "/")
+	h.setTable()
+	if code, _, _ := h.mustGet("app.example.com", "/"); code != http.StatusNotFound {
+		t.Errorf("removed app answered %d, want 404", code)
+	}
+	if d := cmp.Diff([]admin.AppCount{}, h.reg.CountsSince(0).Apps); d != "" {
+		t.Errorf("counts after removal (-want +got):\n%s", d)
+	}
+}
+
+func TestRequestTimeoutAnswers504(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	e := entry("app", "app.example.com", "app")
+	e.Timeouts.Request = 50 * time.Millisecond
+	h := newHarness(t, []routing.Entry{e}, nil)
+	h.src.Set(key("app"), ep)
+	code, body, _ := h.mustGet("app.example.com", "/")
+	if code != http.StatusGatewayTimeout || !strings.Contains(body, "request_timeout") {
+		t.Errorf("got %d %q, want 504 request_timeout", code, body)
+	}
+}
+
+func TestClientCancelWhileForwardedIs499NotUpstreamError(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done() // the proxy cancels the upstream request when the client goes away
+	})
+	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
+	h.src.Set(key("app"), ep)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, _, _, err := h.get(ctx, "app.example.com", "/"); errc <- err }()
+	<-arrived
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("client error %v, want context.Canceled", err)
+	}
+	eventually(t, "the 499 to be recorded", func() bool {
+		return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "499"}) == 1
+	})
+	if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {
+		t.Errorf("upstream errors = %v, want 0", v)
+	}
+	if in, _, _ := h.count("ns/app"); in != 0 {
+		t.Errorf("in flight = %d after the client left, want 0", in)
+	}
+}

@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/httpscale/httpscale/pkg/endpoints"
+	"github.com/httpscale/httpscale/pkg/queue"
+	"github.com/httpscale/httpscale/pkg/routing"
+)
+
+// routes are the per-app states of one routing table.
+type routes struct {
+	table *routing.Table
+	apps  map[*routing.Entry]*app
+	byKey map[string]*app
+}
+
+// app is one routed app's state for one routing table.
+type app struct {
+	entry          *routing.Entry
+	key            string
+	counts         *queue.App
+	m              *appMetrics
+	target         *backend
+	fallback       *backend // nil without a fallback
+	zoneAware      bool
+	readiness      time.Duration
+	request        time.Duration
+	responseHeader time.Duration
+	queueLimit     int64
+}
+
+// current returns the routes of the table to serve with, building them when the table changed.
+// Cost on the hot path: two atomic loads.
+func (p *Proxy) current() *routes {
+	t := p.opts.Tables.Table()
+	if rt := p.routes.Load(); rt != nil && rt.table == t {
+		return rt
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rt := p.routes.Load(); rt != nil && rt.table == t {
+		return rt
+	}
+	rt := p.prepared.Load()
+	if rt == nil || rt.table != t {
+		rt = p.build(t)
+	} else {
+		p.prepared.Store(nil)
+	}
+	p.publish(rt)
+	return rt
+}
+
+// TableChanged builds the per-app state of t before t is served, so the first requests routed by a
+// new table do not pay for it; call it from the table watch's change callback. It blocks for O(apps)
+// and does not block requests.
+func (p *Proxy) TableChanged(t *routing.Table) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rt := p.routes.Load(); rt != nil && rt.table == t {
+		return
+	}
+	p.prepared.Store(p.build(t))
+	p.syncRegistry()
+}
+
+// build returns the routes of t, carrying endpoint state over from the routes served. Callers hold
+// p.mu.
+func (p *Proxy) build(t *routing.Table) *routes {
+	old := p.routes.Load()
+	rt := &routes{table: t, apps: make(map[*routing.Entry]*app, t.Len()), byKey: make(map[string]*app, t.Len())}
+	for _, e := range t.Entries() {
+		shared, _ := t.Lookup(e.Key())
+		a := p.newApp(shared, old)
+		rt.apps[shared] = a
+		rt.byKey[a.key] = a
+	}
+	p.log.V(1).Info("routing table prepared", "version", t.Version(), "apps", len(rt.byKey))
+	return rt
+}
+
+// publish serves rt and forgets the counters and metrics of apps that neither rt nor a prepared
+// table routes. Callers hold p.mu.
+func (p *Proxy) publish(rt *routes) {
+	old := p.routes.Swap(rt)
+	p.syncRegistry()
+	if old == nil {
+		return
+	}
+	prep := p.prepared.Load()
+	for key := range old.byKey {
+		_, kept := rt.byKey[key]
+		if !kept && prep != nil {
+			_, kept = prep.byKey[key]
+		}
+		if !kept {
+			p.opts.Metrics.forget(key)
+		}
+	}
+}
+
+// syncRegistry keeps the counters of the apps of the served and the prepared routes, so that the
+// counters an app's state points at stay the ones the admin port reports. Callers hold p.mu.
+func (p *Proxy) syncRegistry() {
+	var keys []string
+	for _, rt := range []*routes{p.routes.Load(), p.prepared.Load()} {
+		if rt != nil {
+			for k := range rt.byKey {
+				keys = append(keys, k)
+			}
+		}
+	}
+	p.opts.Registry.Sync(keys)
+}
+
+func (p *Proxy) newApp(e *routing.Entry, old *routes) *app {
+	key := e.Key()
+	a := &app{
+		entry:          e,
+		key:            key,
+		counts:         p.opts.Registry.App(key),
+		zoneAware:      p.opts.ZoneAware,
+		readiness:      orDefault(e.Timeouts.Readiness, p.opts.ReadinessTimeout),
+		request:        orDefault(e.Timeouts.Request, p.opts.RequestTimeout),
+		responseHeader: orDefault(e.Timeouts.ResponseHeader, p.opts.ResponseHeaderTimeout),
+		queueLimit:     int64(p.opts.QueueLimit),
+	}
+	a.m = p.opts.Metrics.forApp(key)
+	if e.ZoneAware != nil {
+		a.zoneAware = *e.ZoneAware
+	}
+	if e.ColdStart.QueueLimit > 0 {
+		a.queueLimit = int64(e.ColdStart.QueueLimit)
+	}
+	var prev *app
+	if old != nil {
+		prev = old.byKey[key]
+	}
+	a.target = p.newBackend(e.Namespace, e.Target(), prev, func(o *app) *backend { return o.target })
+	if fb := e.ColdStart.Fallback; fb != nil {
+		a.fallback = p.newBackend(e.Namespace, *fb, prev, func(o *app) *backend { return o.fallback })
+	}
+	return a
+}
+
+// newBackend returns the backend state of b, reusing the previous table's (round-robin position and
+// endpoints marked bad) when it describes the same destination.
+func (p *Proxy) newBackend(ns string, b routing.Backend, prev *app, pick func(*app) *backend) *backend {
+	nb := &backend{
+		key:         endpoints.ServiceKey{Namespace: ns, Service: b.Service, PortName: b.PortName},
+		protocol:    b.Protocol,
+		serviceAddr: net.JoinHostPort(b.Service+"."+ns+".svc."+p.opts.ClusterDomain, strconv.Itoa(int(b.Port))),
+	}
+	if prev != nil {
+		if ob := pick(prev); ob != nil && ob.key == nb.key && ob.protocol == nb.protocol && ob.serviceAddr == nb.serviceAddr {
+			return ob
+		}
+	}
+	return nb
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}

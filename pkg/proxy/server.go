@@ -1,0 +1,178 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Server is a controller-runtime Runnable serving one HTTP handler, with a graceful drain when its
+// context ends: Ready turns to an error at once, the server keeps serving for DrainDelay (so load
+// balancers notice the failing readiness probe and stop sending), then stops accepting and waits up
+// to DrainTimeout for in-flight and held requests and, when WaitIdle is set, for upgraded connections
+// (WebSockets). Whatever is still running then is cut off.
+type Server struct {
+	// Name appears in logs.
+	Name string
+	// Addr is the listen address; ignored when Listener is set.
+	Addr     string
+	Listener net.Listener
+	Handler  http.Handler
+	// H2C also accepts cleartext HTTP/2 with prior knowledge (gRPC clients without TLS).
+	H2C bool
+
+	DrainDelay   time.Duration
+	DrainTimeout time.Duration
+	// WaitIdle, when set, is waited for after http.Server.Shutdown (which ignores hijacked
+	// connections); the proxy passes its WaitUpgrades.
+	WaitIdle func(ctx context.Context) error
+	// After, when set, delays the start of the drain until it is closed once the context ended:
+	// the admin server stays up until the proxy has drained, so probes and counts keep answering.
+	After <-chan struct{}
+	// OnShutdown, when set, runs when the server stops accepting (after the delay), e.g. to end
+	// streaming responses that Shutdown would otherwise wait for.
+	OnShutdown func()
+	// Drained is closed when the server has stopped; may be nil.
+	Drained chan struct{}
+	// Log receives lifecycle messages.
+	Log logr.Logger
+
+	draining atomic.Bool
+	addr     atomic.Pointer[string]
+}
+
+// NeedLeaderElection is false: every replica serves.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Ready returns an error once the drain began; wire it to the readiness probe.
+func (s *Server) Ready() error {
+	if s.draining.Load() {
+		return errors.New("draining")
+	}
+	return nil
+}
+
+// Draining reports whether the drain began.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// ListenAddr returns the bound address once Start listens, else "".
+func (s *Server) ListenAddr() string {
+	if a := s.addr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// Start serves until ctx ends, then drains. It returns nil after a drain, even one cut short.
+func (s *Server) Start(ctx context.Context) error {
+	if s.Drained != nil {
+		defer close(s.Drained)
+	}
+	ln := s.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.Addr); err != nil {
+			return fmt.Errorf("%s: listening on %s: %w", s.Name, s.Addr, err)
+		}
+	}
+	a := ln.Addr().String()
+	s.addr.Store(&a)
+	// Requests derive from hard, which is cancelled when the drain deadline passes: held requests
+	// and WebSockets then end instead of keeping the process alive.
+	hard, cut := context.WithCancel(context.Background())
+	defer cut()
+	srv := &http.Server{
+		Handler:           s.Handler,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return hard },
+	}
+	if s.H2C {
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		srv.Protocols = &p
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	s.Log.Info("serving", "server", s.Name, "addr", a)
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("%s: serving on %s: %w", s.Name, a, err)
+	case <-ctx.Done():
+	}
+	if s.After != nil {
+		<-s.After
+	}
+	s.draining.Store(true)
+	s.Log.Info("draining", "server", s.Name, "delay", s.DrainDelay, "timeout", s.DrainTimeout)
+	if s.DrainDelay > 0 {
+		t := time.NewTimer(s.DrainDelay)
+		select {
+		case <-t.C:
+		case err := <-serveErr:
+			t.Stop()
+			return fmt.Errorf("%s: serving on %s: %w", s.Name, a, err)
+		}
+	}
+	if s.OnShutdown != nil {
+		s.OnShutdown()
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), s.DrainTimeout)
+	defer cancel()
+	err := srv.Shutdown(dctx)
+	if err == nil && s.WaitIdle != nil {
+		err = s.WaitIdle(dctx)
+	}
+	if err != nil {
+		s.Log.Info("drain timeout passed; cutting off remaining requests", "server", s.Name, "error", err.Error())
+		cut()
+		_ = srv.Close()
+	}
+	<-serveErr // http.ErrServerClosed
+	s.Log.Info("stopped", "server", s.Name)
+	return nil
+}
+
+// tracker counts active items and lets a caller wait for zero.
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed while n == 0; nil means closed
+}
+
+func (t *tracker) add(d int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == 0 && d > 0 {
+		t.zero = make(chan struct{})
+	}
+	t.n += d
+	if t.n == 0 && t.zero != nil {
+		close(t.zero)
+		t.zero = nil
+	}
+}
+
+func (t *tracker) wait(ctx context.Context) error {
+	t.mu.Lock()
+	ch := t.zero
+	t.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for upgraded connections: %w", ctx.Err())
+	}
+}

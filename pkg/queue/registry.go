@@ -1,0 +1,241 @@
+// Package queue counts the interceptor's traffic per app (in flight, held, requests received), bounds
+// the requests held while an app is cold, and publishes wake notices; its Registry is what the admin
+// port serves as counts and the wake stream.
+package queue
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/httpscale/httpscale/pkg/admin"
+)
+
+// Registry holds one App per routed app key. It implements admin.CountsSource and admin.WakeSource.
+// It is safe for concurrent use; App lookups take no lock.
+type Registry struct {
+	epoch string
+	// seq is the sequence of counts answers. An App records the value it saw after each change (see
+	// App.touch), so an answer for since s lists every App whose changed >= s.
+	seq atomic.Uint64
+
+	mu   sync.Mutex                      // serialises writers of apps
+	apps atomic.Pointer[map[string]*App] // copy-on-write
+	subs atomic.Pointer[[]*subscriber]   // copy-on-write, guarded by mu for writers
+	now  func() time.Time
+}
+
+// NewRegistry returns an empty Registry with a fresh random epoch. now is the clock for wake events;
+// nil means time.Now.
+func NewRegistry(now func() time.Time) *Registry {
+	if now == nil {
+		now = time.Now
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	r := &Registry{
+		epoch: strconv.FormatInt(time.Now().Unix(), 36) + "-" + hex.EncodeToString(b[:]),
+		now:   now,
+	}
+	r.seq.Store(1)
+	empty := map[string]*App{}
+	r.apps.Store(&empty)
+	r.subs.Store(&[]*subscriber{})
+	return r
+}
+
+// Epoch identifies this process's counters (admin.CountsSource).
+func (r *Registry) Epoch() string { return r.epoch }
+
+// App returns the counters of key, creating them on first use. Cost on the hot path: one map lookup
+// on an immutable snapshot; creation copies the map under a lock and should be rare (Sync creates the
+// apps of a new routing table in one step).
+func (r *Registry) App(key string) *App {
+	if a := (*r.apps.Load())[key]; a != nil {
+		return a
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := *r.apps.Load()
+	if a := cur[key]; a != nil {
+		return a
+	}
+	next := make(map[string]*App, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	a := r.newApp(key)
+	next[key] = a
+	r.apps.Store(&next)
+	return a
+}
+
+// Sync makes the registry hold exactly the given keys, plus any app that still has requests in
+// flight or held (it is dropped by a later Sync once idle). Counters of kept apps continue; an app
+// removed and added back starts again from zero, which consumers treat as a reset.
+func (r *Registry) Sync(keys []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := *r.apps.Load()
+	next := make(map[string]*App, len(keys))
+	for _, k := range keys {
+		if a := cur[k]; a != nil {
+			next[k] = a
+		} else {
+			next[k] = r.newApp(k)
+		}
+	}
+	for k, a := range cur {
+		if _, ok := next[k]; !ok && a.Concurrency() > 0 {
+			next[k] = a
+		}
+	}
+	r.apps.Store(&next)
+}
+
+func (r *Registry) newApp(key string) *App {
+	a := &App{key: key, reg: r}
+	a.changed.Store(r.seq.Load())
+	return a
+}
+
+// CountsSince answers admin.CountsSource: every app for since 0, else the apps changed since the
+// answer that returned since plus every app with requests in flight or held. It never blocks on I/O;
+// cost is O(apps).
+func (r *Registry) CountsSince(since uint64) admin.Counts {
+	// Changes that happen from now on record a sequence >= seq, so the next answer (since = seq)
+	// lists them; changes that recorded an older sequence are visible to the reads below.
+	seq := r.seq.Add(1)
+	full := since == 0 || since >= seq
+	apps := *r.apps.Load()
+	out := admin.Counts{Epoch: r.epoch, Seq: seq, Full: full, Apps: make([]admin.AppCount, 0, len(apps))}
+	for _, a := range apps {
+		c := a.Count()
+		if full || c.InFlight != 0 || c.Held != 0 || a.changed.Load() >= since {
+			out.Apps = append(out.Apps, c)
+		}
+	}
+	slices.SortFunc(out.Apps, func(x, y admin.AppCount) int { return strings.Compare(x.Key, y.Key) })
+	return out
+}
+
+// Snapshot returns every app's counters sorted by key without advancing the counts sequence (for
+// metrics scrapes).
+func (r *Registry) Snapshot() []admin.AppCount {
+	apps := *r.apps.Load()
+	out := make([]admin.AppCount, 0, len(apps))
+	for _, a := range apps {
+		out = append(out, a.Count())
+	}
+	slices.SortFunc(out, func(x, y admin.AppCount) int { return strings.Compare(x.Key, y.Key) })
+	return out
+}
+
+// App is one app's counters. Methods are safe for concurrent use and lock-free.
+type App struct {
+	key      string
+	reg      *Registry
+	inFlight atomic.Int64
+	held     atomic.Int64
+	requests atomic.Uint64
+	// changed is the registry sequence current after the latest change (see touch).
+	changed atomic.Uint64
+	// lastWake is the unix-nano time of the latest wake event published for this app.
+	lastWake atomic.Int64
+}
+
+// Key returns the app's "namespace/name".
+func (a *App) Key() string { return a.key }
+
+// Count returns the app's current counters.
+func (a *App) Count() admin.AppCount {
+	return admin.AppCount{Key: a.key, InFlight: a.inFlight.Load(), Held: a.held.Load(), Requests: a.requests.Load()}
+}
+
+// Concurrency is in flight plus held.
+func (a *App) Concurrency() int64 { return a.inFlight.Load() + a.held.Load() }
+
+// Received counts one request; call it once per request, before it is held or forwarded.
+func (a *App) Received() {
+	a.requests.Add(1)
+	a.touch()
+}
+
+// StartForward marks one request (or WebSocket) in flight; call the returned function exactly once
+// when it ends.
+func (a *App) StartForward() (done func()) {
+	a.inFlight.Add(1)
+	a.touch()
+	return a.endForward
+}
+
+func (a *App) endForward() {
+	a.inFlight.Add(-1)
+	a.touch()
+}
+
+// TryHold admits one request to the app's hold queue if fewer than limit are held, and reports
+// whether it did. A limit <= 0 admits nothing. Release with Unhold.
+func (a *App) TryHold(limit int64) bool {
+	if a.held.Add(1) > limit {
+		a.held.Add(-1)
+		return false
+	}
+	a.touch()
+	return true
+}
+
+// Unhold ends one hold admitted by TryHold.
+func (a *App) Unhold() {
+	a.held.Add(-1)
+	a.touch()
+}
+
+// Held returns the number of requests currently held.
+func (a *App) Held() int64 { return a.held.Load() }
+
+// InFlight returns the number of requests currently forwarded and not finished.
+func (a *App) InFlight() int64 { return a.inFlight.Load() }
+
+// touch records that the counters changed, after the change. It leaves changed at a sequence that
+// was current after the change was made: either the answer that read seq before this check already
+// saw the change, or the next one lists the app. Cost: two atomic loads when nothing is polled.
+func (a *App) touch() {
+	for {
+		cur := a.reg.seq.Load()
+		old := a.changed.Load()
+		if old >= cur {
+			return
+		}
+		if a.changed.CompareAndSwap(old, cur) && a.reg.seq.Load() == cur {
+			return
+		}
+	}
+}
+
+// Wake publishes a wake event for the app unless one was published less than every ago. It never
+// blocks: subscribers coalesce events behind a slow reader.
+func (a *App) Wake(every time.Duration) {
+	now := a.reg.now()
+	last := a.lastWake.Load()
+	if last != 0 && now.UnixNano()-last < int64(every) {
+		return
+	}
+	if !a.lastWake.CompareAndSwap(last, now.UnixNano()) {
+		return // a concurrent request publishes it
+	}
+	a.reg.publish(admin.WakeEvent{Key: a.key, At: now})
+}
+
+// Woke forgets the latest wake event, so that the next cold start of the app publishes at once; the
+// proxy calls it when a held request is released.
+func (a *App) Woke() {
+	if a.lastWake.Load() != 0 {
+		a.lastWake.Store(0)
+	}
+}
