@@ -9,40 +9,13 @@ import (
 	"github.com/httpscale/httpscale/pkg/endpoints"
 )
 
-// ZoneCandidates returns the endpoints a replica in zone should spread requests over: those that
-// EndpointSlice topology hints assign to zone when every endpoint carries hints, else those in zone;
-// when that leaves none, all of them. zone "" (unknown) disables the preference. The result may share
-// memory with eps and must not be modified. Not for the hot path: the proxy caches it per Set.
-func ZoneCandidates(eps []endpoints.Endpoint, zone string) []endpoints.Endpoint {
-	if zone == "" || len(eps) == 0 {
-		return eps
-	}
-	hinted := true
-	for i := range eps {
-		if len(eps[i].ForZones) == 0 {
-			hinted = false
-			break
-		}
-	}
-	var out []endpoints.Endpoint
-	for i := range eps {
-		if hinted && slices.Contains(eps[i].ForZones, zone) || !hinted && eps[i].Zone == zone {
-			out = append(out, eps[i])
-		}
-	}
-	if len(out) == 0 {
-		return eps
-	}
-	return out
-}
-
 // candidate is an endpoint with its dial address computed once.
 type candidate struct {
 	ep   endpoints.Endpoint
 	addr string
 }
 
-// zoneView caches ZoneCandidates for one immutable Set.
+// zoneView caches endpoints.Candidates for one immutable Set.
 type zoneView struct {
 	set   *endpoints.Set
 	zone  string
@@ -74,7 +47,7 @@ func (b *backend) candidates(set *endpoints.Set, zone string) *zoneView {
 	for i, ep := range set.Endpoints {
 		v.all[i] = candidate{ep: ep, addr: ep.Addr()}
 	}
-	local := ZoneCandidates(set.Endpoints, zone)
+	local, _ := endpoints.Candidates(set, zone, zone != "")
 	if len(local) == len(set.Endpoints) {
 		v.cands = v.all
 	} else {

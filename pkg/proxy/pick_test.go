@@ -21,6 +21,7 @@ func ips(eps []endpoints.Endpoint) []string {
 	return out
 }
 
+// TestZoneCandidates pins the zone choice the proxy relies on (endpoints.Candidates).
 func TestZoneCandidates(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -39,7 +40,7 @@ func TestZoneCandidates(t *testing.T) {
 		{"empty", nil, "a", []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if d := cmp.Diff(tc.want, ips(ZoneCandidates(tc.eps, tc.zone))); d != "" {
+			if d := cmp.Diff(tc.want, ips(zoneCandidates(tc.eps, tc.zone))); d != "" {
 				t.Errorf("(-want +got):\n%s", d)
 			}
 		})
@@ -88,4 +89,9 @@ func TestPickRoundRobinSkipsTriedAndBad(t *testing.T) {
 	}()); d != "" {
 		t.Errorf("all endpoints (-want +got):\n%s", d)
 	}
+}
+
+func zoneCandidates(eps []endpoints.Endpoint, zone string) []endpoints.Endpoint {
+	out, _ := endpoints.Candidates(&endpoints.Set{Endpoints: eps}, zone, zone != "")
+	return out
 }

@@ -23,6 +23,9 @@ type Registry struct {
 	// seq is the sequence of counts answers. An App records the value it saw after each change (see
 	// App.touch), so an answer for since s lists every App whose changed >= s.
 	seq atomic.Uint64
+	// removedAt is the seq current when Sync last dropped an app; answers for since <= removedAt are
+	// full, because a delta cannot express a removal.
+	removedAt atomic.Uint64
 
 	mu   sync.Mutex                      // serialises writers of apps
 	apps atomic.Pointer[map[string]*App] // copy-on-write
@@ -90,12 +93,22 @@ func (r *Registry) Sync(keys []string) {
 			next[k] = r.newApp(k)
 		}
 	}
+	removed := false
 	for k, a := range cur {
-		if _, ok := next[k]; !ok && a.Concurrency() > 0 {
-			next[k] = a
+		if _, ok := next[k]; !ok {
+			if a.Concurrency() > 0 {
+				next[k] = a
+			} else {
+				removed = true
+			}
 		}
 	}
 	r.apps.Store(&next)
+	if removed {
+		// A delta cannot say "gone": make every consumer that has not seen a full answer since this
+		// removal get one next, so it forgets the removed apps instead of keeping their last values.
+		r.removedAt.Store(r.seq.Load())
+	}
 }
 
 func (r *Registry) newApp(key string) *App {
@@ -111,7 +124,7 @@ func (r *Registry) CountsSince(since uint64) admin.Counts {
 	// Changes that happen from now on record a sequence >= seq, so the next answer (since = seq)
 	// lists them; changes that recorded an older sequence are visible to the reads below.
 	seq := r.seq.Add(1)
-	full := since == 0 || since >= seq
+	full := since == 0 || since >= seq || since <= r.removedAt.Load()
 	apps := *r.apps.Load()
 	out := admin.Counts{Epoch: r.epoch, Seq: seq, Full: full, Apps: make([]admin.AppCount, 0, len(apps))}
 	for _, a := range apps {

@@ -176,3 +176,27 @@ func TestWakeCoalescesAndNeverBlocks(t *testing.T) {
 		t.Fatalf("%d subscribers after cancel, want 0", n)
 	}
 }
+
+// TestRemovalForcesAFullAnswer: a consumer polling deltas must learn that a removed app is gone, which
+// only a full answer can say.
+func TestRemovalForcesAFullAnswer(t *testing.T) {
+	r := NewRegistry(nil)
+	r.Sync([]string{"ns/a", "ns/b"})
+	r.App("ns/a").Received()
+	first := r.CountsSince(0)
+	delta := r.CountsSince(first.Seq)
+	if delta.Full {
+		t.Fatalf("poll with nothing removed = full, want a delta")
+	}
+	r.Sync([]string{"ns/b"})
+	after := r.CountsSince(delta.Seq)
+	if !after.Full {
+		t.Fatalf("poll after a removal = delta %+v, want a full answer", after)
+	}
+	if d := cmp.Diff([]admin.AppCount{{Key: "ns/b"}}, after.Apps); d != "" {
+		t.Errorf("full answer after removal (-want +got):\n%s", d)
+	}
+	if next := r.CountsSince(after.Seq); next.Full {
+		t.Errorf("the poll after that = full, want deltas again")
+	}
+}
