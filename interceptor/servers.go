@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"runtime/debug"
@@ -17,6 +19,11 @@ import (
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/queue"
 )
+
+// dialContext replaces the proxy's upstream dialer when non-nil. Production leaves it nil; the
+// integration test maps pod IPs (which EndpointSlices require to be outside 127.0.0.0/8) to loopback
+// backends with it, so the binary is tested as built, against a real API server.
+var dialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // adminDrainTimeout bounds the admin server's own shutdown, which starts once the proxy drained.
 const adminDrainTimeout = 5 * time.Second
@@ -50,6 +57,7 @@ func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, 
 		DialTimeout:           cfg.DialTimeout,
 		MaxConnsPerEndpoint:   cfg.MaxConnsPerEndpoint,
 		ClusterDomain:         cfg.ClusterDomain,
+		DialContext:           dialContext,
 	})
 	if err != nil {
 		return err
