@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -46,11 +48,15 @@ func run(ctx context.Context, args []string) error {
 			o.GracefulShutdownTimeout = &t
 		},
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
-			kube, err := wireKubernetes(mgr, cfg, log)
+			// One registry per run, served on the admin port: the process's own metrics plus every
+			// part's, and no global state shared between runs (tests start several in one process).
+			metrics := prometheus.NewRegistry()
+			metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			kube, err := wireKubernetes(mgr, cfg, metrics, log)
 			if err != nil {
 				return err
 			}
-			return setupServers(mgr, cfg, kube, log)
+			return setupServers(mgr, cfg, kube, metrics, log)
 		},
 	}, args)
 }

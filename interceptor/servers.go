@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/config"
@@ -32,12 +32,12 @@ const adminDrainTimeout = 5 * time.Second
 // first (readiness fails at once, then DrainDelay, then up to DrainTimeout for in-flight and held
 // requests and WebSockets); the admin server keeps answering probes, counts and wake streams until
 // the proxy has drained.
-func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, log logr.Logger) error {
+func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.Registry, log logr.Logger) error {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(cfg.GCPercent)
 	}
 	reg := queue.NewRegistry(nil)
-	metrics, err := proxy.NewMetrics(ctrlmetrics.Registry, reg)
+	metrics, err := proxy.NewMetrics(metricsReg, reg)
 	if err != nil {
 		return fmt.Errorf("registering proxy metrics: %w", err)
 	}
@@ -97,7 +97,7 @@ func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, 
 			Counts:  reg,
 			Wake:    reg,
 			Ready:   ready,
-			Metrics: promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{}),
+			Metrics: promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{}),
 			Stop:    stopStreams,
 		}),
 		After:        proxySrv.Drained,

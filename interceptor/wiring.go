@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -30,7 +31,7 @@ type kubeParts struct {
 }
 
 // wireKubernetes builds the routing-table watch and the EndpointSlice cache and adds them to mgr.
-func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, log logr.Logger) (kubeParts, error) {
+func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prometheus.Registry, log logr.Logger) (kubeParts, error) {
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating Kubernetes client: %w", err)
@@ -43,11 +44,11 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, log logr.Logge
 	}
 	log.Info("zone", "zone", zone, "zoneAware", cfg.ZoneAware)
 
-	cache, err := endpoints.NewCache(cs, endpoints.CacheOptions{Zone: zone, Log: log.WithName("endpoints")})
+	cache, err := endpoints.NewCache(cs, endpoints.CacheOptions{Zone: zone, Log: log.WithName("endpoints"), Registerer: metrics})
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating endpoint cache: %w", err)
 	}
-	table, err := tablewatchNew(cs, cfg, log)
+	table, err := tablewatchNew(cs, cfg, metrics, log)
 	if err != nil {
 		return kubeParts{}, err
 	}
@@ -73,8 +74,8 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, log logr.Logge
 	}, nil
 }
 
-func tablewatchNew(cs kubernetes.Interface, cfg *config.Interceptor, log logr.Logger) (*tablewatch.Watcher, error) {
-	w, err := tablewatch.NewForClient(cs, tablewatch.Options{Namespace: cfg.Namespace, Resync: cfg.TableResync, Log: log.WithName("routing")})
+func tablewatchNew(cs kubernetes.Interface, cfg *config.Interceptor, metrics prometheus.Registerer, log logr.Logger) (*tablewatch.Watcher, error) {
+	w, err := tablewatch.NewForClient(cs, tablewatch.Options{Namespace: cfg.Namespace, Resync: cfg.TableResync, Log: log.WithName("routing"), Registerer: metrics})
 	if err != nil {
 		return nil, fmt.Errorf("creating routing-table watch: %w", err)
 	}
