@@ -8,7 +8,8 @@ SHELL := /usr/bin/env bash
 GO ?= go
 BIN ?= bin
 CONTROLLER_GEN := $(GO) tool controller-gen
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/operator config/rbac/interceptor config/rbac/scaler
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/operator config/rbac/interceptor config/rbac/scaler \
+	charts/httpscale/crds charts/httpscale/templates
 
 .PHONY: help
 help: ## Show this help.
@@ -25,13 +26,23 @@ generate: ## Regenerate deepcopy code from the API types.
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests
-manifests: ## Regenerate the CRDs (config/crd/bases) and per-component RBAC (config/rbac/<component>).
+manifests: ## Regenerate the CRDs (config/crd/bases) and per-component RBAC (config/rbac/<component>), and copy both into the chart.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=httpscale-operator paths=./operator/... output:rbac:artifacts:config=config/rbac/operator
 	$(CONTROLLER_GEN) rbac:roleName=httpscale-interceptor paths=./interceptor/... output:rbac:artifacts:config=config/rbac/interceptor
 	$(CONTROLLER_GEN) rbac:roleName=httpscale-scaler paths=./scaler/... output:rbac:artifacts:config=config/rbac/scaler
+	hack/chart-sync.sh
+
+.PHONY: chart-sync
+chart-sync: ## Copy CRDs and generated RBAC into charts/httpscale, and re-render config/default/httpscale.yaml with Helm.
+	hack/chart-sync.sh
+	hack/render-install.sh
 
 ##@ Test
+
+.PHONY: chart-test
+chart-test: ## helm lint --strict, helm template checks, and the chart install on a real API server with RBAC.
+	$(GO) test -count=1 ./charts/...
 
 .PHONY: tools
 tools: ## Build (or reuse from the cache outside the clone) kube-apiserver, etcd and kubectl for envtest.
