@@ -1,0 +1,521 @@
+package charts_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/httpscale/httpscale/pkg/testenv"
+	"github.com/httpscale/httpscale/pkg/trigger"
+)
+
+var components = []string{"operator", "interceptor", "scaler"}
+
+func TestLintStrict(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no ci values files: %v", err)
+	}
+	cases := map[string][]string{"defaults": nil}
+	for _, f := range files {
+		cases[filepath.Base(f)] = []string{"--values", f}
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			out, err := runHelm(t, append([]string{"lint", "--strict", chartDir}, args...)...)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if strings.Contains(out, "[WARNING]") || strings.Contains(out, "[ERROR]") {
+				t.Fatalf("lint reported problems:\n%s", out)
+			}
+		})
+	}
+}
+
+// The schema is what stops a typo in a values file from being ignored.
+func TestSchemaRejectsInvalidValues(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{
+		{"operator.replica=3", "additional properties 'replica' not allowed"},
+		{"interceptor.drain.delaySeconds=-1", "/interceptor/drain/delaySeconds"},
+		{"webhook.failurePolicy=Sometimes", "/webhook/failurePolicy"},
+		{"interceptor.service.type=ExternalName", "/interceptor/service/type"},
+		{"interceptor.autoscaling.concurrencyTarget=0", "/interceptor/autoscaling/concurrencyTarget"},
+		{"operator.routingTableDebounce=soon", "/operator/routingTableDebounce"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			_, err := runHelm(t, "template", "httpscale", chartDir, "--set", tc.set)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("helm template --set %s: got error %v, want one mentioning %q", tc.set, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	const ns = "httpscale-system"
+	m := render(t, ns)
+	checkConsistent(t, m, ns)
+
+	want := []string{
+		"ClusterRole /httpscale-interceptor", "ClusterRole /httpscale-operator", "ClusterRole /httpscale-scaler",
+		"ClusterRoleBinding /httpscale-interceptor", "ClusterRoleBinding /httpscale-operator", "ClusterRoleBinding /httpscale-scaler",
+		"Deployment httpscale-system/httpscale-interceptor", "Deployment httpscale-system/httpscale-operator", "Deployment httpscale-system/httpscale-scaler",
+		"PodDisruptionBudget httpscale-system/httpscale-interceptor", "PodDisruptionBudget httpscale-system/httpscale-operator",
+		"Role httpscale-system/httpscale-interceptor", "Role httpscale-system/httpscale-operator", "Role httpscale-system/httpscale-scaler",
+		"RoleBinding httpscale-system/httpscale-interceptor", "RoleBinding httpscale-system/httpscale-operator", "RoleBinding httpscale-system/httpscale-scaler",
+		"Secret httpscale-system/httpscale-operator-webhook-tls",
+		"Service httpscale-system/httpscale-interceptor", "Service httpscale-system/httpscale-interceptor-admin",
+		"Service httpscale-system/httpscale-operator-webhook", "Service httpscale-system/httpscale-scaler",
+		"ServiceAccount httpscale-system/httpscale-interceptor", "ServiceAccount httpscale-system/httpscale-operator", "ServiceAccount httpscale-system/httpscale-scaler",
+		"ValidatingWebhookConfiguration /httpscale-operator",
+	}
+	if diff := cmp.Diff(want, m.keys()); diff != "" {
+		t.Errorf("rendered objects (-want +got):\n%s", diff)
+	}
+
+	op := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-operator")
+	if got := *op.Spec.Replicas; got != 2 {
+		t.Errorf("operator replicas = %d, want 2", got)
+	}
+	oc := container(t, op, "operator")
+	for _, arg := range []string{
+		"--leader-elect=true",
+		"--health-probe-bind-address=:8081",
+		"--metrics-bind-address=:8080",
+		"--scaler-address=httpscale-scaler.httpscale-system.svc.cluster.local:9090",
+		"--interceptor-admin-selector=kubernetes.io/service-name=httpscale-interceptor-admin",
+		"--interceptor-admin-port-name=admin",
+	} {
+		if !hasArg(oc, arg) {
+			t.Errorf("operator args %v lack %s", oc.Args, arg)
+		}
+	}
+	if p, ok := port(oc, "webhook"); !ok || p.ContainerPort != 9443 {
+		t.Errorf("operator webhook port = %+v, want 9443", p)
+	}
+	if got := envVar(t, oc, "HTTPSCALE_WEBHOOK_CERT_MANAGEMENT").Value; got != "self" {
+		t.Errorf("webhook cert management = %q, want self", got)
+	}
+	if v := volume(t, op, "webhook-certs"); v.EmptyDir == nil {
+		t.Errorf("self-managed certificate: webhook-certs volume = %+v, want an emptyDir the operator writes", v.VolumeSource)
+	}
+	if got := oc.Image; got != "ghcr.io/httpscale/operator:0.1.0" {
+		t.Errorf("operator image = %s, want the chart's appVersion tag", got)
+	}
+	secret := get[*corev1.Secret](t, m, "Secret", "httpscale-operator-webhook-tls")
+	if len(secret.Data)+len(secret.StringData) != 0 {
+		t.Errorf("webhook Secret carries data %v; upgrades would overwrite the operator's certificate", secret.Data)
+	}
+
+	vwc := get[*admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "httpscale-operator")
+	if len(vwc.Webhooks) != 1 {
+		t.Fatalf("webhooks = %d, want 1", len(vwc.Webhooks))
+	}
+	wh := vwc.Webhooks[0]
+	if got := *wh.ClientConfig.Service.Path; got != "/validate-httpscale-dev-v1alpha1-httpscaledobject" {
+		t.Errorf("webhook path = %s", got)
+	}
+	if *wh.FailurePolicy != admissionregistrationv1.Fail || *wh.SideEffects != admissionregistrationv1.SideEffectClassNone {
+		t.Errorf("failurePolicy/sideEffects = %s/%s, want Fail/None", *wh.FailurePolicy, *wh.SideEffects)
+	}
+	if len(wh.ClientConfig.CABundle) != 0 || vwc.Annotations["cert-manager.io/inject-ca-from"] != "" {
+		t.Errorf("self-managed certificate: the chart must leave caBundle to the operator, got caBundle %q annotations %v", wh.ClientConfig.CABundle, vwc.Annotations)
+	}
+	wantRule := admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{"httpscale.dev"}, APIVersions: []string{"v1alpha1"}, Resources: []string{"httpscaledobjects"}, Scope: ptr(admissionregistrationv1.NamespacedScope)},
+	}
+	if diff := cmp.Diff([]admissionregistrationv1.RuleWithOperations{wantRule}, wh.Rules); diff != "" {
+		t.Errorf("webhook rules (-want +got):\n%s", diff)
+	}
+
+	ic := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-interceptor")
+	if got := *ic.Spec.Replicas; got < 2 {
+		t.Errorf("interceptor replicas = %d, want at least 2", got)
+	}
+	checkInterceptorPod(t, ic, 8080, 9090)
+	zoneSpread := false
+	for _, c := range ic.Spec.Template.Spec.TopologySpreadConstraints {
+		if c.TopologyKey == "topology.kubernetes.io/zone" && labels.SelectorFromSet(c.LabelSelector.MatchLabels).Matches(labels.Set(ic.Spec.Template.Labels)) {
+			zoneSpread = true
+		}
+	}
+	if !zoneSpread {
+		t.Errorf("interceptor pods are not spread across zones: %+v", ic.Spec.Template.Spec.TopologySpreadConstraints)
+	}
+	pdb := get[*policyv1.PodDisruptionBudget](t, m, "PodDisruptionBudget", "httpscale-interceptor")
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("interceptor PDB maxUnavailable = %v, want 1", pdb.Spec.MaxUnavailable)
+	}
+	for name, want := range map[string]string{"httpscale-interceptor": "http", "httpscale-interceptor-admin": "admin", "httpscale-scaler": "grpc"} {
+		svc := get[*corev1.Service](t, m, "Service", name)
+		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != want {
+			t.Errorf("Service %s ports = %+v, want one port named %s", name, svc.Spec.Ports, want)
+		}
+	}
+	if got := get[*corev1.Service](t, m, "Service", "httpscale-scaler").Spec.Ports[0].Port; got != 9090 {
+		t.Errorf("scaler Service port = %d, want 9090", got)
+	}
+
+	sc := container(t, get[*appsv1.Deployment](t, m, "Deployment", "httpscale-scaler"), "scaler")
+	for _, arg := range []string{"--grpc-bind-address=:9090", "--health-probe-bind-address=:9191", "--metrics-bind-address=:9190"} {
+		if !hasArg(sc, arg) {
+			t.Errorf("scaler args %v lack %s", sc.Args, arg)
+		}
+	}
+	if sc.ReadinessProbe == nil || sc.ReadinessProbe.HTTPGet.Port.String() != "probes" || sc.LivenessProbe == nil {
+		t.Errorf("scaler probes: readiness %+v liveness %+v", sc.ReadinessProbe, sc.LivenessProbe)
+	}
+}
+
+func TestNonDefaultValues(t *testing.T) {
+	const ns = "platform"
+	m := render(t, ns, "--values", filepath.Join(chartDir, "ci", "nondefault-values.yaml"))
+	checkConsistent(t, m, ns)
+
+	for _, gone := range []string{"PodDisruptionBudget httpscale-operator", "Secret httpscale-operator-webhook-tls", "Issuer httpscale-selfsigned"} {
+		kind, name, _ := strings.Cut(gone, " ")
+		if m.find(kind, name) != nil {
+			t.Errorf("%s rendered although the values turn it off", gone)
+		}
+	}
+
+	op := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-operator")
+	oc := container(t, op, "operator")
+	for _, arg := range []string{"--scaler-address=httpscale-scaler.platform.svc.k8s.example.internal:9443", "--watch-namespaces=shop,blog", "--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic"} {
+		if !hasArg(oc, arg) {
+			t.Errorf("operator args %v lack %s", oc.Args, arg)
+		}
+	}
+	if oc.Image != "registry.example.com/httpscale/operator:v9.9.9" || oc.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("operator image = %s (%s)", oc.Image, oc.ImagePullPolicy)
+	}
+	if got := op.Spec.Template.Spec.ImagePullSecrets; len(got) != 1 || got[0].Name != "registry-creds" {
+		t.Errorf("imagePullSecrets = %v", got)
+	}
+	if got := envVar(t, oc, "HTTPSCALE_WEBHOOK_CERT_MANAGEMENT").Value; got != "external" {
+		t.Errorf("webhook cert management = %q, want external", got)
+	}
+	if v := volume(t, op, "webhook-certs"); v.Secret == nil || v.Secret.SecretName != "httpscale-operator-webhook-tls" {
+		t.Errorf("cert-manager: webhook-certs volume = %+v, want Secret httpscale-operator-webhook-tls", v.VolumeSource)
+	}
+	if p, ok := port(oc, "webhook"); !ok || p.ContainerPort != 10443 {
+		t.Errorf("operator webhook port = %+v, want 10443", p)
+	}
+
+	vwc := get[*admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "httpscale-operator")
+	if got := vwc.Annotations["cert-manager.io/inject-ca-from"]; got != "platform/httpscale-operator-webhook" {
+		t.Errorf("CA injection annotation = %q, want platform/httpscale-operator-webhook", got)
+	}
+	if got := *vwc.Webhooks[0].FailurePolicy; got != admissionregistrationv1.Ignore {
+		t.Errorf("failurePolicy = %s, want Ignore", got)
+	}
+	cert := get[*unstructured.Unstructured](t, m, "Certificate", "httpscale-operator-webhook")
+	dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	if !slices.Contains(dns, "httpscale-operator-webhook.platform.svc") {
+		t.Errorf("certificate dnsNames %v lack the webhook Service's name", dns)
+	}
+	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	issuer, _, _ := unstructured.NestedStringMap(cert.Object, "spec", "issuerRef")
+	if secretName != "httpscale-operator-webhook-tls" || issuer["name"] != "corp-ca" || issuer["kind"] != "ClusterIssuer" {
+		t.Errorf("certificate secretName %q issuerRef %v", secretName, issuer)
+	}
+
+	ic := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-interceptor")
+	if ic.Spec.Replicas != nil {
+		t.Errorf("interceptor replicas = %d with autoscaling on; Helm upgrades would fight KEDA", *ic.Spec.Replicas)
+	}
+	checkInterceptorPod(t, ic, 8081, 9091)
+	if got := *ic.Spec.Template.Spec.TerminationGracePeriodSeconds; got != 145 {
+		t.Errorf("terminationGracePeriodSeconds = %d, want 10+120+15", got)
+	}
+	if got := envVar(t, container(t, ic, "interceptor"), "HTTPSCALE_ZONE").Value; got != "zone-a" {
+		t.Errorf("HTTPSCALE_ZONE = %q", got)
+	}
+	proxy := get[*corev1.Service](t, m, "Service", "httpscale-interceptor")
+	if proxy.Spec.Type != corev1.ServiceTypeLoadBalancer || proxy.Spec.Ports[0].Port != 80 || proxy.Annotations["service.beta.kubernetes.io/aws-load-balancer-type"] != "nlb" {
+		t.Errorf("proxy Service = %s port %d annotations %v", proxy.Spec.Type, proxy.Spec.Ports[0].Port, proxy.Annotations)
+	}
+	if got := get[*policyv1.PodDisruptionBudget](t, m, "PodDisruptionBudget", "httpscale-interceptor").Spec.MaxUnavailable; *got != intstr.FromString("25%") {
+		t.Errorf("PDB maxUnavailable = %v", got)
+	}
+
+	so := get[*kedav1alpha1.ScaledObject](t, m, "ScaledObject", "httpscale-interceptor")
+	if so.Spec.ScaleTargetRef.Name != "httpscale-interceptor" || so.Spec.ScaleTargetRef.Kind != "Deployment" {
+		t.Errorf("ScaledObject target = %+v", so.Spec.ScaleTargetRef)
+	}
+	if *so.Spec.MinReplicaCount != 3 || *so.Spec.MaxReplicaCount != 30 || *so.Spec.PollingInterval != 5 || *so.Spec.CooldownPeriod != 120 {
+		t.Errorf("ScaledObject min/max/polling/cooldown = %d/%d/%d/%d", *so.Spec.MinReplicaCount, *so.Spec.MaxReplicaCount, *so.Spec.PollingInterval, *so.Spec.CooldownPeriod)
+	}
+	if len(so.Spec.Triggers) != 1 || so.Spec.Triggers[0].Type != "external" {
+		t.Fatalf("ScaledObject triggers = %+v, want one external trigger", so.Spec.Triggers)
+	}
+	md := so.Spec.Triggers[0].Metadata
+	if got := md[trigger.KeyScalerAddress]; got != "httpscale-scaler.platform.svc.k8s.example.internal:9443" {
+		t.Errorf("scalerAddress = %s", got)
+	}
+	// The scaler parses this metadata with pkg/trigger; the chart must speak the same contract.
+	parsed, err := trigger.Parse(md)
+	if err != nil {
+		t.Fatalf("the scaler would reject the fleet trigger metadata %v: %v", md, err)
+	}
+	if !parsed.Fleet || parsed.ConcurrencyTarget != 500 {
+		t.Errorf("parsed fleet trigger = %+v, want the fleet metric with target 500", parsed)
+	}
+
+	sd := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-scaler")
+	if got := *sd.Spec.Replicas; got != 2 {
+		t.Errorf("scaler replicas = %d", got)
+	}
+	sc := container(t, sd, "scaler")
+	if !hasArg(sc, "--grpc-bind-address=:9443") || get[*corev1.Service](t, m, "Service", "httpscale-scaler").Spec.Ports[0].Port != 9443 {
+		t.Errorf("scaler gRPC port not moved to 9443: args %v", sc.Args)
+	}
+}
+
+func TestMinimalValues(t *testing.T) {
+	const ns = "dev"
+	m := render(t, ns, "--values", filepath.Join(chartDir, "ci", "minimal-values.yaml"))
+	checkConsistent(t, m, ns)
+	for _, gone := range []string{"ValidatingWebhookConfiguration httpscale-operator", "Service httpscale-operator-webhook", "Secret httpscale-operator-webhook-tls", "PodDisruptionBudget httpscale-interceptor", "PodDisruptionBudget httpscale-operator"} {
+		kind, name, _ := strings.Cut(gone, " ")
+		if m.find(kind, name) != nil {
+			t.Errorf("%s rendered although the values turn it off", gone)
+		}
+	}
+	op := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-operator")
+	oc := container(t, op, "operator")
+	if _, ok := port(oc, "webhook"); ok || !hasArg(oc, "--leader-elect=false") || envVar(t, oc, "HTTPSCALE_ENABLE_WEBHOOK").Value != "false" {
+		t.Errorf("operator without webhook: ports %v args %v", oc.Ports, oc.Args)
+	}
+	ic := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-interceptor")
+	if len(ic.Spec.Template.Spec.TopologySpreadConstraints) != 0 {
+		t.Errorf("topology spread rendered although disabled")
+	}
+}
+
+// config/default is the kustomize install: the chart rendered with its defaults, plus the Namespace.
+func TestKustomizeInstallMatchesChart(t *testing.T) {
+	committed := filepath.Join(testenv.RepoRoot(), "config", "default", "httpscale.yaml")
+	fresh := filepath.Join(t.TempDir(), "httpscale.yaml")
+	cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", "render-install.sh"), fresh)
+	cmd.Env = append(os.Environ(), "HELM="+helm(t))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/render-install.sh: %v\n%s", err, out)
+	}
+	want, err := os.ReadFile(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) != string(got) {
+		t.Fatalf("config/default/httpscale.yaml is stale; run `make chart-sync` and commit it. Diff (-fresh +committed):\n%s", cmp.Diff(string(want), string(got)))
+	}
+}
+
+// checkConsistent asserts what must hold for any values: every Service and PodDisruptionBudget selects
+// the pods of exactly one Deployment and names ports those pods have; the RBAC is exactly what
+// controller-gen generated from the markers, bound to the ServiceAccount the component runs as; the
+// webhook points at a Service port that exists; labels and namespaces are right.
+func checkConsistent(t *testing.T, m manifests, ns string) {
+	t.Helper()
+	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "ValidatingWebhookConfiguration": true, "CustomResourceDefinition": true}
+	for _, o := range m.objs {
+		k := kindOf(o)
+		if clusterScoped[k] != (o.GetNamespace() == "") || (!clusterScoped[k] && o.GetNamespace() != ns) {
+			t.Errorf("%s %s is in namespace %q, want %q", k, o.GetName(), o.GetNamespace(), map[bool]string{true: "", false: ns}[clusterScoped[k]])
+		}
+		l := o.GetLabels()
+		if l["app.kubernetes.io/name"] != "httpscale" || l["app.kubernetes.io/instance"] != "httpscale" || l["app.kubernetes.io/managed-by"] != "Helm" {
+			t.Errorf("%s %s labels = %v", k, o.GetName(), l)
+		}
+	}
+
+	deployments := ofType[*appsv1.Deployment](m)
+	selected := func(what string, sel labels.Selector) *appsv1.Deployment {
+		var hits []*appsv1.Deployment
+		for _, d := range deployments {
+			if sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				hits = append(hits, d)
+			}
+		}
+		if len(hits) != 1 {
+			t.Errorf("%s selects %d deployments' pods, want exactly 1", what, len(hits))
+			return nil
+		}
+		return hits[0]
+	}
+	for _, d := range deployments {
+		sel := labels.SelectorFromSet(d.Spec.Selector.MatchLabels)
+		if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("Deployment %s selector does not match its own pods", d.Name)
+		}
+		c := d.Spec.Template.Spec.Containers[0]
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+			t.Errorf("Deployment %s: want cpu and memory requests and a memory limit, got %+v", d.Name, c.Resources)
+		}
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("Deployment %s security context = %+v", d.Name, sc)
+		}
+		if e := envVar(t, c, "POD_NAMESPACE"); e.ValueFrom == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+			t.Errorf("Deployment %s: POD_NAMESPACE = %+v, want the downward API", d.Name, e)
+		}
+		for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+			if p == nil || p.HTTPGet == nil {
+				t.Errorf("Deployment %s lacks HTTP readiness or liveness probes", d.Name)
+				continue
+			}
+			if _, ok := port(c, p.HTTPGet.Port.String()); !ok {
+				t.Errorf("Deployment %s probe port %s is not a container port", d.Name, p.HTTPGet.Port.String())
+			}
+		}
+	}
+	for _, svc := range ofType[*corev1.Service](m) {
+		d := selected("Service "+svc.Name, labels.SelectorFromSet(svc.Spec.Selector))
+		if d == nil {
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			if _, ok := port(d.Spec.Template.Spec.Containers[0], p.TargetPort.String()); !ok {
+				t.Errorf("Service %s port %s targets %s, which is no named port of %s", svc.Name, p.Name, p.TargetPort.String(), d.Name)
+			}
+		}
+	}
+	for _, pdb := range ofType[*policyv1.PodDisruptionBudget](m) {
+		selected("PodDisruptionBudget "+pdb.Name, labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels))
+	}
+	for _, vwc := range ofType[*admissionregistrationv1.ValidatingWebhookConfiguration](m) {
+		for _, wh := range vwc.Webhooks {
+			ref := wh.ClientConfig.Service
+			svc := get[*corev1.Service](t, m, "Service", ref.Name)
+			if ref.Namespace != ns || !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == *ref.Port }) {
+				t.Errorf("webhook %s points at %s/%s:%d, which does not exist", wh.Name, ref.Namespace, ref.Name, *ref.Port)
+			}
+		}
+	}
+
+	for _, c := range components {
+		sa := "httpscale-" + c
+		get[*corev1.ServiceAccount](t, m, "ServiceAccount", sa)
+		d := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-"+c)
+		if d.Spec.Template.Spec.ServiceAccountName != sa {
+			t.Errorf("Deployment %s runs as %q, want %s", d.Name, d.Spec.Template.Spec.ServiceAccountName, sa)
+		}
+		if repo, _, _ := strings.Cut(container(t, d, c).Image, ":"); !strings.HasSuffix(repo, "/"+c) {
+			t.Errorf("Deployment %s runs image %s, want the %s image", d.Name, container(t, d, c).Image, c)
+		}
+		for _, gen := range generatedRoles(t, c) {
+			kind := kindOf(gen)
+			role := m.find(kind, gen.GetName())
+			if role == nil {
+				t.Errorf("%s %s generated from the %s's markers is missing from the chart", kind, gen.GetName(), c)
+				continue
+			}
+			if diff := cmp.Diff(rules(gen), rules(role)); diff != "" {
+				t.Errorf("%s %s rules differ from controller-gen's (-generated +chart); run `make manifests`:\n%s", kind, gen.GetName(), diff)
+			}
+			if !bound(m, kind, role.GetName(), role.GetNamespace(), sa, ns) {
+				t.Errorf("%s %s is not bound to ServiceAccount %s/%s", kind, role.GetName(), ns, sa)
+			}
+		}
+	}
+	// Nothing grants more than the generated roles.
+	var generated []string
+	for _, c := range components {
+		for _, g := range generatedRoles(t, c) {
+			generated = append(generated, kindOf(g)+" "+g.GetName())
+		}
+	}
+	for _, o := range m.objs {
+		if k := kindOf(o); (k == "Role" || k == "ClusterRole") && !slices.Contains(generated, k+" "+o.GetName()) {
+			t.Errorf("%s %s is not generated from RBAC markers", k, o.GetName())
+		}
+	}
+}
+
+func bound(m manifests, kind, name, roleNS, sa, ns string) bool {
+	for _, o := range m.objs {
+		var ref rbacv1.RoleRef
+		var subjects []rbacv1.Subject
+		switch b := o.(type) {
+		case *rbacv1.ClusterRoleBinding:
+			ref, subjects = b.RoleRef, b.Subjects
+		case *rbacv1.RoleBinding:
+			if b.Namespace != roleNS {
+				continue
+			}
+			ref, subjects = b.RoleRef, b.Subjects
+		default:
+			continue
+		}
+		if ref.Kind == kind && ref.Name == name && slices.Contains(subjects, rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: ns}) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkInterceptorPod asserts the interceptor's ports, downward-API variables, probes and that its
+// grace period covers the drain it is configured for.
+func checkInterceptorPod(t *testing.T, d *appsv1.Deployment, proxyPort, adminPort int32) {
+	t.Helper()
+	c := container(t, d, "interceptor")
+	if p, ok := port(c, "http"); !ok || p.ContainerPort != proxyPort || !hasArg(c, fmt.Sprintf("--proxy-bind-address=:%d", proxyPort)) {
+		t.Errorf("proxy port = %+v args %v, want %d", p, c.Args, proxyPort)
+	}
+	if p, ok := port(c, "admin"); !ok || p.ContainerPort != adminPort || !hasArg(c, fmt.Sprintf("--admin-bind-address=:%d", adminPort)) {
+		t.Errorf("admin port = %+v args %v, want %d", p, c.Args, adminPort)
+	}
+	if e := envVar(t, c, "NODE_NAME"); e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("NODE_NAME = %+v, want the downward API spec.nodeName", e)
+	}
+	if p := c.ReadinessProbe; p.HTTPGet.Path != "/readyz" || p.HTTPGet.Port.String() != "admin" {
+		t.Errorf("readiness probe = %s on %s, want /readyz on admin", p.HTTPGet.Path, p.HTTPGet.Port.String())
+	}
+	if p := c.LivenessProbe; p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "admin" {
+		t.Errorf("liveness probe = %s on %s, want /healthz on admin", p.HTTPGet.Path, p.HTTPGet.Port.String())
+	}
+	delay, err1 := time.ParseDuration(envVar(t, c, "HTTPSCALE_DRAIN_DELAY").Value)
+	timeout, err2 := time.ParseDuration(envVar(t, c, "HTTPSCALE_DRAIN_TIMEOUT").Value)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("drain settings are not durations: %v %v", err1, err2)
+	}
+	grace := time.Duration(*d.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+	if grace < delay+timeout {
+		t.Errorf("terminationGracePeriodSeconds %s < drain delay %s + timeout %s: the kubelet would kill requests mid-drain", grace, delay, timeout)
+	}
+}
+
+func volume(t testing.TB, d *appsv1.Deployment, name string) corev1.Volume {
+	t.Helper()
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == name {
+			return v
+		}
+	}
+	t.Fatalf("deployment %s has no volume %s", d.Name, name)
+	return corev1.Volume{}
+}
+
+func ptr[T any](v T) *T { return &v }
