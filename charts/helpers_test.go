@@ -45,6 +45,14 @@ func init() {
 	}
 }
 
+// tb is what the helpers need from testing.T and from GinkgoT().
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	TempDir() string
+}
+
 var helmBin struct {
 	once sync.Once
 	path string
@@ -52,7 +60,7 @@ var helmBin struct {
 }
 
 // helm returns the helm binary: $HELM when set, else the one hack/tools.sh builds and caches.
-func helm(t testing.TB) string {
+func helm(t tb) string {
 	t.Helper()
 	helmBin.once.Do(func() {
 		if p := os.Getenv("HELM"); p != "" {
@@ -76,7 +84,7 @@ func helm(t testing.TB) string {
 }
 
 // runHelm runs helm with args and returns stdout; stderr is part of the error.
-func runHelm(t testing.TB, args ...string) (string, error) {
+func runHelm(t tb, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(helm(t), args...)
 	var stdout, stderr bytes.Buffer
@@ -238,7 +246,7 @@ func port(c corev1.Container, name string) (corev1.ContainerPort, bool) {
 
 // generatedRoles reads config/rbac/<component>/role.yaml, the controller-gen output of the component's
 // RBAC markers: the rules the chart must grant, no more and no less.
-func generatedRoles(t testing.TB, component string) []client.Object {
+func generatedRoles(t tb, component string) []client.Object {
 	t.Helper()
 	f, err := os.Open(filepath.Join(testenv.RepoRoot(), "config", "rbac", component, "role.yaml"))
 	if err != nil {
