@@ -17,7 +17,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -26,7 +25,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/httpscale/httpscale/pkg/testenv"
@@ -75,12 +73,25 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		out, err := build.CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
 
-		out2, err := runHelm(GinkgoT(), helmArgs("install", "httpscale", chartDir, "--create-namespace")...)
-		Expect(err).NotTo(HaveOccurred(), out2)
-
-		for _, c := range components {
-			tokens[c], tokenFiles[c] = serviceAccountKubeconfig(ctx, cs, admin, ns, "httpscale-"+c, GinkgoT().TempDir())
+		// hack/rbac-proof.sh is what the end-to-end suite runs against the local cluster: helm install,
+		// then one token-only kubeconfig per component.
+		proofDir := GinkgoT().TempDir()
+		proof := exec.CommandContext(ctx, filepath.Join(testenv.RepoRoot(), "hack", "rbac-proof.sh"), proofDir)
+		proof.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "HELM="+helm(GinkgoT()), "KUBECTL="+filepath.Join(assets, "kubectl"),
+			"HELM_CACHE_HOME="+GinkgoT().TempDir(), "HELM_CONFIG_HOME="+GinkgoT().TempDir(), "HELM_DATA_HOME="+GinkgoT().TempDir())
+		var stderr bytes.Buffer
+		proof.Stderr = &stderr
+		out, err = proof.Output()
+		Expect(err).NotTo(HaveOccurred(), "hack/rbac-proof.sh: %s", stderr.String())
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			c, path, _ := strings.Cut(line, " ")
+			tokenFiles[c] = path
+			tokens[c], err = clientcmd.BuildConfigFromFlags("", path)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(tokens[c].CertFile + tokens[c].KeyFile + string(tokens[c].CertData)).To(BeEmpty(), "%s's kubeconfig must carry only a token", c)
+			Expect(tokens[c].BearerToken).NotTo(BeEmpty())
 		}
+		Expect(tokenFiles).To(HaveLen(len(components)))
 	}, NodeTimeout(10*time.Minute))
 
 	It("installs the HTTPScaledObject CRD from the chart", func(ctx SpecContext) {
@@ -244,26 +255,6 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred(), "Helm keeps CRDs by design")
 	})
 })
-
-// serviceAccountKubeconfig requests a token for the ServiceAccount (as `kubectl create token` does) and
-// writes a kubeconfig that authenticates with nothing but that token.
-func serviceAccountKubeconfig(ctx context.Context, cs *kubernetes.Clientset, admin *rest.Config, ns, sa, dir string) (*rest.Config, string) {
-	GinkgoHelper()
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))},
-	}, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: admin.CAData}
-	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts[sa] = &clientcmdapi.Context{Cluster: "local", AuthInfo: sa, Namespace: ns}
-	kc.CurrentContext = sa
-	path := filepath.Join(dir, sa+".kubeconfig")
-	Expect(clientcmd.WriteToFile(*kc, path)).To(Succeed())
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	Expect(err).NotTo(HaveOccurred())
-	return cfg, path
-}
 
 // resourceAttributes turns one generated rule entry into an access question; wildcards become a
 // concrete example (any resource's scale subresource is asked as deployments/scale).
