@@ -88,7 +88,7 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 			tokenFiles[c] = path
 			tokens[c], err = clientcmd.BuildConfigFromFlags("", path)
 			Expect(err).NotTo(HaveOccurred())
-			Expect(tokens[c].CertFile + tokens[c].KeyFile + string(tokens[c].CertData)).To(BeEmpty(), "%s's kubeconfig must carry only a token", c)
+			Expect(tokens[c].CertFile+tokens[c].KeyFile+string(tokens[c].CertData)).To(BeEmpty(), "%s's kubeconfig must carry only a token", c)
 			Expect(tokens[c].BearerToken).NotTo(BeEmpty())
 		}
 		Expect(tokenFiles).To(HaveLen(len(components)))
