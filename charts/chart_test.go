@@ -1,6 +1,7 @@
 package charts_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/httpscale/httpscale/pkg/testenv"
 	"github.com/httpscale/httpscale/pkg/trigger"
@@ -519,3 +522,48 @@ func volume(t testing.TB, d *appsv1.Deployment, name string) corev1.Volume {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Every value in values.yaml is documented in the chart README and described by the schema.
+func TestEveryValueDocumented(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawSchema, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(rawSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	// Kubernetes-typed values are documented as a whole.
+	opaque := map[string]bool{"resources": true, "podSecurityContext": true, "securityContext": true}
+	var walk func(prefix string, m, s map[string]any)
+	walk = func(prefix string, m, s map[string]any) {
+		props, _ := s["properties"].(map[string]any)
+		for k, v := range m {
+			path := prefix + k
+			sub, ok := props[k].(map[string]any)
+			if !ok {
+				t.Errorf("value %s is missing from values.schema.json", path)
+			}
+			if nested, isMap := v.(map[string]any); isMap && len(nested) > 0 && !opaque[k] {
+				walk(path+".", nested, sub)
+				continue
+			}
+			if !strings.Contains(string(readme), "`"+path+"`") {
+				t.Errorf("value %s is not documented in README.md", path)
+			}
+		}
+	}
+	walk("", values, schema)
+}
