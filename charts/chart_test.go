@@ -334,6 +334,32 @@ func TestKustomizeInstallMatchesChart(t *testing.T) {
 	if string(want) != string(got) {
 		t.Fatalf("config/default/httpscale.yaml is stale; run `make chart-sync` and commit it. Diff (-fresh +committed):\n%s", cmp.Diff(string(want), string(got)))
 	}
+
+	// kustomize builds it into the chart's objects plus the Namespace, labelled as not managed by Helm.
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := exec.Command(filepath.Join(assets, "kubectl"), "kustomize", filepath.Join(testenv.RepoRoot(), "config", "default")).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize config/default: %v", err)
+	}
+	objs, err := decodeAll(strings.NewReader(string(built)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomized := manifests{objs: objs}
+	chart := render(t, "httpscale-system", "--include-crds")
+	wantKeys := append(chart.keys(), "Namespace /httpscale-system")
+	slices.Sort(wantKeys)
+	if diff := cmp.Diff(wantKeys, kustomized.keys()); diff != "" {
+		t.Errorf("kustomize install objects (-chart +kustomize):\n%s", diff)
+	}
+	for _, o := range kustomized.objs {
+		if got := o.GetLabels()["app.kubernetes.io/managed-by"]; got != "kustomize" {
+			t.Errorf("%s %s: managed-by = %q, want kustomize", kindOf(o), o.GetName(), got)
+		}
+	}
 }
 
 // checkConsistent asserts what must hold for any values: every Service and PodDisruptionBudget selects
