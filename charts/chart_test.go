@@ -87,7 +87,7 @@ func TestDefaults(t *testing.T) {
 		"Service httpscale-system/httpscale-interceptor", "Service httpscale-system/httpscale-interceptor-admin",
 		"Service httpscale-system/httpscale-operator-webhook", "Service httpscale-system/httpscale-scaler",
 		"ServiceAccount httpscale-system/httpscale-interceptor", "ServiceAccount httpscale-system/httpscale-operator", "ServiceAccount httpscale-system/httpscale-scaler",
-		"ValidatingWebhookConfiguration /httpscale-operator",
+		"ValidatingWebhookConfiguration /httpscale-operator-webhook",
 	}
 	if diff := cmp.Diff(want, m.keys()); diff != "" {
 		t.Errorf("rendered objects (-want +got):\n%s", diff)
@@ -113,11 +113,10 @@ func TestDefaults(t *testing.T) {
 	if p, ok := port(oc, "webhook"); !ok || p.ContainerPort != 9443 {
 		t.Errorf("operator webhook port = %+v, want 9443", p)
 	}
-	if got := envVar(t, oc, "HTTPSCALE_WEBHOOK_CERT_MANAGEMENT").Value; got != "self" {
-		t.Errorf("webhook cert management = %q, want self", got)
-	}
-	if v := volume(t, op, "webhook-certs"); v.EmptyDir == nil {
-		t.Errorf("self-managed certificate: webhook-certs volume = %+v, want an emptyDir the operator writes", v.VolumeSource)
+	for _, arg := range []string{"--webhook-bind-address=:9443", "--webhook-self-managed-certs=true", "--webhook-configuration-name=httpscale-operator-webhook", "--webhook-secret-name=httpscale-operator-webhook-tls", "--webhook-service-name=httpscale-operator-webhook"} {
+		if !hasArg(oc, arg) {
+			t.Errorf("operator args %v lack %s", oc.Args, arg)
+		}
 	}
 	if got := oc.Image; got != "ghcr.io/httpscale/operator:0.1.0" {
 		t.Errorf("operator image = %s, want the chart's appVersion tag", got)
@@ -127,7 +126,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("webhook Secret carries data %v; upgrades would overwrite the operator's certificate", secret.Data)
 	}
 
-	vwc := get[*admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "httpscale-operator")
+	vwc := get[*admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "httpscale-operator-webhook")
 	if len(vwc.Webhooks) != 1 {
 		t.Fatalf("webhooks = %d, want 1", len(vwc.Webhooks))
 	}
@@ -148,6 +147,7 @@ func TestDefaults(t *testing.T) {
 	if diff := cmp.Diff([]admissionregistrationv1.RuleWithOperations{wantRule}, wh.Rules); diff != "" {
 		t.Errorf("webhook rules (-want +got):\n%s", diff)
 	}
+	checkWebhookMatchesGenerated(t, vwc)
 
 	ic := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-interceptor")
 	if got := *ic.Spec.Replicas; got < 2 {
@@ -213,8 +213,10 @@ func TestNonDefaultValues(t *testing.T) {
 	if got := op.Spec.Template.Spec.ImagePullSecrets; len(got) != 1 || got[0].Name != "registry-creds" {
 		t.Errorf("imagePullSecrets = %v", got)
 	}
-	if got := envVar(t, oc, "HTTPSCALE_WEBHOOK_CERT_MANAGEMENT").Value; got != "external" {
-		t.Errorf("webhook cert management = %q, want external", got)
+	for _, arg := range []string{"--webhook-bind-address=:10443", "--webhook-self-managed-certs=false", "--webhook-cert-dir=/tmp/k8s-webhook-server/serving-certs"} {
+		if !hasArg(oc, arg) {
+			t.Errorf("operator args %v lack %s", oc.Args, arg)
+		}
 	}
 	if v := volume(t, op, "webhook-certs"); v.Secret == nil || v.Secret.SecretName != "httpscale-operator-webhook-tls" {
 		t.Errorf("cert-manager: webhook-certs volume = %+v, want Secret httpscale-operator-webhook-tls", v.VolumeSource)
@@ -223,7 +225,7 @@ func TestNonDefaultValues(t *testing.T) {
 		t.Errorf("operator webhook port = %+v, want 10443", p)
 	}
 
-	vwc := get[*admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "httpscale-operator")
+	vwc := get[*admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "httpscale-operator-webhook")
 	if got := vwc.Annotations["cert-manager.io/inject-ca-from"]; got != "platform/httpscale-operator-webhook" {
 		t.Errorf("CA injection annotation = %q, want platform/httpscale-operator-webhook", got)
 	}
@@ -297,7 +299,7 @@ func TestMinimalValues(t *testing.T) {
 	const ns = "dev"
 	m := render(t, ns, "--values", filepath.Join(chartDir, "ci", "minimal-values.yaml"))
 	checkConsistent(t, m, ns)
-	for _, gone := range []string{"ValidatingWebhookConfiguration httpscale-operator", "Service httpscale-operator-webhook", "Secret httpscale-operator-webhook-tls", "PodDisruptionBudget httpscale-interceptor", "PodDisruptionBudget httpscale-operator"} {
+	for _, gone := range []string{"ValidatingWebhookConfiguration httpscale-operator-webhook", "Service httpscale-operator-webhook", "Secret httpscale-operator-webhook-tls", "PodDisruptionBudget httpscale-interceptor", "PodDisruptionBudget httpscale-operator"} {
 		kind, name, _ := strings.Cut(gone, " ")
 		if m.find(kind, name) != nil {
 			t.Errorf("%s rendered although the values turn it off", gone)
@@ -305,7 +307,7 @@ func TestMinimalValues(t *testing.T) {
 	}
 	op := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-operator")
 	oc := container(t, op, "operator")
-	if _, ok := port(oc, "webhook"); ok || !hasArg(oc, "--leader-elect=false") || envVar(t, oc, "HTTPSCALE_ENABLE_WEBHOOK").Value != "false" {
+	if _, ok := port(oc, "webhook"); ok || !hasArg(oc, "--leader-elect=false") || !hasArg(oc, "--webhook-bind-address=0") {
 		t.Errorf("operator without webhook: ports %v args %v", oc.Ports, oc.Args)
 	}
 	ic := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-interceptor")
@@ -592,4 +594,59 @@ func TestEveryValueDocumented(t *testing.T) {
 		}
 	}
 	walk("", values, schema)
+}
+
+// checkWebhookMatchesGenerated compares the chart's webhook with config/webhook/manifests.yaml, which
+// controller-gen generates from the operator's +kubebuilder:webhook marker: same configuration and
+// webhook names (the operator patches the caBundle by name), path, rules and side effects. The chart adds
+// only what the marker cannot know (namespace, failure policy and timeout from values, caBundle).
+func checkWebhookMatchesGenerated(t *testing.T, chart *admissionregistrationv1.ValidatingWebhookConfiguration) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(testenv.RepoRoot(), "config", "webhook", "manifests.yaml"))
+	if os.IsNotExist(err) {
+		t.Log("config/webhook/manifests.yaml not generated yet (no +kubebuilder:webhook marker in the operator)")
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	objs, err := decodeAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gen *admissionregistrationv1.ValidatingWebhookConfiguration
+	for _, o := range objs {
+		if v, ok := o.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok {
+			gen = v
+		}
+	}
+	if gen == nil {
+		t.Fatal("config/webhook/manifests.yaml has no ValidatingWebhookConfiguration")
+	}
+	type hook struct {
+		Name, Service, Path string
+		Rules               []admissionregistrationv1.RuleWithOperations
+		SideEffects         admissionregistrationv1.SideEffectClass
+		Versions            []string
+	}
+	summary := func(v *admissionregistrationv1.ValidatingWebhookConfiguration) (string, []hook) {
+		var hs []hook
+		for _, w := range v.Webhooks {
+			rules := slices.Clone(w.Rules)
+			for i := range rules {
+				rules[i].Scope = nil // the chart states the default scope explicitly
+			}
+			hs = append(hs, hook{Name: w.Name, Service: w.ClientConfig.Service.Name, Path: *w.ClientConfig.Service.Path, Rules: rules, SideEffects: *w.SideEffects, Versions: w.AdmissionReviewVersions})
+		}
+		return v.Name, hs
+	}
+	genName, genHooks := summary(gen)
+	chartName, chartHooks := summary(chart)
+	if genName != chartName {
+		t.Errorf("chart ValidatingWebhookConfiguration %s, generated %s", chartName, genName)
+	}
+	if diff := cmp.Diff(genHooks, chartHooks); diff != "" {
+		t.Errorf("chart webhooks differ from controller-gen's (-generated +chart):\n%s", diff)
+	}
 }

@@ -174,6 +174,27 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		p.stop()
 	}, SpecTimeout(3*time.Minute))
 
+	It("runs the operator's self-managed webhook certificate with its token: Secret and caBundle filled", func(ctx SpecContext) {
+		help, _ := exec.Command(filepath.Join(bins, "operator"), "--help").CombinedOutput()
+		if !strings.Contains(string(help), "webhook-self-managed-certs") {
+			Skip("this operator build has no admission webhook yet")
+		}
+		p := startBinary(bins, "operator", tokenFiles["operator"], ns)
+		Eventually(func(g Gomega) {
+			if err := p.allowedSoFar(); err != nil {
+				StopTrying(err.Error()).Now()
+			}
+			secret, err := cs.CoreV1().Secrets(ns).Get(ctx, "httpscale-operator-webhook-tls", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(secret.Data).To(HaveKey("tls.crt"))
+			g.Expect(secret.Data).To(HaveKey("ca.crt"))
+			vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator-webhook", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(vwc.Webhooks[0].ClientConfig.CABundle).To(Equal(secret.Data["ca.crt"]))
+		}).WithContext(ctx).WithTimeout(60*time.Second).Should(Succeed(), p.logs)
+		p.stop()
+	}, SpecTimeout(3*time.Minute))
+
 	for _, c := range []string{"interceptor", "scaler"} {
 		It("runs the "+c+" with its token until ready, hitting no forbidden call", func(ctx SpecContext) {
 			p := startBinary(bins, c, tokenFiles[c], ns)
@@ -189,7 +210,7 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		secret.Data = map[string][]byte{"tls.crt": []byte("CERT"), "tls.key": []byte("KEY"), "ca.crt": []byte("CA")}
 		_, err = cs.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{})
 		Expect(err).NotTo(HaveOccurred())
-		vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator", metav1.GetOptions{})
+		vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator-webhook", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		vwc.Webhooks[0].ClientConfig.CABundle = []byte("CA")
 		_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{})
@@ -204,7 +225,7 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		secret, err = cs.CoreV1().Secrets(ns).Get(ctx, "httpscale-operator-webhook-tls", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(secret.Data).To(HaveKeyWithValue("tls.crt", []byte("CERT")))
-		vwc, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator", metav1.GetOptions{})
+		vwc, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator-webhook", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(vwc.Webhooks[0].ClientConfig.CABundle).To(Equal([]byte("CA")))
 
@@ -361,7 +382,7 @@ func startBinary(bins, name, kubeconfig, ns string) *process {
 		"HTTPSCALE_PROXY_BIND_ADDRESS="+freeAddr(),
 		"HTTPSCALE_ADMIN_BIND_ADDRESS="+freeAddr(),
 		"HTTPSCALE_GRPC_BIND_ADDRESS="+freeAddr(),
-		"HTTPSCALE_ENABLE_WEBHOOK=false",
+		"HTTPSCALE_WEBHOOK_BIND_ADDRESS="+freeAddr(),
 	)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	Expect(p.cmd.Start()).To(Succeed())
