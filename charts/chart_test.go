@@ -314,6 +314,20 @@ func TestMinimalValues(t *testing.T) {
 	if len(ic.Spec.Template.Spec.TopologySpreadConstraints) != 0 {
 		t.Errorf("topology spread rendered although disabled")
 	}
+
+	// One operator replica with a minAvailable: 1 budget would block every node drain.
+	single := render(t, ns, "--set", "operator.replicas=1")
+	if single.find("PodDisruptionBudget", "httpscale-operator") != nil {
+		t.Error("operator PodDisruptionBudget rendered for a single replica")
+	}
+	// Replicas 0: everything but the pods, for binaries running out of cluster.
+	none := render(t, ns, "--set", "operator.replicas=0,interceptor.replicas=0,scaler.replicas=0")
+	checkConsistent(t, none, ns)
+	for _, c := range components {
+		if got := *get[*appsv1.Deployment](t, none, "Deployment", "httpscale-"+c).Spec.Replicas; got != 0 {
+			t.Errorf("%s replicas = %d, want 0", c, got)
+		}
+	}
 }
 
 // config/default is the kustomize install: the chart rendered with its defaults, plus the Namespace.

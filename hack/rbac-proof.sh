@@ -5,7 +5,9 @@
 # kubeconfigs proves the chart's least-privilege RBAC: a missing permission shows up as a "forbidden"
 # error in the binary's log.
 #
-# Usage: hack/rbac-proof.sh <out-dir> [extra helm args, e.g. --set webhook.enabled=false]
+# Usage: hack/rbac-proof.sh <out-dir> [extra helm args]
+#   e.g. --set operator.replicas=0,interceptor.replicas=0,scaler.replicas=0 when the binaries run out of
+#   cluster (no pods of ours in the cluster, only the Services, RBAC, webhook configuration and CRD)
 #   env: KUBECONFIG (required), NAMESPACE (default httpscale-system), RELEASE (default httpscale),
 #        HELM / KUBECTL (default: built by hack/tools.sh), TOKEN_DURATION (default 24h)
 # Writes <out-dir>/{operator,interceptor,scaler}.kubeconfig and prints their paths.
