@@ -45,8 +45,9 @@ chart-test: ## helm lint --strict, helm template checks, and the chart install o
 	$(GO) test -count=1 ./charts/...
 
 .PHONY: tools
-tools: ## Build (or reuse from the cache outside the clone) kube-apiserver, etcd and kubectl for envtest.
+tools: ## Build (or reuse from the cache outside the clone) kube-apiserver, etcd and kubectl for envtest, and helm.
 	hack/tools.sh envtest >/dev/null
+	hack/tools.sh helm >/dev/null
 
 .PHONY: verify-generated
 verify-generated: ## Fail if regenerating code or manifests changes anything.
@@ -58,7 +59,8 @@ vet: ## go vet every package.
 
 .PHONY: unit
 unit: ## Unit and envtest suites (real kube-apiserver + etcd, built on first use).
-	KUBEBUILDER_ASSETS="$$(hack/tools.sh envtest | tail -n1)" $(GO) test -race -count=1 ./...
+	KUBEBUILDER_ASSETS="$$(hack/tools.sh envtest | tail -n1)" HELM="$$(hack/tools.sh helm | tail -n1)/helm" \
+		$(GO) test -race -count=1 ./...
 
 .PHONY: test
 test: verify-generated vet build unit ## Everything: generated-file drift, vet, build, unit + envtest (+ e2e).

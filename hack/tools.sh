@@ -110,6 +110,7 @@ ensure_helm() {
 	minor=${minor%%.*}
 	mkdir -p "$dir"
 	out_dir=$dir
+	flock -u 9 # helm does not touch the Kubernetes binaries: let envtest callers go on meanwhile
 	(
 		flock 8
 		[ -x "$dir/helm" ] && exit 0
@@ -126,6 +127,7 @@ ensure_helm() {
 		rm -rf "$tmp"
 		log "built helm in $((SECONDS - start))s"
 	) 8>"$dir/.lock"
+	flock 9
 }
 
 out_dir=$bin_dir
