@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
@@ -38,7 +39,7 @@ var (
 )
 
 func init() {
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kedav1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kedav1alpha1.AddToScheme, httpscalev1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			panic(err)
 		}

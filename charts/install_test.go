@@ -26,7 +26,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
+	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
@@ -47,6 +49,7 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		bins       string
 		tokens     = map[string]*rest.Config{}
 		tokenFiles = map[string]string{}
+		notes      string
 	)
 	helmArgs := func(args ...string) []string {
 		return append(args, "--namespace", ns, "--kubeconfig", kubeconfig)
@@ -83,6 +86,7 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		proof.Stderr = &stderr
 		out, err = proof.Output()
 		Expect(err).NotTo(HaveOccurred(), "hack/rbac-proof.sh: %s", stderr.String())
+		notes = stderr.String()
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			c, path, _ := strings.Cut(line, " ")
 			tokenFiles[c] = path
@@ -98,6 +102,28 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		crd := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 		_, err := dyn.Resource(crd).Get(ctx, "httpscaledobjects.httpscale.dev", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
+	})
+
+	It("prints NOTES with a valid first HTTPScaledObject and how to send traffic through the interceptor", func() {
+		Expect(notes).To(ContainSubstring("port-forward svc/httpscale-interceptor 8080:8080"))
+		Expect(notes).To(ContainSubstring("curl -H 'Host: shop.example.com' http://127.0.0.1:8080/"))
+		_, rest, found := strings.Cut(notes, "cat <<YAML | kubectl apply -f -\n")
+		Expect(found).To(BeTrue(), "NOTES carry an example to apply:\n%s", notes)
+		example, _, found := strings.Cut(rest, "\n  YAML\n")
+		Expect(found).To(BeTrue())
+		var lines []string
+		for _, l := range strings.Split(example, "\n") {
+			lines = append(lines, strings.TrimPrefix(l, "  "))
+		}
+		js, err := yaml.YAMLToJSON([]byte(strings.Join(lines, "\n")))
+		Expect(err).NotTo(HaveOccurred())
+		obj, _, err := strict.Decode(js, nil, nil)
+		Expect(err).NotTo(HaveOccurred(), "the example must use only real fields")
+		hso, ok := obj.(*httpscalev1alpha1.HTTPScaledObject)
+		Expect(ok).To(BeTrue(), "decoded %T", obj)
+		Expect(hso.Spec.Hosts).To(ConsistOf(BeEquivalentTo("shop.example.com")))
+		Expect(hso.Spec.ScaleTargetRef.Name).To(Equal("shop"))
+		Expect(hso.Spec.ScaleTargetRef.Service).To(Equal("shop"))
 	})
 
 	It("grants each ServiceAccount every permission its markers ask for", func(ctx SpecContext) {
