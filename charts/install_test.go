@@ -262,7 +262,7 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		Expect(fleet).To(HaveLen(1))
 	})
 
-	It("leaves nothing of the release behind on helm uninstall except the CRD and the operator's lease", func(ctx SpecContext) {
+	It("leaves nothing of the release behind on helm uninstall except the CRD and what the operator wrote (lease, routing table)", func(ctx SpecContext) {
 		out, err := runHelm(GinkgoT(), helmArgs("uninstall", "httpscale", "--wait")...)
 		Expect(err).NotTo(HaveOccurred(), out)
 
@@ -278,8 +278,10 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 			list, err := dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
 			Expect(err).NotTo(HaveOccurred())
 			for _, o := range list.Items {
-				// Objects every namespace gets from the control plane.
-				if o.GetName() == "kube-root-ca.crt" || (o.GetName() == "default" && gvr.Resource == "serviceaccounts") {
+				// Objects every namespace gets from the control plane, and the routing table the operator
+				// writes at run time (documented in docs/install.md: deleting the namespace removes it).
+				if o.GetName() == "kube-root-ca.crt" || (o.GetName() == "default" && gvr.Resource == "serviceaccounts") ||
+					(gvr.Resource == "configmaps" && o.GetLabels()["httpscale.dev/routing-table"] != "") {
 					continue
 				}
 				left = append(left, gvr.Resource+"/"+o.GetName())
