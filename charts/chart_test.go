@@ -52,8 +52,9 @@ func TestLintStrict(t *testing.T) {
 	}
 }
 
-// The schema is what stops a typo in a values file from being ignored.
-func TestSchemaRejectsInvalidValues(t *testing.T) {
+// The schema (and a few template checks) stop a typo or a port clash in a values file from being
+// ignored.
+func TestRejectsInvalidValues(t *testing.T) {
 	for _, tc := range []struct{ set, want string }{
 		{"operator.replica=3", "additional properties 'replica' not allowed"},
 		{"interceptor.drain.delaySeconds=-1", "/interceptor/drain/delaySeconds"},
@@ -61,6 +62,8 @@ func TestSchemaRejectsInvalidValues(t *testing.T) {
 		{"interceptor.service.type=ExternalName", "/interceptor/service/type"},
 		{"interceptor.autoscaling.concurrencyTarget=0", "/interceptor/autoscaling/concurrencyTarget"},
 		{"operator.routingTableDebounce=soon", "/operator/routingTableDebounce"},
+		{"interceptor.probePort=9090", "must be three different ports"},
+		{"scaler.metricsPort=9090", "must be three different ports"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := runHelm(t, "template", "httpscale", chartDir, "--set", tc.set)
@@ -247,7 +250,7 @@ func TestNonDefaultValues(t *testing.T) {
 	if ic.Spec.Replicas != nil {
 		t.Errorf("interceptor replicas = %d with autoscaling on; Helm upgrades would fight KEDA", *ic.Spec.Replicas)
 	}
-	checkInterceptorPod(t, ic, 8081, 9091)
+	checkInterceptorPod(t, ic, 8081, 9095)
 	if got := *ic.Spec.Template.Spec.TerminationGracePeriodSeconds; got != 145 {
 		t.Errorf("terminationGracePeriodSeconds = %d, want 10+120+15", got)
 	}
@@ -416,6 +419,25 @@ func checkConsistent(t *testing.T, m manifests, ns string) {
 			t.Errorf("Deployment %s selector does not match its own pods", d.Name)
 		}
 		c := d.Spec.Template.Spec.Containers[0]
+		// Every listener of the process (flags ending in -bind-address) on its own port, and the
+		// declared container ports among them.
+		listeners := map[string]string{}
+		for _, a := range c.Args {
+			name, addr, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			if !ok || !strings.HasSuffix(name, "-bind-address") || addr == "0" {
+				continue
+			}
+			_, p, _ := strings.Cut(addr, ":")
+			if other, dup := listeners[p]; dup {
+				t.Errorf("Deployment %s: --%s and --%s both listen on port %s", d.Name, other, name, p)
+			}
+			listeners[p] = name
+		}
+		for _, p := range c.Ports {
+			if _, ok := listeners[fmt.Sprint(p.ContainerPort)]; !ok {
+				t.Errorf("Deployment %s: container port %s (%d) is not a port the process listens on (%v)", d.Name, p.Name, p.ContainerPort, listeners)
+			}
+		}
 		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 			t.Errorf("Deployment %s: want cpu and memory requests and a memory limit, got %+v", d.Name, c.Resources)
 		}
