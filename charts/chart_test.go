@@ -64,6 +64,7 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"operator.routingTableDebounce=soon", "/operator/routingTableDebounce"},
 		{"interceptor.probePort=9090", "must be three different ports"},
 		{"scaler.metricsPort=9090", "must be three different ports"},
+		{"webhook.port=8081", "webhook.port must not be 8080 or 8081"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := runHelm(t, "template", "httpscale", chartDir, "--set", tc.set)
