@@ -286,6 +286,33 @@ func TestNonDefaultValues(t *testing.T) {
 		t.Errorf("parsed fleet trigger = %+v, want the fleet metric with target 500", parsed)
 	}
 
+	// The ServiceMonitor scrapes every component: its selector picks the three metrics-serving Services
+	// and each of them has a port one of its endpoints names.
+	sm := get[*unstructured.Unstructured](t, m, "ServiceMonitor", "httpscale")
+	smSel, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	var smPorts []string
+	for _, e := range endpoints {
+		smPorts = append(smPorts, e.(map[string]any)["port"].(string))
+	}
+	var scraped []string
+	for _, svc := range ofType[*corev1.Service](m) {
+		if !labels.SelectorFromSet(smSel).Matches(labels.Set(svc.Labels)) {
+			continue
+		}
+		scraped = append(scraped, svc.Name)
+		if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return slices.Contains(smPorts, p.Name) }) {
+			t.Errorf("ServiceMonitor selects Service %s but scrapes none of its ports %v", svc.Name, svc.Spec.Ports)
+		}
+	}
+	slices.Sort(scraped)
+	if diff := cmp.Diff([]string{"httpscale-interceptor-admin", "httpscale-operator-metrics", "httpscale-scaler-metrics"}, scraped); diff != "" {
+		t.Errorf("Services scraped by the ServiceMonitor (-want +got):\n%s", diff)
+	}
+	if sm.GetLabels()["release"] != "kube-prometheus" {
+		t.Errorf("ServiceMonitor labels = %v", sm.GetLabels())
+	}
+
 	sd := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-scaler")
 	if got := *sd.Spec.Replicas; got != 2 {
 		t.Errorf("scaler replicas = %d", got)
