@@ -8,7 +8,8 @@ SHELL := /usr/bin/env bash
 GO ?= go
 BIN ?= bin
 CONTROLLER_GEN := $(GO) tool controller-gen
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/operator config/rbac/interceptor config/rbac/scaler config/webhook
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/operator config/rbac/interceptor config/rbac/scaler \
+	config/webhook charts/httpscale/crds charts/httpscale/templates
 
 .PHONY: help
 help: ## Show this help.
@@ -25,18 +26,29 @@ generate: ## Regenerate deepcopy code from the API types.
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests
-manifests: ## Regenerate the CRDs (config/crd/bases), per-component RBAC (config/rbac/<component>) and the webhook configuration (config/webhook).
+manifests: ## Regenerate the CRDs (config/crd/bases), per-component RBAC (config/rbac/<component>) and the webhook configuration (config/webhook), and copy them into the chart.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=httpscale-operator paths=./operator/... output:rbac:artifacts:config=config/rbac/operator
 	$(CONTROLLER_GEN) rbac:roleName=httpscale-interceptor paths=./interceptor/... output:rbac:artifacts:config=config/rbac/interceptor
 	$(CONTROLLER_GEN) rbac:roleName=httpscale-scaler paths=./scaler/... output:rbac:artifacts:config=config/rbac/scaler
 	$(CONTROLLER_GEN) webhook paths=./operator/webhook/... output:webhook:artifacts:config=config/webhook
+	hack/chart-sync.sh
+
+.PHONY: chart-sync
+chart-sync: ## Copy CRDs and generated RBAC into charts/httpscale, and re-render config/default/httpscale.yaml with Helm.
+	hack/chart-sync.sh
+	hack/render-install.sh
 
 ##@ Test
 
+.PHONY: chart-test
+chart-test: ## helm lint --strict, helm template checks, and the chart install on a real API server with RBAC.
+	$(GO) test -count=1 ./charts/...
+
 .PHONY: tools
-tools: ## Build (or reuse from the cache outside the clone) kube-apiserver, etcd and kubectl for envtest.
+tools: ## Build (or reuse from the cache outside the clone) kube-apiserver, etcd and kubectl for envtest, and helm.
 	hack/tools.sh envtest >/dev/null
+	hack/tools.sh helm >/dev/null
 
 .PHONY: verify-generated
 verify-generated: ## Fail if regenerating code or manifests changes anything.
@@ -48,7 +60,8 @@ vet: ## go vet every package.
 
 .PHONY: unit
 unit: ## Unit and envtest suites (real kube-apiserver + etcd, built on first use).
-	KUBEBUILDER_ASSETS="$$(hack/tools.sh envtest | tail -n1)" $(GO) test -race -count=1 ./...
+	KUBEBUILDER_ASSETS="$$(hack/tools.sh envtest | tail -n1)" HELM="$$(hack/tools.sh helm | tail -n1)/helm" \
+		$(GO) test -race -count=1 ./...
 
 .PHONY: test
 test: verify-generated vet build unit ## Everything: generated-file drift, vet, build, unit + envtest (+ e2e).
