@@ -143,14 +143,25 @@ func (c Config) StartHTTPScale(ctx context.Context, bins Binaries, progress io.W
 	return h, nil
 }
 
-// StartComponent (re)starts one component and waits for its /readyz.
+// StartComponent starts one component unless it already runs, and waits for its /readyz.
 func (c Config) StartComponent(ctx context.Context, name string, comp *Component) error {
 	if _, err := os.Stat(comp.Bin); err != nil {
 		return fmt.Errorf("%s: binary %s missing (run make build): %w", name, comp.Bin, err)
 	}
-	p, err := c.StartProcess(name, comp.Bin, nil, comp.Env)
+	var p *Process
+	ps, err := c.Processes()
 	if err != nil {
 		return err
+	}
+	for _, q := range ps {
+		if q.Name == name && q.Alive() {
+			p = q // already running (a second `make demo`): keep it
+		}
+	}
+	if p == nil {
+		if p, err = c.StartProcess(name, comp.Bin, nil, comp.Env); err != nil {
+			return err
+		}
 	}
 	comp.Process = p
 	return poll(ctx, name+" /readyz", c.ReadyTimeout, func(ctx context.Context) (bool, error) {
