@@ -29,7 +29,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred())
 	SetDefaultEventuallyTimeout(2 * time.Minute)
 	SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
-}, NodeTimeout(20*time.Minute))
+}, NodeTimeout(55*time.Minute))
 
 var _ = ReportAfterSuite("component logs on failure", func(r Report) {
 	if !r.SuiteSucceeded && f != nil {
