@@ -57,10 +57,31 @@ YAML
 
 say "Replicas now: $(kubectl get deploy sampleapp -n demo -o jsonpath='{.spec.replicas}')"
 say "Sending one request while the app is at zero, through the zone-a interceptor ($ia:8080)"
-if netns-exec curl -sS -m 90 -H "Host: $host" -w '\n    -> HTTP %{http_code} after %{time_total}s\n' "http://$ia:8080/hello"; then
-	say "Replicas after the request: $(kubectl get deploy sampleapp -n demo -o jsonpath='{.spec.replicas}')"
+replicas() { kubectl get deploy sampleapp -n demo -o jsonpath='{.spec.replicas}/{.status.readyReplicas}'; }
+code=$(netns-exec curl -sS -m 90 -o /tmp/httpscale-demo-answer.$$ -H "Host: $host" \
+	-w '%{http_code} %{time_total}' "http://$ia:8080/hello" || true)
+if [ "${code%% *}" = 200 ]; then
+	echo "    answered HTTP 200 after ${code#* }s (held while the app woke up): $(cat /tmp/httpscale-demo-answer.$$)"
+	rm -f /tmp/httpscale-demo-answer.$$
+	say "Replicas (desired/ready) after the request: $(replicas)"
+
+	say "Load burst: 100 concurrent requests, each held 500 ms by the app, for about 20 s"
+	cluster load --url "http://$ia:8080/burst?sleep=500ms" --host "$host" -c 100 -n 4000 &
+	load=$!
+	while kill -0 "$load" 2>/dev/null; do
+		echo "    replicas $(replicas)   hpa: $(kubectl get hpa -n demo -o jsonpath='{range .items[*]}{.status.currentReplicas}->{.status.desiredReplicas}{end}' 2>/dev/null)"
+		sleep 2
+	done
+	wait "$load" || true
+	say "Burst done; replicas $(replicas). Waiting for the return to zero (30 s without traffic)"
+	t1=$SECONDS
+	until [ "$(kubectl get deploy sampleapp -n demo -o jsonpath='{.spec.replicas}')" = 0 ]; do
+		sleep 2
+		if [ $((SECONDS - t1)) -gt 300 ]; then echo "    still not at zero after 300 s"; break; fi
+	done
+	say "Replicas $(replicas), $((SECONDS - t1)) s after the burst ended"
 else
-	echo "    (no answer: the interceptor in bin/ does not proxy yet; see its log under $HTTPSCALE_CLUSTER_DIR/logs)"
+	echo "    no answer (${code:-none}): the interceptor in bin/ does not proxy yet; see $HTTPSCALE_CLUSTER_DIR/logs"
 fi
 kubectl get httpscaledobject,scaledobject,hpa -n demo 2>/dev/null || true
 

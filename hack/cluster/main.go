@@ -1,6 +1,6 @@
 // Command cluster runs httpscale's local control plane inside a network namespace:
 //
-//	go run ./hack/cluster [flags] up|down|status|env|logs|start-httpscale
+//	go run ./hack/cluster [flags] up|down|status|env|logs|start-httpscale|load
 //
 // See docs/local-cluster.md.
 package main
@@ -63,23 +63,36 @@ func run() error {
 	fs.StringVar(&bins.Operator, "operator-bin", bins.Operator, "Operator binary (start-httpscale).")
 	fs.StringVar(&bins.Interceptor, "interceptor-bin", bins.Interceptor, "Interceptor binary (start-httpscale).")
 	fs.StringVar(&bins.Scaler, "scaler-bin", bins.Scaler, "Scaler binary (start-httpscale).")
+	loadURL := fs.String("url", "", "load: URL to send GET requests to (inside the namespace).")
+	loadHost := fs.String("host", "", "load: Host header.")
+	loadConc := fs.Int("c", 50, "load: concurrent requests.")
+	loadTotal := fs.Int("n", 200, "load: total requests.")
+	loadTimeout := fs.Duration("timeout", 2*time.Minute, "load: timeout of one request.")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./hack/cluster [flags] up|down|status|env|logs|start-httpscale")
+		fmt.Fprintln(fs.Output(), "usage: go run ./hack/cluster [flags] up|down|status|env|logs|start-httpscale|load")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if fs.NArg() < 1 {
 		fs.Usage()
-		return errors.New("want exactly one subcommand")
+		return errors.New("want a subcommand")
+	}
+	sub := fs.Arg(0)
+	// Flags may also follow the subcommand.
+	if err := fs.Parse(fs.Args()[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	// A running cluster's own recorded configuration wins over flags for everything but up.
 	state, stateErr := localcluster.LoadState(cfg.Dir)
-	switch fs.Arg(0) {
+	switch sub {
 	case "up":
 		if stateErr == nil {
 			if err := state.Healthy(ctx); err == nil {
@@ -142,6 +155,19 @@ func run() error {
 	case "logs":
 		cfg.DumpLogs(os.Stdout, 60)
 		return nil
+	case "load":
+		if stateErr != nil {
+			return stateErr
+		}
+		if *loadURL == "" {
+			return errors.New("load needs --url")
+		}
+		r := state.Load(ctx, *loadURL, *loadHost, *loadConc, *loadTotal, *loadTimeout)
+		fmt.Println(r)
+		for _, e := range r.Errors {
+			fmt.Println("  error:", e)
+		}
+		return nil
 	case "start-httpscale":
 		if stateErr != nil {
 			return stateErr
@@ -150,7 +176,7 @@ func run() error {
 		return err
 	default:
 		fs.Usage()
-		return fmt.Errorf("unknown subcommand %q", fs.Arg(0))
+		return fmt.Errorf("unknown subcommand %q", sub)
 	}
 }
 
