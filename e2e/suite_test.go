@@ -40,4 +40,3 @@ var _ = ReportAfterSuite("component logs on failure", func(r Report) {
 var _ = AfterSuite(func() {
 	Expect(f.Stop(GinkgoWriter)).To(Succeed())
 })
-

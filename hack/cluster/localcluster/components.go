@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	)
+)
 
 // InterceptorAddr is where one interceptor replica listens.
 type InterceptorAddr struct {

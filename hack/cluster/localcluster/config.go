@@ -107,7 +107,9 @@ func Default(name, repoRoot string) Config {
 // Server is the kube-apiserver URL, reachable inside the namespace (or through Cluster.DialContext).
 func (c Config) Server() string { return fmt.Sprintf("https://%s:%d", c.HostIP, c.APIServerPort) }
 
-func (c Config) path(elem ...string) string { return filepath.Join(append([]string{c.Dir}, elem...)...) }
+func (c Config) path(elem ...string) string {
+	return filepath.Join(append([]string{c.Dir}, elem...)...)
+}
 
 // LogDir holds one log file per process.
 func (c Config) LogDir() string { return c.path("logs") }
