@@ -198,6 +198,11 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 		}
 	}
 
+	// Controllers that start before their CRDs are served log errors and retry; avoid the noise.
+	if _, err := c.KubectlRun(ctx, "", "wait", "--for=condition=Established", "crd", "--all",
+		fmt.Sprintf("--timeout=%ds", int(c.ReadyTimeout.Seconds()))); err != nil {
+		return err
+	}
 	if c.KEDA {
 		step("starting KEDA operator and metrics adapter")
 		if err := c.startKEDA(ctx); err != nil {
