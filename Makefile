@@ -50,7 +50,7 @@ unit: ## Unit and envtest suites (real kube-apiserver + etcd, built on first use
 	KUBEBUILDER_ASSETS="$$(hack/tools.sh envtest | tail -n1)" $(GO) test -race -count=1 ./...
 
 .PHONY: test
-test: verify-generated vet build unit ## Everything: generated-file drift, vet, build, unit + envtest (+ e2e).
+test: verify-generated vet build unit e2e ## Everything: generated-file drift, vet, build, unit + envtest, e2e (root).
 
 .PHONY: e2e
 e2e: build ## End-to-end suite on a local control plane in a network namespace (root; tools built on first use).
