@@ -6,6 +6,8 @@ package framework
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -28,7 +30,7 @@ import (
 
 // Environment variables that steer the suite.
 const (
-	// EnvCluster names the cluster (default "e2e": namespace httpscale-e2e).
+	// EnvCluster names the cluster (default "e2e-<hash of the source path>").
 	EnvCluster = "HTTPSCALE_E2E_CLUSTER"
 	// EnvKeep leaves a cluster the suite started running after the suite (set to 1).
 	EnvKeep = "HTTPSCALE_E2E_KEEP"
@@ -56,7 +58,10 @@ func RepoRoot() string {
 func Start(ctx context.Context, out io.Writer) (*Framework, error) {
 	name := os.Getenv(EnvCluster)
 	if name == "" {
-		name = "e2e"
+		// One cluster per source tree, so suites of different clones on one machine never share (or
+		// tear down) each other's cluster.
+		sum := sha256.Sum256([]byte(RepoRoot()))
+		name = "e2e-" + hex.EncodeToString(sum[:3])
 	}
 	cfg := localcluster.Default(name, RepoRoot())
 	f := &Framework{}
