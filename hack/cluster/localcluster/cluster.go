@@ -136,10 +136,14 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 	}
 
 	step("starting etcd")
-	if _, err := c.StartProcess("etcd", filepath.Join(c.ToolsDir, "etcd"), c.etcdArgs(), nil); err != nil {
+	etcd, err := c.StartProcess("etcd", filepath.Join(c.ToolsDir, "etcd"), c.etcdArgs(), nil)
+	if err != nil {
 		return err
 	}
 	if err := poll(ctx, "etcd", c.ReadyTimeout, func(ctx context.Context) (bool, error) {
+		if err := alive(etcd); err != nil {
+			return false, err
+		}
 		code, body, err := c.get(ctx, fmt.Sprintf("http://127.0.0.1:%d/health", c.EtcdPort), "")
 		return err == nil && code == 200 && strings.Contains(body, `"true"`), err
 	}); err != nil {
@@ -147,7 +151,8 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 	}
 
 	step("starting kube-apiserver")
-	if _, err := c.StartProcess("kube-apiserver", filepath.Join(c.ToolsDir, "kube-apiserver"), c.apiserverArgs(), nil); err != nil {
+	apiserver, err := c.StartProcess("kube-apiserver", filepath.Join(c.ToolsDir, "kube-apiserver"), c.apiserverArgs(), nil)
+	if err != nil {
 		return err
 	}
 	tok, err := c.adminToken()
@@ -155,6 +160,9 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 		return err
 	}
 	if err := poll(ctx, "kube-apiserver /readyz", c.ReadyTimeout, func(ctx context.Context) (bool, error) {
+		if err := alive(apiserver); err != nil {
+			return false, err
+		}
 		code, body, err := c.get(ctx, c.Server()+"/readyz", tok)
 		if err == nil && code != 200 {
 			err = fmt.Errorf("%d %s", code, body)

@@ -165,8 +165,8 @@ func (c Config) StartComponent(ctx context.Context, name string, comp *Component
 	}
 	comp.Process = p
 	return poll(ctx, name+" /readyz", c.ReadyTimeout, func(ctx context.Context) (bool, error) {
-		if !p.Alive() {
-			return false, fmt.Errorf("%s exited; see %s", name, p.LogFile)
+		if err := alive(p); err != nil {
+			return false, err
 		}
 		code, body, err := c.get(ctx, "http://"+comp.Probe+"/readyz", "")
 		if err == nil && code != 200 {

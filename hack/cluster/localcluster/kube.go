@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -160,8 +161,23 @@ func (c Config) get(ctx context.Context, url, bearer string) (int, string, error
 	return resp.StatusCode, string(body), nil
 }
 
-// poll calls cond every interval until it returns true, an error that is not worth retrying, or the
-// timeout passes; the last transient error is reported on timeout.
+// errExited aborts a poll: the process it waits for is gone, so waiting longer cannot help.
+type errExited struct{ p *Process }
+
+func (e errExited) Error() string {
+	return fmt.Sprintf("%s (pid %d) exited; see %s", e.p.Name, e.p.PID, e.p.LogFile)
+}
+
+// alive returns an errExited when p no longer runs.
+func alive(p *Process) error {
+	if p != nil && !p.Alive() {
+		return errExited{p}
+	}
+	return nil
+}
+
+// poll calls cond every 250ms until it returns true, returns an errExited, or the timeout passes; the
+// last transient error is reported on timeout.
 func poll(ctx context.Context, what string, timeout time.Duration, cond func(context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -170,6 +186,10 @@ func poll(ctx context.Context, what string, timeout time.Duration, cond func(con
 		ok, err := cond(ctx)
 		if ok {
 			return nil
+		}
+		var exited errExited
+		if errors.As(err, &exited) {
+			return fmt.Errorf("waiting for %s: %w", what, err)
 		}
 		if err != nil {
 			last = err
