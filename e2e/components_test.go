@@ -23,9 +23,8 @@ var _ = Describe("httpscale's binaries on the local cluster", Ordered, func() {
 
 	BeforeAll(func(ctx SpecContext) {
 		var err error
-		h, err = f.StartHTTPScale(ctx, GinkgoWriter)
+		h, err = f.HTTPScale(ctx, GinkgoWriter)
 		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { Expect(f.StopHTTPScale(h)).To(Succeed()) })
 	})
 
 	It("runs the operator, the scaler and one interceptor per zone", func() {

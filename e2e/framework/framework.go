@@ -44,7 +44,8 @@ type Framework struct {
 	// HTTP makes its connections inside the cluster's network namespace (pod IPs, interceptors).
 	HTTP *http.Client
 	// owned is true when this suite started the cluster and so stops it.
-	owned bool
+	owned     bool
+	httpscale *localcluster.HTTPScale
 }
 
 // RepoRoot is the source tree the suite was compiled from.
@@ -110,6 +111,9 @@ func Start(ctx context.Context, out io.Writer) (*Framework, error) {
 
 // Stop stops the cluster if this suite started it, unless HTTPSCALE_E2E_KEEP=1.
 func (f *Framework) Stop(out io.Writer) error {
+	if err := f.StopHTTPScale(); err != nil {
+		return err
+	}
 	if f == nil || !f.owned {
 		return nil
 	}
@@ -127,13 +131,35 @@ func (f *Framework) DumpLogs(w io.Writer) {
 	}
 }
 
-// StartHTTPScale runs the operator, the scaler and one interceptor per zone from <repo>/bin.
-func (f *Framework) StartHTTPScale(ctx context.Context, out io.Writer) (*localcluster.HTTPScale, error) {
-	return f.Cluster.StartHTTPScale(ctx, localcluster.DefaultBinaries(RepoRoot()), out)
+// HTTPScale runs the operator, the scaler and one interceptor per zone from <repo>/bin, once per suite;
+// later calls return the running set (components a spec stopped are started again). StopHTTPScale, in
+// AfterSuite, stops them.
+func (f *Framework) HTTPScale(ctx context.Context, out io.Writer) (*localcluster.HTTPScale, error) {
+	if f.httpscale != nil {
+		for name, c := range f.httpscale.Components {
+			if c.Process == nil || !c.Process.Alive() {
+				if err := f.Cluster.StartComponent(ctx, name, c); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return f.httpscale, nil
+	}
+	h, err := f.Cluster.StartHTTPScale(ctx, localcluster.DefaultBinaries(RepoRoot()), out)
+	if err != nil {
+		return nil, err
+	}
+	f.httpscale = h
+	return h, nil
 }
 
-// StopHTTPScale stops every component of h.
-func (f *Framework) StopHTTPScale(h *localcluster.HTTPScale) error {
+// StopHTTPScale stops every component HTTPScale started.
+func (f *Framework) StopHTTPScale() error {
+	if f == nil || f.httpscale == nil {
+		return nil
+	}
+	h := f.httpscale
+	f.httpscale = nil
 	var errs []string
 	for name, c := range h.Components {
 		if err := f.Cluster.StopComponent(c); err != nil {

@@ -5,6 +5,9 @@
 // what a proxy in front of the app sees.
 //
 //	GET /anything?sleep=200ms&status=503 -> waits, then answers with that status and a JSON report
+//
+// With --admin, requests carrying ?rid=<id> are counted per id; GET <admin>/requests returns the counts
+// as JSON (so a test can prove no request was lost or answered twice) and DELETE resets them.
 package main
 
 import (
@@ -21,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -87,7 +91,9 @@ func run() error {
 	var ls listens
 	flag.Var(&ls, "listen", "Address to listen on (repeatable; default 0.0.0.0:8000).")
 	flag.Var(&z, "zone", "CIDR=zone: the zone reported for pod IPs in CIDR (repeatable).")
+	admin := flag.String("admin", "", "Address serving /requests (counts of requests per ?rid=); empty disables it.")
 	flag.Parse()
+	var counts sync.Map // rid -> *atomic.Int64
 	if len(ls) == 0 {
 		ls = listens{"0.0.0.0:8000"}
 	}
@@ -103,6 +109,10 @@ func run() error {
 		}
 		for k := range r.Header {
 			rep.Headers[k] = r.Header.Get(k)
+		}
+		if rid := r.URL.Query().Get("rid"); rid != "" {
+			n, _ := counts.LoadOrStore(rid, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
 		}
 		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil && d > 0 {
 			select {
@@ -122,6 +132,31 @@ func run() error {
 		_ = json.NewEncoder(w).Encode(rep)
 	})
 
+	handlers := map[string]http.Handler{}
+	for _, addr := range ls {
+		handlers[addr] = handler
+	}
+	if *admin != "" {
+		ls = append(ls, *admin)
+		handlers[*admin] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/requests" {
+				http.NotFound(w, r)
+				return
+			}
+			if r.Method == http.MethodDelete {
+				counts.Clear()
+				return
+			}
+			out := map[string]int64{}
+			counts.Range(func(k, v any) bool {
+				out[k.(string)] = v.(*atomic.Int64).Load()
+				return true
+			})
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(out)
+		})
+	}
+
 	var wg sync.WaitGroup
 	errc := make(chan error, len(ls))
 	var servers []*http.Server
@@ -130,7 +165,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", addr, err)
 		}
-		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: handlers[addr], ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
 		wg.Add(1)
 		go func() {

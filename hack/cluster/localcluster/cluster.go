@@ -237,7 +237,7 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 	}
 	if c.SampleAppPort != 0 {
 		step(fmt.Sprintf("starting the sample app on port %d of every pod IP", c.SampleAppPort))
-		args := []string{fmt.Sprintf("--listen=0.0.0.0:%d", c.SampleAppPort)}
+		args := []string{fmt.Sprintf("--listen=0.0.0.0:%d", c.SampleAppPort), "--admin=" + c.SampleAppAdmin()}
 		for _, n := range c.Nodes {
 			args = append(args, "--zone="+n.PodCIDR+"="+n.Zone)
 		}

@@ -111,6 +111,9 @@ func (c Config) path(elem ...string) string {
 	return filepath.Join(append([]string{c.Dir}, elem...)...)
 }
 
+// SampleAppAdmin is where the sample app reports request counts per ?rid= (GET /requests).
+func (c Config) SampleAppAdmin() string { return fmt.Sprintf("127.0.0.1:%d", c.SampleAppPort+1) }
+
 // LogDir holds one log file per process.
 func (c Config) LogDir() string { return c.path("logs") }
 
