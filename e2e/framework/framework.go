@@ -103,7 +103,7 @@ func Start(ctx context.Context, out io.Writer) (*Framework, error) {
 		return nil, fmt.Errorf("creating API client: %w", err)
 	}
 	f.HTTP = &http.Client{
-		Timeout:   30 * time.Second,
+		Timeout:   3 * time.Minute, // requests held through a scale from zero
 		Transport: &http.Transport{DialContext: localcluster.DialContext(cfg.NetNS), MaxIdleConnsPerHost: 64},
 	}
 	return f, nil
