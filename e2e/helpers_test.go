@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,20 +42,29 @@ func proxyURL(h *localcluster.HTTPScale, zone int, path string) string {
 // scaledApp creates the sample app at zero replicas and an HTTPScaledObject routing host to it, and
 // waits until every interceptor routes it.
 func scaledApp(ctx context.Context, ns, name, host string, scaledown int32) *httpscalev1alpha1.HTTPScaledObject {
-	dep, svc := f.SampleApp(ns, name, 0)
+	return routedApp(ctx, ns, name, 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+		s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
+		s.ScaledownPeriod = ptr.To(scaledown)
+	})
+}
+
+// routedApp creates the sample app (Deployment with the given replicas, Service) and an
+// HTTPScaledObject for it (min 0, max 4 unless spec changes them), and waits until every interceptor
+// routes it.
+func routedApp(ctx context.Context, ns, name string, replicas int32, spec func(*httpscalev1alpha1.HTTPScaledObjectSpec)) *httpscalev1alpha1.HTTPScaledObject {
+	dep, svc := f.SampleApp(ns, name, replicas)
 	Expect(f.Client.Create(ctx, dep)).To(Succeed())
 	Expect(f.Client.Create(ctx, svc)).To(Succeed())
 	hso := &httpscalev1alpha1.HTTPScaledObject{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: httpscalev1alpha1.HTTPScaledObjectSpec{
-			Hosts: []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)},
 			ScaleTargetRef: httpscalev1alpha1.ScaleTargetRef{
 				APIVersion: "apps/v1", Kind: "Deployment", Name: name, Service: name, Port: ptr.To[int32](80),
 			},
-			Replicas:        &httpscalev1alpha1.ReplicaBounds{Min: ptr.To[int32](0), Max: ptr.To[int32](4)},
-			ScaledownPeriod: ptr.To(scaledown),
+			Replicas: &httpscalev1alpha1.ReplicaBounds{Min: ptr.To[int32](0), Max: ptr.To[int32](4)},
 		},
 	}
+	spec(&hso.Spec)
 	Expect(f.Client.Create(ctx, hso)).To(Succeed())
 	Eventually(func(g Gomega) {
 		g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), hso)).To(Succeed())
@@ -63,6 +73,56 @@ func scaledApp(ctx context.Context, ns, name, host string, scaledown int32) *htt
 		g.Expect(hso.Status.Routing.InterceptorsReady).To(Equal(hso.Status.Routing.InterceptorsTotal))
 	}).WithContext(ctx).Should(Succeed())
 	return hso
+}
+
+// answer is what the sample app reports.
+type answer struct {
+	Status int
+	PodIP  string `json:"podIP"`
+	Zone   string `json:"zone"`
+	Host   string `json:"host"`
+	Path   string `json:"path"`
+}
+
+// ask sends one GET through an interceptor (zone index) with the given Host and headers.
+func ask(ctx context.Context, h *localcluster.HTTPScale, zone int, host, path string, headers map[string]string) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, proxyURL(h, zone, path), nil)
+	if err != nil {
+		return answer{}, err
+	}
+	req.Host = host
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := f.HTTP.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{}, err
+	}
+	a := answer{Status: resp.StatusCode}
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(body, &a); err != nil {
+			return a, fmt.Errorf("decoding %q: %w", body, err)
+		}
+	}
+	return a, nil
+}
+
+// podIPs returns the IPs of the pods labelled app=<name> in ns.
+func podIPs(ctx context.Context, ns, name string) []string {
+	var pods corev1.PodList
+	Expect(f.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": name})).To(Succeed())
+	var ips []string
+	for _, p := range pods.Items {
+		if p.Status.PodIP != "" {
+			ips = append(ips, p.Status.PodIP)
+		}
+	}
+	return ips
 }
 
 // replicas returns the Deployment's desired replica count.
