@@ -64,11 +64,18 @@ unit: ## Unit and envtest suites (real kube-apiserver + etcd, built on first use
 		$(GO) test -race -count=1 ./...
 
 .PHONY: test
-test: verify-generated vet build unit ## Everything: generated-file drift, vet, build, unit + envtest (+ e2e).
+test: verify-generated vet build unit e2e ## Everything: generated-file drift, vet, build, unit + envtest, e2e (root).
+
+.PHONY: e2e
+e2e: build ## End-to-end suite on a local control plane in a network namespace (root; tools built on first use).
+	$(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e -ginkgo.v
 
 ##@ Demo
 
 .PHONY: demo
-demo: ## Run the whole system on a local control plane with a sample app.
-	@echo "make demo is not available yet: the local control plane lands with the end-to-end suite."
-	@exit 1
+demo: build ## Run the whole system on a local control plane with a sample app (root); leaves it running.
+	hack/demo.sh
+
+.PHONY: demo-down
+demo-down: ## Stop the demo's processes and remove its network namespace.
+	$(GO) run ./hack/cluster --name $${HTTPSCALE_DEMO_CLUSTER:-demo} down

@@ -6,8 +6,11 @@
 # Usage: hack/tools.sh <set>...   sets: envtest (kube-apiserver, etcd, kubectl)
 #                                       cluster (envtest + kube-controller-manager, kube-scheduler)
 #                                       helm (helm, in its own directory)
-# Prints the directory holding the last set's binaries on the last line of stdout; progress goes to
-# stderr.
+#                                       kwok (kwok + its stage manifests under stages/)
+#                                       keda (keda operator + keda-adapter)
+# Prints the directory holding the binaries of the last set on the last line of stdout; progress goes
+# to stderr. Each set that has its own versioned directory is locked separately, so a long KEDA build
+# does not block envtest users.
 #
 # Cache: ${HTTPSCALE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/httpscale/tools}/<name>-<version>/
 set -euo pipefail
@@ -15,6 +18,8 @@ set -euo pipefail
 K8S_VERSION=v1.36.3
 ETCD_VERSION=v3.6.8
 HELM_VERSION=v3.22.0
+KWOK_VERSION=v0.8.0
+KEDA_VERSION=v2.21.0
 # Bump when the build recipe changes so caches built by an older recipe are not reused.
 RECIPE=1
 
@@ -26,8 +31,7 @@ mkdir -p "$bin_dir"
 log() { printf '[tools] %s\n' "$*" >&2; }
 
 # Serialise concurrent callers (parallel test packages, a demo started during a test run).
-exec 9>"$bin_dir/.lock"
-flock 9
+lock_k8s() { exec 9>"$bin_dir/.lock" && flock 9; }
 
 have() { [ -x "$bin_dir/$1" ]; }
 
@@ -76,6 +80,7 @@ try_download() {
 }
 
 ensure_envtest() {
+	lock_k8s
 	if ! have kube-apiserver || ! have etcd || ! have kubectl; then
 		try_download || true
 	fi
@@ -94,6 +99,65 @@ ensure_cluster() {
 	build_kube "${missing[@]}"
 }
 
+# in_dir <dir> <command>...: runs a builder with bin_dir pointing at another versioned cache directory,
+# holding that directory's own lock.
+in_dir() {
+	local dir=$1
+	shift
+	mkdir -p "$dir"
+	(
+		exec 8>"$dir/.lock"
+		flock 8
+		bin_dir=$dir
+		"$@"
+	)
+}
+
+kwok_dir="$cache_root/kwok-${KWOK_VERSION}-r${RECIPE}"
+keda_dir="$cache_root/keda-${KEDA_VERSION}-r${RECIPE}"
+helm_dir="$cache_root/helm-${HELM_VERSION}-k8s-${K8S_VERSION}-r${RECIPE}"
+
+ensure_kwok() {
+	if ! have kwok; then
+		local start=$SECONDS
+		log "building kwok $KWOK_VERSION (about 2 minutes cold; cached afterwards in $bin_dir)"
+		(cd "$here" && GOBIN="$bin_dir" GOFLAGS= CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
+			"sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION")
+		log "built kwok in $((SECONDS - start))s"
+	fi
+	# The standalone binary has no built-in stages; the ones kwok ships as manifests are copied
+	# next to it so the local cluster needs no module cache at run time.
+	if [ ! -f "$bin_dir/stages/.complete" ]; then
+		local src
+		src=$(cd "$here" && GOFLAGS= go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" |
+			sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+		mkdir -p "$bin_dir/stages"
+		# kwok's "fast" set: nodes become Ready and keep a lease; pods turn Running+Ready at once.
+		local d
+		for d in node/fast node/heartbeat-with-lease pod/fast; do
+			find "$src/kustomize/stage/$d" -maxdepth 1 -name '*.yaml' ! -name kustomization.yaml \
+				-exec cp {} "$bin_dir/stages/" \;
+		done
+		chmod u+w "$bin_dir"/stages/*.yaml
+		touch "$bin_dir/stages/.complete"
+	fi
+}
+
+ensure_keda() {
+	local ldflags="-X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v}"
+	have keda || build_go "$here/tools/keda" keda github.com/kedacore/keda/v2/cmd/operator "$ldflags"
+	have keda-adapter || build_go "$here/tools/keda" keda-adapter github.com/kedacore/keda/v2/cmd/adapter "$ldflags"
+	# KEDA's CRDs ship in its module; keep them next to the binaries of the same version.
+	if [ ! -f "$bin_dir/crds/.complete" ]; then
+		local src
+		src=$(cd "$here/tools/keda" && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)
+		mkdir -p "$bin_dir/crds"
+		cp "$src"/config/crd/bases/*.yaml "$bin_dir/crds/"
+		chmod u+w "$bin_dir"/crds/*.yaml
+		touch "$bin_dir/crds/.complete"
+	fi
+}
+
 build_kube() { # build_kube <binary>...
 	[ $# -gt 0 ] || return 0
 	local flags b
@@ -104,39 +168,33 @@ build_kube() { # build_kube <binary>...
 }
 
 # helm from the Go module proxy, stamped with the Kubernetes version we run so `helm lint/template`
-# do not assume Kubernetes 1.20. Cached in its own directory, apart from the Kubernetes binaries.
+# do not assume Kubernetes 1.20. Run through in_dir: bin_dir is helm's own versioned directory.
 ensure_helm() {
-	local dir="$cache_root/helm-${HELM_VERSION}-k8s-${K8S_VERSION}-r${RECIPE}" minor=${K8S_VERSION#v1.} f=""
+	[ -x "$bin_dir/helm" ] && return 0
+	local minor=${K8S_VERSION#v1.} f="" start=$SECONDS tmp p
 	minor=${minor%%.*}
-	mkdir -p "$dir"
-	out_dir=$dir
-	flock -u 9 # helm does not touch the Kubernetes binaries: let envtest callers go on meanwhile
-	(
-		flock 8
-		[ -x "$dir/helm" ] && exit 0
-		for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
-			f+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$minor"
-		done
-		log "building helm $HELM_VERSION (about 2 minutes cold; cached afterwards in $dir)"
-		local start=$SECONDS tmp
-		tmp=$(mktemp -d "$dir/.build.XXXXXX")
-		CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS= go install -trimpath \
-			-ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION$f" \
-			"helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-		mv "$tmp/helm" "$dir/helm"
-		rm -rf "$tmp"
-		log "built helm in $((SECONDS - start))s"
-	) 8>"$dir/.lock"
-	flock 9
+	for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+		f+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$minor"
+	done
+	log "building helm $HELM_VERSION (about 2 minutes cold; cached afterwards in $bin_dir)"
+	tmp=$(mktemp -d "$bin_dir/.build.XXXXXX")
+	CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS= go install -trimpath \
+		-ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION$f" \
+		"helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+	mv "$tmp/helm" "$bin_dir/helm"
+	rm -rf "$tmp"
+	log "built helm in $((SECONDS - start))s"
 }
 
 out_dir=$bin_dir
 [ $# -gt 0 ] || set -- envtest
 for set in "$@"; do
 	case $set in
-	envtest) out_dir=$bin_dir; ensure_envtest ;;
-	cluster) out_dir=$bin_dir; ensure_cluster ;;
-	helm) ensure_helm ;;
+	envtest) ensure_envtest; out_dir=$bin_dir ;;
+	cluster) ensure_cluster; out_dir=$bin_dir ;;
+	helm) in_dir "$helm_dir" ensure_helm; out_dir=$helm_dir ;;
+	kwok) in_dir "$kwok_dir" ensure_kwok; out_dir=$kwok_dir ;;
+	keda) in_dir "$keda_dir" ensure_keda; out_dir=$keda_dir ;;
 	*) log "unknown tool set: $set"; exit 2 ;;
 	esac
 done

@@ -1,0 +1,172 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+)
+
+// skipUnlessProxying skips the calling container while the interceptor in bin/ does not yet serve its
+// proxy port (the binaries land separately); it never hides a failure of a proxy that does listen.
+func skipUnlessProxying(ctx context.Context, h *localcluster.HTTPScale) {
+	addr := net.JoinHostPort(h.Addresses.Interceptors[0].IP, fmt.Sprint(localcluster.ProxyPort))
+	conn, err := localcluster.DialContext(f.Cluster.NetNS)(ctx, "tcp", addr)
+	if err != nil {
+		Skip(fmt.Sprintf("bin/interceptor does not serve its proxy port %s yet: %v", addr, err))
+	}
+	conn.Close()
+}
+
+// proxyURL is the URL of path on the interceptor of the given zone index.
+func proxyURL(h *localcluster.HTTPScale, zone int, path string) string {
+	return fmt.Sprintf("http://%s:%d%s", h.Addresses.Interceptors[zone].IP, localcluster.ProxyPort, path)
+}
+
+// scaledApp creates the sample app at zero replicas and an HTTPScaledObject routing host to it, and
+// waits until every interceptor routes it.
+func scaledApp(ctx context.Context, ns, name, host string, scaledown int32) *httpscalev1alpha1.HTTPScaledObject {
+	return routedApp(ctx, ns, name, 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+		s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
+		s.ScaledownPeriod = ptr.To(scaledown)
+	})
+}
+
+// routedApp creates the sample app (Deployment with the given replicas, Service) and an
+// HTTPScaledObject for it (min 0, max 4 unless spec changes them), and waits until every interceptor
+// routes it.
+func routedApp(ctx context.Context, ns, name string, replicas int32, spec func(*httpscalev1alpha1.HTTPScaledObjectSpec)) *httpscalev1alpha1.HTTPScaledObject {
+	dep, svc := f.SampleApp(ns, name, replicas)
+	Expect(f.Client.Create(ctx, dep)).To(Succeed())
+	Expect(f.Client.Create(ctx, svc)).To(Succeed())
+	hso := &httpscalev1alpha1.HTTPScaledObject{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: httpscalev1alpha1.HTTPScaledObjectSpec{
+			ScaleTargetRef: httpscalev1alpha1.ScaleTargetRef{
+				APIVersion: "apps/v1", Kind: "Deployment", Name: name, Service: name, Port: ptr.To[int32](80),
+			},
+			Replicas: &httpscalev1alpha1.ReplicaBounds{Min: ptr.To[int32](0), Max: ptr.To[int32](4)},
+		},
+	}
+	spec(&hso.Spec)
+	Expect(f.Client.Create(ctx, hso)).To(Succeed())
+	Eventually(func(g Gomega) {
+		g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), hso)).To(Succeed())
+		g.Expect(hso.Status.Routing).NotTo(BeNil())
+		g.Expect(hso.Status.Routing.InterceptorsTotal).To(BeEquivalentTo(len(f.Cluster.Nodes)))
+		g.Expect(hso.Status.Routing.InterceptorsReady).To(Equal(hso.Status.Routing.InterceptorsTotal))
+	}).WithContext(ctx).Should(Succeed())
+	return hso
+}
+
+// answer is what the sample app reports.
+type answer struct {
+	Status int
+	PodIP  string `json:"podIP"`
+	Zone   string `json:"zone"`
+	Host   string `json:"host"`
+	Path   string `json:"path"`
+}
+
+// ask sends one GET through an interceptor (zone index) with the given Host and headers.
+func ask(ctx context.Context, h *localcluster.HTTPScale, zone int, host, path string, headers map[string]string) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, proxyURL(h, zone, path), nil)
+	if err != nil {
+		return answer{}, err
+	}
+	req.Host = host
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := f.HTTP.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{}, err
+	}
+	a := answer{Status: resp.StatusCode}
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(body, &a); err != nil {
+			return a, fmt.Errorf("decoding %q: %w", body, err)
+		}
+	}
+	return a, nil
+}
+
+// podIPs returns the IPs of the pods labelled app=<name> in ns.
+func podIPs(ctx context.Context, ns, name string) []string {
+	var pods corev1.PodList
+	Expect(f.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": name})).To(Succeed())
+	var ips []string
+	for _, p := range pods.Items {
+		if p.Status.PodIP != "" {
+			ips = append(ips, p.Status.PodIP)
+		}
+	}
+	return ips
+}
+
+// replicas returns the Deployment's desired replica count.
+func replicas(ctx context.Context, ns, name string) (int32, error) {
+	var d appsv1.Deployment
+	if err := f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &d); err != nil {
+		return 0, err
+	}
+	return ptr.Deref(d.Spec.Replicas, 1), nil
+}
+
+// requestCounts reads (and with reset, clears) the sample app's count of requests per ?rid=.
+func requestCounts(ctx context.Context, reset bool) map[string]int64 {
+	method := http.MethodGet
+	if reset {
+		method = http.MethodDelete
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+f.Cluster.SampleAppAdmin()+"/requests", nil)
+	Expect(err).NotTo(HaveOccurred())
+	resp, err := f.HTTP.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
+	counts := map[string]int64{}
+	if !reset {
+		Expect(json.Unmarshal(body, &counts)).To(Succeed())
+	}
+	return counts
+}
+
+// watchReplicas records when the Deployment first has at least min desired replicas, polling every
+// 100ms until ctx ends.
+func watchReplicas(ctx context.Context, ns, name string, min int32) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	go func() {
+		defer GinkgoRecover()
+		for ctx.Err() == nil {
+			if n, err := replicas(ctx, ns, name); err == nil && n >= min {
+				ch <- time.Now()
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return ch
+}

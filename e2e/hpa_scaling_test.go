@@ -1,0 +1,78 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+)
+
+var _ = Describe("Scaling 1->N through KEDA and the HPA", Ordered, func() {
+	const scaledown = 15 * time.Second
+	var (
+		h    *localcluster.HTTPScale
+		ns   string
+		host string
+	)
+
+	BeforeAll(func(ctx SpecContext) {
+		var err error
+		h, err = f.HTTPScale(ctx, GinkgoWriter)
+		Expect(err).NotTo(HaveOccurred())
+		skipUnlessProxying(ctx, h)
+		ns, err = f.CreateNamespace(ctx, "busy")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })
+		host = ns + ".example"
+		routedApp(ctx, ns, "app", 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
+			s.ScaledownPeriod = ptr.To(int32(scaledown.Seconds()))
+			s.ScalingMetric = &httpscalev1alpha1.ScalingMetric{
+				Concurrency: &httpscalev1alpha1.ConcurrencyMetric{TargetValue: 5},
+			}
+		})
+	})
+
+	It("scales out under sustained concurrency and back to zero when it stops", func(ctx SpecContext) {
+		// 40 requests in flight (each held 1s by the app) against a target of 5 per replica: the
+		// HPA, reading the metric through KEDA's adapter, should want the maximum of 4.
+		loadCtx, stop := context.WithCancel(ctx)
+		done := make(chan localcluster.LoadResult, 1)
+		go func() {
+			defer GinkgoRecover()
+			done <- f.Cluster.Load(loadCtx, proxyURL(h, 0, "/busy?sleep=1s"), host, 40, 40*90, 2*time.Minute)
+		}()
+		start := time.Now()
+		Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).
+			WithTimeout(80 * time.Second).WithPolling(time.Second).Should(BeNumerically(">=", 3))
+		AddReportEntry("1->N: load start to replicas >= 3", time.Since(start).String())
+
+		var hpas autoscalingv2.HorizontalPodAutoscalerList
+		Expect(f.Client.List(ctx, &hpas, client.InNamespace(ns))).To(Succeed())
+		Expect(hpas.Items).To(HaveLen(1))
+		Expect(hpas.Items[0].Status.CurrentMetrics).NotTo(BeEmpty(), "the HPA read no metric from the adapter")
+		stop()
+		r := <-done
+		GinkgoWriter.Println("load:", r)
+		Expect(r.Codes).To(HaveKey(200))
+		for code, n := range r.Codes {
+			// Requests cut off by stopping the load count as errors; everything answered is a 200.
+			Expect(code == 200 || code == 0).To(BeTrue(), fmt.Sprintf("%d answers with status %d", n, code))
+		}
+
+		last := time.Now()
+		Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).
+			WithTimeout(scaledown + 2*time.Minute).WithPolling(time.Second).Should(BeEquivalentTo(0))
+		AddReportEntry("N->0: last request to replicas 0", time.Since(last).String())
+	})
+})

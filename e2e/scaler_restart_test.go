@@ -1,0 +1,62 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/utils/ptr"
+
+	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+)
+
+var _ = Describe("Scaler restart under load", Ordered, func() {
+	const scaledown = 10 * time.Second
+	var (
+		h    *localcluster.HTTPScale
+		ns   string
+		host string
+	)
+
+	BeforeAll(func(ctx SpecContext) {
+		var err error
+		h, err = f.HTTPScale(ctx, GinkgoWriter)
+		Expect(err).NotTo(HaveOccurred())
+		skipUnlessProxying(ctx, h)
+		ns, err = f.CreateNamespace(ctx, "restart")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })
+		host = ns + ".example"
+		routedApp(ctx, ns, "app", 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
+			s.ScaledownPeriod = ptr.To(int32(scaledown.Seconds()))
+			s.ScalingMetric = &httpscalev1alpha1.ScalingMetric{
+				Concurrency: &httpscalev1alpha1.ConcurrencyMetric{TargetValue: 5},
+			}
+		})
+	})
+
+	It("does not scale the app down while the scaler is away or just back", func(ctx SpecContext) {
+		loadCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			defer GinkgoRecover()
+			f.Cluster.Load(loadCtx, proxyURL(h, 0, "/steady?sleep=1s"), host, 20, 20*180, 2*time.Minute)
+		}()
+		Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).
+			WithTimeout(80 * time.Second).WithPolling(time.Second).Should(BeNumerically(">=", 2))
+
+		By("stopping the scaler for longer than the scaledown period, then starting it again")
+		scaler := h.Components["httpscale-scaler"]
+		Expect(f.Cluster.StopComponent(scaler)).To(Succeed())
+		Consistently(func() (int32, error) { return replicas(ctx, ns, "app") }).
+			WithTimeout(scaledown + 2*time.Second).WithPolling(500 * time.Millisecond).Should(BeNumerically(">=", 1))
+		Expect(f.Cluster.StartComponent(ctx, "httpscale-scaler", scaler)).To(Succeed())
+		Consistently(func() (int32, error) { return replicas(ctx, ns, "app") }).
+			WithTimeout(scaledown + 10*time.Second).WithPolling(500 * time.Millisecond).Should(BeNumerically(">=", 1))
+	})
+})
