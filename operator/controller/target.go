@@ -18,9 +18,10 @@ import (
 )
 
 // TargetChecker verifies that a scale target exists and has a /scale subresource, for any kind.
-// Results are remembered per object generation for TTL so that status-only reconciles (propagation
-// changes across thousands of objects) cost no API calls; Forget drops a result when a watch says the
-// target changed.
+// A positive result is remembered per object generation for TTL so that status-only reconciles
+// (propagation changes across thousands of objects) cost no API calls; Forget drops it when a watch
+// says the target changed. Negative results are not remembered: an object waiting for its target is
+// checked again on every reconcile, so the target is noticed as soon as it appears.
 type TargetChecker struct {
 	Client    client.Client // SubResource("scale") reads go to the API server
 	Mapper    meta.RESTMapper
@@ -35,7 +36,6 @@ type TargetChecker struct {
 type checkResult struct {
 	generation int64
 	at         time.Time
-	err        error
 }
 
 // Check returns nil when hso's scale target can be scaled, an *invalidError when the user must fix
@@ -46,17 +46,17 @@ func (c *TargetChecker) Check(ctx context.Context, hso *v1.HTTPScaledObject) err
 	c.mu.Lock()
 	if r, ok := c.results[key]; ok && r.generation == hso.Generation && now.Sub(r.at) < c.TTL {
 		c.mu.Unlock()
-		return r.err
+		return nil
 	}
 	c.mu.Unlock()
 
 	err := c.check(ctx, hso)
-	if _, userError := err.(*invalidError); err == nil || userError {
+	if err == nil {
 		c.mu.Lock()
 		if c.results == nil {
 			c.results = map[string]checkResult{}
 		}
-		c.results[key] = checkResult{generation: hso.Generation, at: now, err: err}
+		c.results[key] = checkResult{generation: hso.Generation, at: now}
 		c.mu.Unlock()
 	}
 	return err
@@ -100,7 +100,10 @@ func (c *TargetChecker) check(ctx context.Context, hso *v1.HTTPScaledObject) err
 	obj.SetGroupVersionKind(mapping.GroupVersionKind)
 	obj.SetNamespace(hso.Namespace)
 	obj.SetName(ref.Name)
-	err = c.Client.SubResource("scale").Get(ctx, obj, &autoscalingv1.Scale{})
+	// The client reads subresources of unstructured objects only into unstructured objects.
+	scale := &unstructured.Unstructured{}
+	scale.SetGroupVersionKind(autoscalingv1.SchemeGroupVersion.WithKind("Scale"))
+	err = c.Client.SubResource("scale").Get(ctx, obj, scale)
 	if apierrors.IsNotFound(err) {
 		return invalid("TargetNotFound", "scaleTargetRef: %s %s/%s does not exist; create it or correct the name", ref.Kind, hso.Namespace, ref.Name)
 	}
