@@ -100,7 +100,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	hso.Status.TargetWorkload = hso.Spec.ScaleTargetRef.Kind + "/" + hso.Spec.ScaleTargetRef.Name
 
-	if err := r.syncScaledObject(ctx, hso); err != nil {
+	if err := r.syncScaledObject(ctx, hso, inv == nil); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.setRoutingStatus(hso, key, inv == nil)
@@ -181,7 +181,9 @@ func (r *Reconciler) service(ctx context.Context, namespace, name, field, reason
 }
 
 // syncScaledObject creates or updates the KEDA ScaledObject, or removes ours when the user owns it.
-func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObject) error {
+// While the object is invalid its ScaledObject is neither created nor changed: a typo in a Service
+// name must not hand a running app to an autoscaler that sees no traffic for it.
+func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObject, valid bool) error {
 	existing := &kedav1alpha1.ScaledObject{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(hso), existing)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -202,6 +204,11 @@ func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObj
 		return nil
 	}
 
+	if !valid {
+		r.setCondition(hso, v1.ConditionScaledObjectReady, metav1.ConditionFalse, "NotValid",
+			"the KEDA ScaledObject is not created or changed while the object is invalid (see condition Valid)")
+		return nil
+	}
 	desired := buildScaledObject(hso, r.ScalerAddress, r.Now())
 	if err := controllerutil.SetControllerReference(hso, desired, r.Client.Scheme()); err != nil {
 		return fmt.Errorf("owning ScaledObject: %w", err)
@@ -304,7 +311,11 @@ func (r *Reconciler) setReady(hso *v1.HTTPScaledObject) {
 
 // setCondition sets a condition and emits an event when its status changes.
 func (r *Reconciler) setCondition(hso *v1.HTTPScaledObject, typ string, status metav1.ConditionStatus, reason, message string) {
-	prev := meta.FindStatusCondition(hso.Status.Conditions, typ)
+	// Copy: SetStatusCondition changes the existing condition in place.
+	var prev *metav1.Condition
+	if c := meta.FindStatusCondition(hso.Status.Conditions, typ); c != nil {
+		prev = c.DeepCopy()
+	}
 	meta.SetStatusCondition(&hso.Status.Conditions, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: hso.Generation,
 	})
@@ -313,7 +324,8 @@ func (r *Reconciler) setCondition(hso *v1.HTTPScaledObject, typ string, status m
 	}
 	// Warnings are problems the user must fix; everything else is progress.
 	warning := typ == v1.ConditionConflict && status == metav1.ConditionTrue ||
-		(typ == v1.ConditionValid || typ == v1.ConditionScaledObjectReady) && status == metav1.ConditionFalse
+		typ == v1.ConditionValid && status == metav1.ConditionFalse ||
+		typ == v1.ConditionScaledObjectReady && status == metav1.ConditionFalse && reason != "NotValid"
 	if prev == nil && !warning {
 		return // the first progress conditions of a new object are not news
 	}

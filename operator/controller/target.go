@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +32,41 @@ type TargetChecker struct {
 
 	mu      sync.Mutex
 	results map[string]checkResult
+	// scalable caches discovery per group-version for TTL: a burst of thousands of new objects
+	// costs one discovery call per kind, not one per object.
+	scalable map[string]discovered
+}
+
+type discovered struct {
+	at        time.Time
+	resources map[string]bool // resource names that have a /scale subresource
+}
+
+// hasScale reports whether resource in gv has a /scale subresource, per the API server's discovery.
+func (c *TargetChecker) hasScale(gv schema.GroupVersion, resource string) (bool, error) {
+	now := c.Now()
+	c.mu.Lock()
+	d, ok := c.scalable[gv.String()]
+	c.mu.Unlock()
+	if !ok || now.Sub(d.at) >= c.TTL || !d.resources[resource] {
+		list, err := c.Discovery.ServerResourcesForGroupVersion(gv.String())
+		if err != nil {
+			return false, fmt.Errorf("discovering %s: %w", gv, err)
+		}
+		d = discovered{at: now, resources: map[string]bool{}}
+		for _, r := range list.APIResources {
+			if name, ok := strings.CutSuffix(r.Name, "/scale"); ok {
+				d.resources[name] = true
+			}
+		}
+		c.mu.Lock()
+		if c.scalable == nil {
+			c.scalable = map[string]discovered{}
+		}
+		c.scalable[gv.String()] = d
+		c.mu.Unlock()
+	}
+	return d.resources[resource], nil
 }
 
 type checkResult struct {
@@ -82,16 +118,9 @@ func (c *TargetChecker) check(ctx context.Context, hso *v1.HTTPScaledObject) err
 	if err != nil {
 		return fmt.Errorf("mapping %s %s: %w", ref.APIVersion, ref.Kind, err)
 	}
-	resources, err := c.Discovery.ServerResourcesForGroupVersion(gv.String())
+	scalable, err := c.hasScale(gv, mapping.Resource.Resource)
 	if err != nil {
-		return fmt.Errorf("discovering %s: %w", gv, err)
-	}
-	scalable := false
-	for _, r := range resources.APIResources {
-		if r.Name == mapping.Resource.Resource+"/scale" {
-			scalable = true
-			break
-		}
+		return err
 	}
 	if !scalable {
 		return invalid("TargetNotScalable", "scaleTargetRef: %s has no /scale subresource, so it cannot be scaled; use a Deployment, StatefulSet or another kind with /scale", ref.Kind)
