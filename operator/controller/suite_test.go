@@ -115,12 +115,23 @@ type operator struct {
 
 func startOperator(o controller.Options) *operator {
 	GinkgoHelper()
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  controller.CacheOptions(o),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+	return startOperatorAs(restCfg, o, false)
+}
+
+// startOperatorAs runs the operator with the given credentials, optionally with leader election in the
+// install namespace as in production.
+func startOperatorAs(cfg *rest.Config, o controller.Options, leaderElect bool) *operator {
+	GinkgoHelper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         controller.CacheOptions(o),
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+		LeaderElection:                leaderElect,
+		LeaderElectionID:              "operator.httpscale.dev",
+		LeaderElectionNamespace:       o.Namespace,
+		LeaderElectionReleaseOnCancel: true,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	w, err := controller.Setup(mgr, o, ctrl.Log.WithName("operator"))
