@@ -65,7 +65,7 @@ var _ = Describe("A burst of new objects", func() {
 				}
 			}
 			return have
-		}).WithTimeout(time.Duration(max(60, n/20)) * time.Second).WithPolling(200 * time.Millisecond).Should(Equal(n))
+		}).WithTimeout(time.Duration(max(60, n/8)) * time.Second).WithPolling(200 * time.Millisecond).Should(Equal(n))
 		routed := time.Since(start)
 		tables, writes := op.writer.Tables.Load()-tables0, op.writer.Writes.Load()-writes0
 		t, err := readTable(ctx)

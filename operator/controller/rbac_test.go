@@ -4,11 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	rbacv1 "k8s.io/api/rbac/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,7 +64,9 @@ var _ = Describe("The operator's generated RBAC", func() {
 		h.Spec.ScaleTargetRef.Kind = "StatefulSet"
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 
-		Eventually(entryOf(ns + "/sts")).ShouldNot(BeNil())
+		// A new leader first reconciles every existing object of the suite (and holds its first write
+		// up to 30 s for them), so allow for that before this object's turn.
+		Eventually(entryOf(ns+"/sts"), 2*time.Minute).ShouldNot(BeNil())
 		Eventually(scaledObject(h)).ShouldNot(BeNil())
 		Eventually(condition(h, v1.ConditionReady)).Should(haveCondition(True, "Ready"))
 		Eventually(events(h)).Should(ContainElement("Normal ScaledObjectCreated"))

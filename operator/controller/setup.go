@@ -170,7 +170,8 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Notify:          keys.Enqueue,
 		AfterWrite:      prober.Kick,
 	}
-	targets := &TargetChecker{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Discovery: disc, TTL: time.Minute, Now: time.Now}
+	targets := &TargetChecker{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Discovery: disc, TTL: time.Minute, Now: time.Now,
+		Watched: map[schema.GroupVersionKind]bool{}}
 	r := &Reconciler{
 		Client:        mgr.GetClient(),
 		Recorder:      mgr.GetEventRecorder("httpscale-operator"),
@@ -204,6 +205,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		if err != nil {
 			return nil, fmt.Errorf("looking up kind of %T: %w", kind, err)
 		}
+		targets.Watched[gvk] = true
 		value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
 		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTarget, value, targets.Forget)), createDelete)
 	}

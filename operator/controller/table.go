@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -370,15 +371,11 @@ func buildTable(cands []candidate) (*routing.Table, map[string]routing.Conflict,
 		}
 		return cmp.Compare(a.entry.Key(), b.entry.Key())
 	})
-	invalid := map[string]error{}
-	entries := make([]routing.Entry, 0, len(cands))
-	for _, c := range cands {
-		if err := c.entry.Validate(); err != nil {
-			invalid[c.entry.Key()] = err
-			continue
-		}
-		entries = append(entries, c.entry)
+	entries := make([]routing.Entry, len(cands))
+	for i, c := range cands {
+		entries[i] = c.entry
 	}
+	// Conflicts skips invalid entries, so they claim no route.
 	conflicts := map[string]routing.Conflict{}
 	for _, c := range routing.Conflicts(entries) {
 		conflicts[c.Loser] = c
@@ -389,7 +386,20 @@ func buildTable(cands []candidate) (*routing.Table, map[string]routing.Conflict,
 			winners = append(winners, e)
 		}
 	}
+	invalid := map[string]error{}
 	table, err := routing.NewTable(winners)
+	if errors.Is(err, routing.ErrInvalidEntry) {
+		// Rare: find the culprits and build without them rather than validating every entry up front.
+		valid := winners[:0]
+		for _, e := range winners {
+			if err := e.Validate(); err != nil {
+				invalid[e.Key()] = err
+				continue
+			}
+			valid = append(valid, e)
+		}
+		table, err = routing.NewTable(valid)
+	}
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("building routing table: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -29,6 +30,9 @@ type TargetChecker struct {
 	Discovery discovery.DiscoveryInterface
 	TTL       time.Duration
 	Now       func() time.Time
+	// Watched are the kinds whose metadata the manager's cache watches; their existence is read from
+	// the cache instead of the API server.
+	Watched map[schema.GroupVersionKind]bool
 
 	mu      sync.Mutex
 	results map[string]checkResult
@@ -125,14 +129,22 @@ func (c *TargetChecker) check(ctx context.Context, hso *v1.HTTPScaledObject) err
 	if !scalable {
 		return invalid("TargetNotScalable", "scaleTargetRef: %s has no /scale subresource, so it cannot be scaled; use a Deployment, StatefulSet or another kind with /scale", ref.Kind)
 	}
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(mapping.GroupVersionKind)
-	obj.SetNamespace(hso.Namespace)
-	obj.SetName(ref.Name)
-	// The client reads subresources of unstructured objects only into unstructured objects.
-	scale := &unstructured.Unstructured{}
-	scale.SetGroupVersionKind(autoscalingv1.SchemeGroupVersion.WithKind("Scale"))
-	err = c.Client.SubResource("scale").Get(ctx, obj, scale)
+	if c.Watched[mapping.GroupVersionKind] {
+		// The cache watches this kind's metadata: no API call needed. A workload created a moment ago
+		// may not be cached yet; its creation event re-validates the object.
+		pom := &metav1.PartialObjectMetadata{}
+		pom.SetGroupVersionKind(mapping.GroupVersionKind)
+		err = c.Client.Get(ctx, client.ObjectKey{Namespace: hso.Namespace, Name: ref.Name}, pom)
+	} else {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(mapping.GroupVersionKind)
+		obj.SetNamespace(hso.Namespace)
+		obj.SetName(ref.Name)
+		// The client reads subresources of unstructured objects only into unstructured objects.
+		scale := &unstructured.Unstructured{}
+		scale.SetGroupVersionKind(autoscalingv1.SchemeGroupVersion.WithKind("Scale"))
+		err = c.Client.SubResource("scale").Get(ctx, obj, scale)
+	}
 	if apierrors.IsNotFound(err) {
 		return invalid("TargetNotFound", "scaleTargetRef: %s %s/%s does not exist; create it or correct the name", ref.Kind, hso.Namespace, ref.Name)
 	}
