@@ -59,6 +59,12 @@ type Reconciler struct {
 
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if ctx.Err() != nil {
+		// Shutting down: the work queue still hands out every queued key (thousands after a burst);
+		// skip them instead of failing each against a cancelled context, so the manager stops within
+		// its grace period and releases the leader lease.
+		return ctrl.Result{}, nil
+	}
 	key := req.Namespace + "/" + req.Name
 	hso := &v1.HTTPScaledObject{}
 	if err := r.Client.Get(ctx, req.NamespacedName, hso); err != nil {
