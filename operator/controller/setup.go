@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -199,7 +200,15 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexServices, nil, nil))).
 		WatchesRawSource(keys).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, o.MaxConcurrentReconciles)})
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: max(1, o.MaxConcurrentReconciles),
+			// controller-runtime v0.24.1's priority queue can deadlock at shutdown when many keys are
+			// queued (a worker leaving on shutdown does not give back its waiter slot, and the
+			// dispatcher then blocks handing it an item while holding the queue lock), so the manager
+			// never stops within its grace period. The classic queue drains; Reconcile returns at once
+			// once the context is cancelled.
+			UsePriorityQueue: ptr.To(false),
+		})
 	for _, kind := range watchedTargets {
 		gvk, err := mgr.GetClient().GroupVersionKindFor(kind)
 		if err != nil {

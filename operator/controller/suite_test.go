@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -144,7 +146,15 @@ func startOperatorAs(cfg *rest.Config, o controller.Options, leaderElect bool) *
 
 func (o *operator) stop() {
 	o.cancel()
-	Eventually(o.done, 30*time.Second).Should(Receive(BeNil()))
+	select {
+	case err := <-o.done:
+		Expect(err).NotTo(HaveOccurred())
+	case <-time.After(25 * time.Second):
+		f, _ := os.Create("/tmp/b-op-goroutines.txt")
+		_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+		f.Close()
+		Fail("operator did not stop within 25s")
+	}
 }
 
 // addrMap dials loopback listeners in place of the addresses EndpointSlices hold. An address it does
