@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -104,8 +105,17 @@ func defaultOptions() controller.Options {
 		ProbeTransport:          &http.Transport{DialContext: dialer.DialContext},
 		TableDebounce:           250 * time.Millisecond,
 		TableMaxDelay:           2 * time.Second,
-		MaxConcurrentReconciles: 4,
+		MaxConcurrentReconciles: reconcilers(),
 	}
+}
+
+// reconcilers is the production default (4) unless HTTPSCALE_MAX_CONCURRENT_RECONCILES, the operator's
+// own environment variable, says otherwise (the burst benchmark compares settings).
+func reconcilers() int {
+	if n, err := strconv.Atoi(os.Getenv("HTTPSCALE_MAX_CONCURRENT_RECONCILES")); err == nil && n > 0 {
+		return n
+	}
+	return 4
 }
 
 // operator is one running manager with the operator's controllers.
