@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/operator/controller"
 	"github.com/httpscale/httpscale/pkg/component"
 	"github.com/httpscale/httpscale/pkg/config"
 )
@@ -50,7 +51,29 @@ func run(ctx context.Context, args []string) error {
 			o.LeaderElectionNamespace = cfg.Namespace
 			// Hand leadership over at once on SIGTERM instead of letting the next replica wait out the lease.
 			o.LeaderElectionReleaseOnCancel = true
+			o.Cache = controller.CacheOptions(options(cfg))
 		},
-		Setup: func(manager.Manager, logr.Logger) error { return nil },
+		Setup: func(mgr manager.Manager, log logr.Logger) error {
+			_, err := controller.Setup(mgr, options(cfg), log)
+			return err
+		},
 	}, args)
+}
+
+// options translates the validated configuration into the controllers' options.
+func options(cfg *config.Operator) controller.Options {
+	sel, _ := cfg.Selector() // Validate already parsed it
+	return controller.Options{
+		Namespace:               cfg.Namespace,
+		WatchNamespaces:         cfg.WatchNamespaces,
+		TableName:               cfg.TableName,
+		ScalerAddress:           cfg.ScalerAddress,
+		InterceptorSelector:     sel,
+		InterceptorAdminPort:    cfg.InterceptorAdminPort,
+		ProbeInterval:           cfg.ProbeInterval,
+		ProbeTimeout:            cfg.ProbeTimeout,
+		TableDebounce:           cfg.TableDebounce,
+		TableMaxDelay:           cfg.TableMaxDelay,
+		MaxConcurrentReconciles: cfg.MaxConcurrentReconciles,
+	}
 }

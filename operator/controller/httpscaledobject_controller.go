@@ -10,8 +10,8 @@ import (
 	"github.com/go-logr/logr"
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,11 +36,11 @@ const invalidRecheck = 30 * time.Second
 // +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/finalizers,verbs=update
 // +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=*,resources=*/scale,verbs=get
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",namespace=httpscale-system,resources=configmaps,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",namespace=httpscale-system,resources=configmaps,verbs=get;list;create;update;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,namespace=httpscale-system,resources=endpointslices,verbs=get;list;watch
 
 // Reconciler reconciles one HTTPScaledObject: validates its references, hands its routing entry to the
@@ -52,11 +52,19 @@ type Reconciler struct {
 	Table         *TableWriter
 	Prober        *Prober
 	ScalerAddress string
-	Log           logr.Logger
+	// Now is the clock ScaledObject replica bounds are computed with.
+	Now func() time.Time
+	Log logr.Logger
 }
 
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if ctx.Err() != nil {
+		// Shutting down: the work queue still hands out every queued key (thousands after a burst);
+		// skip them instead of failing each against a cancelled context, so the manager stops within
+		// its grace period and releases the leader lease.
+		return ctrl.Result{}, nil
+	}
 	key := req.Namespace + "/" + req.Name
 	hso := &v1.HTTPScaledObject{}
 	if err := r.Client.Get(ctx, req.NamespacedName, hso); err != nil {
@@ -80,7 +88,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	orig := hso.DeepCopy()
 	result := ctrl.Result{}
-	target, fallback, err := r.resolve(ctx, hso)
+	entry, err := r.resolve(ctx, hso)
 	var inv *invalidError
 	switch {
 	case errors.As(err, &inv):
@@ -91,14 +99,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case err != nil:
 		return ctrl.Result{}, err
 	default:
-		r.Table.Set(key, &candidate{entry: buildEntry(hso, target, fallback), created: hso.CreationTimestamp.Time})
+		r.Table.Set(key, &candidate{entry: entry, created: hso.CreationTimestamp.Time})
 		r.setCondition(hso, v1.ConditionValid, metav1.ConditionTrue, "Resolved",
-			fmt.Sprintf("Service %s port %d and %s %s resolve", target.Service, target.Port, hso.Spec.ScaleTargetRef.Kind, hso.Spec.ScaleTargetRef.Name))
-		hso.Status.TargetService = fmt.Sprintf("%s:%d", target.Service, target.Port)
+			fmt.Sprintf("Service %s port %d and %s %s resolve", entry.Service, entry.Port, hso.Spec.ScaleTargetRef.Kind, hso.Spec.ScaleTargetRef.Name))
+		hso.Status.TargetService = fmt.Sprintf("%s:%d", entry.Service, entry.Port)
 	}
 	hso.Status.TargetWorkload = hso.Spec.ScaleTargetRef.Kind + "/" + hso.Spec.ScaleTargetRef.Name
 
-	if err := r.syncScaledObject(ctx, hso); err != nil {
+	if err := r.syncScaledObject(ctx, hso, inv == nil); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.setRoutingStatus(hso, key, inv == nil)
@@ -131,34 +139,39 @@ func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key
 	return ctrl.Result{}, nil
 }
 
-// resolve validates everything CEL cannot: the Service and port, the fallback, and the scale target.
-// Problems the user must fix come back as *invalidError.
-func (r *Reconciler) resolve(ctx context.Context, hso *v1.HTTPScaledObject) (routing.Backend, *routing.Backend, error) {
+// resolve validates everything CEL cannot (the Service and port, the fallback, the scale target) and
+// builds the routing entry. Problems the user must fix come back as *invalidError.
+func (r *Reconciler) resolve(ctx context.Context, hso *v1.HTTPScaledObject) (routing.Entry, error) {
 	ref := hso.Spec.ScaleTargetRef
 	svc, err := r.service(ctx, hso.Namespace, ref.Service, "scaleTargetRef.service", "ServiceNotFound")
 	if err != nil {
-		return routing.Backend{}, nil, err
+		return routing.Entry{}, err
 	}
 	target, err := resolvePort(svc, ref.Port, ref.PortName, "scaleTargetRef")
 	if err != nil {
-		return routing.Backend{}, nil, err
+		return routing.Entry{}, err
 	}
 	var fallback *routing.Backend
 	if cs := hso.Spec.ColdStart; cs != nil && cs.Fallback != nil {
 		fsvc, err := r.service(ctx, hso.Namespace, cs.Fallback.Service, "coldStart.fallback.service", "FallbackServiceNotFound")
 		if err != nil {
-			return routing.Backend{}, nil, err
+			return routing.Entry{}, err
 		}
 		fb, err := resolvePort(fsvc, cs.Fallback.Port, cs.Fallback.PortName, "coldStart.fallback")
 		if err != nil {
-			return routing.Backend{}, nil, err
+			return routing.Entry{}, err
 		}
 		fallback = &fb
 	}
 	if err := r.Targets.Check(ctx, hso); err != nil {
-		return routing.Backend{}, nil, err
+		return routing.Entry{}, err
 	}
-	return target, fallback, nil
+	entry := buildEntry(hso, target, fallback)
+	// CEL admits nothing the table rejects today; this keeps it that way if the two ever drift apart.
+	if err := entry.Validate(); err != nil {
+		return routing.Entry{}, invalid("InvalidRoute", "the routing table cannot hold this object: %v", err)
+	}
+	return entry, nil
 }
 
 func (r *Reconciler) service(ctx context.Context, namespace, name, field, reason string) (*corev1.Service, error) {
@@ -174,7 +187,9 @@ func (r *Reconciler) service(ctx context.Context, namespace, name, field, reason
 }
 
 // syncScaledObject creates or updates the KEDA ScaledObject, or removes ours when the user owns it.
-func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObject) error {
+// While the object is invalid its ScaledObject is neither created nor changed: a typo in a Service
+// name must not hand a running app to an autoscaler that sees no traffic for it.
+func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObject, valid bool) error {
 	existing := &kedav1alpha1.ScaledObject{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(hso), existing)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -195,7 +210,12 @@ func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObj
 		return nil
 	}
 
-	desired := buildScaledObject(hso, r.ScalerAddress)
+	if !valid {
+		r.setCondition(hso, v1.ConditionScaledObjectReady, metav1.ConditionFalse, "NotValid",
+			"the KEDA ScaledObject is not created or changed while the object is invalid (see condition Valid)")
+		return nil
+	}
+	desired := buildScaledObject(hso, r.ScalerAddress, r.Now())
 	if err := controllerutil.SetControllerReference(hso, desired, r.Client.Scheme()); err != nil {
 		return fmt.Errorf("owning ScaledObject: %w", err)
 	}
@@ -226,25 +246,39 @@ func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObj
 // setRoutingStatus reports conflicts and which interceptors route this generation.
 func (r *Reconciler) setRoutingStatus(hso *v1.HTTPScaledObject, key string, valid bool) {
 	w := r.Table.Written()
-	if c, lost := w.Conflicts[key]; lost && valid {
+	c, lost := w.Conflicts[key]
+	if lost && valid {
+		headers := ""
+		if len(c.Headers) > 0 {
+			headers = fmt.Sprintf(" with the same %d header matches", len(c.Headers))
+		}
 		r.setCondition(hso, v1.ConditionConflict, metav1.ConditionTrue, "RouteClaimed",
-			fmt.Sprintf("host %q path prefix %q is already routed to %s (the older object wins); this object is left out of the routing table until that changes", c.Host, c.PathPrefix, c.Winner))
+			fmt.Sprintf("host %q path prefix %q%s is already routed to %s (the older object wins); this object is left out of the routing table until that changes", c.Host, c.PathPrefix, headers, c.Winner))
 	} else {
 		r.setCondition(hso, v1.ConditionConflict, metav1.ConditionFalse, "NoConflict", "no other object claims the same host, path and headers")
 	}
 
 	fleet := r.Prober.Fleet()
 	version, seq, routed := w.Introduced(key, hso.Generation)
+	routed = routed && valid
 	var ready int32
 	total := int32(len(fleet.Replicas))
 	if routed {
 		ready, total = fleet.Propagation(w, seq)
+	} else {
+		version = ""
 	}
 	hso.Status.Routing = &v1.RoutingStatus{TableVersion: version, InterceptorsReady: ready, InterceptorsTotal: total}
 	switch {
+	case !valid:
+		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, "Invalid",
+			"the object is not valid (see condition Valid), so it is left out of the routing table")
+	case lost:
+		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, "Conflict",
+			"another object holds this route (see condition Conflict), so this one is left out of the routing table")
 	case !routed:
-		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, "NotInTable",
-			"the written routing table does not hold this generation yet (invalid, in conflict, or being written)")
+		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, "Pending",
+			"the routing table holding this generation is not written yet")
 	case total == 0:
 		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, "NoInterceptors",
 			"no ready interceptor replica was found to serve the routing table")
@@ -283,7 +317,11 @@ func (r *Reconciler) setReady(hso *v1.HTTPScaledObject) {
 
 // setCondition sets a condition and emits an event when its status changes.
 func (r *Reconciler) setCondition(hso *v1.HTTPScaledObject, typ string, status metav1.ConditionStatus, reason, message string) {
-	prev := meta.FindStatusCondition(hso.Status.Conditions, typ)
+	// Copy: SetStatusCondition changes the existing condition in place.
+	var prev *metav1.Condition
+	if c := meta.FindStatusCondition(hso.Status.Conditions, typ); c != nil {
+		prev = c.DeepCopy()
+	}
 	meta.SetStatusCondition(&hso.Status.Conditions, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: hso.Generation,
 	})
@@ -292,7 +330,8 @@ func (r *Reconciler) setCondition(hso *v1.HTTPScaledObject, typ string, status m
 	}
 	// Warnings are problems the user must fix; everything else is progress.
 	warning := typ == v1.ConditionConflict && status == metav1.ConditionTrue ||
-		(typ == v1.ConditionValid || typ == v1.ConditionScaledObjectReady) && status == metav1.ConditionFalse
+		typ == v1.ConditionValid && status == metav1.ConditionFalse ||
+		typ == v1.ConditionScaledObjectReady && status == metav1.ConditionFalse && reason != "NotValid"
 	if prev == nil && !warning {
 		return // the first progress conditions of a new object are not news
 	}

@@ -5,17 +5,23 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -23,22 +29,28 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/admin"
+	"github.com/httpscale/httpscale/pkg/routing"
 )
 
 // Field indexes on HTTPScaledObjects.
 const (
-	indexServices   = "httpscale.dev/services"   // Services an object refers to
-	indexDeployment = "httpscale.dev/deployment" // the Deployment it scales, if its target is one
+	indexServices = "httpscale.dev/services" // Services an object refers to
+	indexTarget   = "httpscale.dev/target"   // "<group>/<Kind>/<name>" of the workload it scales
 )
+
+// watchedTargets are the workload kinds whose creation and deletion re-validate the objects that scale
+// them at once; other kinds (custom resources) are checked again every invalidRecheck.
+var watchedTargets = []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}}
 
 // Options configure the operator's controllers.
 type Options struct {
 	// Namespace holds the routing table and the interceptor admin Service.
 	Namespace string
+	// WatchNamespaces limits the namespaces whose HTTPScaledObjects are reconciled; empty means all.
+	WatchNamespaces []string
 	// TableName is the routing table's head ConfigMap name.
 	TableName string
 	// ScalerAddress goes into every ScaledObject's external-push trigger.
@@ -49,14 +61,41 @@ type Options struct {
 	InterceptorAdminPort string
 	ProbeInterval        time.Duration
 	ProbeTimeout         time.Duration
-	TableDebounce        time.Duration
-	MaxShardBytes        int
+	// ProbeTransport carries the propagation probes; nil means a clone of http.DefaultTransport. Tests
+	// use it to reach fake interceptors on loopback behind EndpointSlice addresses (which may not be
+	// loopback).
+	ProbeTransport http.RoundTripper
+	// TableDebounce and TableMaxDelay pace routing-table writes (see TableWriter).
+	TableDebounce time.Duration
+	TableMaxDelay time.Duration
+	// MaxShardBytes bounds one compressed shard; 0 means routing.DefaultMaxShardBytes.
+	MaxShardBytes int
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
 }
 
-// Setup adds the table writer, the propagation prober and the HTTPScaledObject controller to mgr.
-// It returns the writer so callers (tests, benchmarks) can observe writes.
+// CacheOptions narrows the manager's cache to what the operator reads: HTTPScaledObjects and the
+// objects they refer to in the watched namespaces, and the interceptor admin EndpointSlices in the
+// install namespace only (so the operator needs no cluster-wide EndpointSlice access).
+func CacheOptions(o Options) cache.Options {
+	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&discoveryv1.EndpointSlice{}: {
+			Namespaces: map[string]cache.Config{o.Namespace: {}},
+			Label:      o.InterceptorSelector,
+		},
+	}}
+	if len(o.WatchNamespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.WatchNamespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
+}
+
+// Setup adds the table writer, the propagation prober and the HTTPScaledObject controller to mgr,
+// whose cache should be built with CacheOptions(o). It returns the writer so that callers (tests,
+// benchmarks) can observe writes.
 func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error) {
 	ctx := context.Background()
 	idx := mgr.GetFieldIndexer()
@@ -70,42 +109,39 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	}); err != nil {
 		return nil, fmt.Errorf("indexing HTTPScaledObjects by Service: %w", err)
 	}
-	if err := idx.IndexField(ctx, &v1.HTTPScaledObject{}, indexDeployment, func(obj client.Object) []string {
+	if err := idx.IndexField(ctx, &v1.HTTPScaledObject{}, indexTarget, func(obj client.Object) []string {
 		ref := obj.(*v1.HTTPScaledObject).Spec.ScaleTargetRef
-		if ref.APIVersion == "apps/v1" && ref.Kind == "Deployment" {
-			return []string{ref.Name}
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err != nil {
+			return nil
 		}
-		return nil
+		return []string{targetIndexValue(gv.Group, ref.Kind, ref.Name)}
 	}); err != nil {
-		return nil, fmt.Errorf("indexing HTTPScaledObjects by Deployment: %w", err)
+		return nil, fmt.Errorf("indexing HTTPScaledObjects by scale target: %w", err)
 	}
 
 	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
 	if err != nil {
 		return nil, fmt.Errorf("creating discovery client: %w", err)
 	}
-	events := make(chan event.GenericEvent, 1024)
-	enqueue := func(keys []string) {
-		for _, k := range keys {
-			ns, name, _ := strings.Cut(k, "/")
-			obj := &v1.HTTPScaledObject{}
-			obj.Namespace, obj.Name = ns, name
-			events <- event.GenericEvent{Object: obj}
-		}
-	}
+	keys := &keySource{}
 	enqueueAll := func() {
 		var list v1.HTTPScaledObjectList
 		if err := mgr.GetClient().List(ctx, &list); err != nil {
 			log.Error(err, "listing HTTPScaledObjects to refresh propagation status")
 			return
 		}
-		keys := make([]string, len(list.Items))
+		all := make([]string, len(list.Items))
 		for i := range list.Items {
-			keys[i] = list.Items[i].Namespace + "/" + list.Items[i].Name
+			all[i] = list.Items[i].Namespace + "/" + list.Items[i].Name
 		}
-		enqueue(keys)
+		keys.Enqueue(all)
 	}
 
+	transport := o.ProbeTransport
+	if transport == nil {
+		transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
 	prober := &Prober{
 		Reader:    mgr.GetClient(),
 		Namespace: o.Namespace,
@@ -113,23 +149,30 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		PortName:  o.InterceptorAdminPort,
 		Interval:  o.ProbeInterval,
 		Timeout:   o.ProbeTimeout,
-		Admin:     admin.Client{HTTP: &http.Client{Timeout: o.ProbeTimeout}},
+		Admin:     admin.Client{HTTP: &http.Client{Timeout: o.ProbeTimeout, Transport: transport}},
 		Log:       log.WithName("propagation"),
 		OnChange:  enqueueAll,
 	}
-	writer := &TableWriter{
-		Client:        mgr.GetClient(),
-		Reader:        mgr.GetAPIReader(),
-		Namespace:     o.Namespace,
-		Base:          o.TableName,
-		Debounce:      o.TableDebounce,
-		StartupGrace:  30 * time.Second,
-		MaxShardBytes: o.MaxShardBytes,
-		Log:           log.WithName("table"),
-		Notify:        enqueue,
-		AfterWrite:    prober.Kick,
+	maxShard := o.MaxShardBytes
+	if maxShard <= 0 {
+		maxShard = routing.DefaultMaxShardBytes
 	}
-	targets := &TargetChecker{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Discovery: disc, TTL: time.Minute, Now: time.Now}
+	writer := &TableWriter{
+		Client:          mgr.GetClient(),
+		Reader:          mgr.GetAPIReader(),
+		Namespace:       o.Namespace,
+		WatchNamespaces: o.WatchNamespaces,
+		Base:            o.TableName,
+		Debounce:        o.TableDebounce,
+		MaxDelay:        o.TableMaxDelay,
+		StartupGrace:    30 * time.Second,
+		MaxShardBytes:   maxShard,
+		Log:             log.WithName("table"),
+		Notify:          keys.Enqueue,
+		AfterWrite:      prober.Kick,
+	}
+	targets := &TargetChecker{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Discovery: disc, TTL: time.Minute, Now: time.Now,
+		Watched: map[schema.GroupVersionKind]bool{}}
 	r := &Reconciler{
 		Client:        mgr.GetClient(),
 		Recorder:      mgr.GetEventRecorder("httpscale-operator"),
@@ -137,37 +180,62 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Table:         writer,
 		Prober:        prober,
 		ScalerAddress: o.ScalerAddress,
+		Now:           time.Now,
 		Log:           log,
 	}
 	if err := mgr.Add(writer); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("adding routing-table writer: %w", err)
 	}
 	if err := mgr.Add(prober); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("adding propagation prober: %w", err)
 	}
 
-	err = ctrl.NewControllerManagedBy(mgr).
+	// Creation and deletion of a workload re-validate the objects that scale it; updates never change
+	// whether it exists or has /scale, and would cost a list per rollout.
+	createDelete := builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("httpscaledobject").
 		For(&v1.HTTPScaledObject{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexServices, nil))).
-		WatchesMetadata(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexDeployment, targets.Forget)),
-			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
-		WatchesRawSource(source.Channel(events, &handler.EnqueueRequestForObject{})).
-		WithOptions(controllerOptions(o)).
-		Complete(r)
-	if err != nil {
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexServices, nil, nil))).
+		WatchesRawSource(keys).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: max(1, o.MaxConcurrentReconciles),
+			// controller-runtime v0.24.1's priority queue can deadlock at shutdown when many keys are
+			// queued (a worker leaving on shutdown does not give back its waiter slot, and the
+			// dispatcher then blocks handing it an item while holding the queue lock), so the manager
+			// never stops within its grace period. The classic queue drains; Reconcile returns at once
+			// once the context is cancelled.
+			UsePriorityQueue: ptr.To(false),
+		})
+	for _, kind := range watchedTargets {
+		gvk, err := mgr.GetClient().GroupVersionKindFor(kind)
+		if err != nil {
+			return nil, fmt.Errorf("looking up kind of %T: %w", kind, err)
+		}
+		targets.Watched[gvk] = true
+		value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
+		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTarget, value, targets.Forget)), createDelete)
+	}
+	if err := b.Complete(r); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}
 	return writer, nil
 }
 
-// byIndex maps a watched object to the HTTPScaledObjects in its namespace that refer to it by name.
-func byIndex(c client.Client, index string, forget func(string)) handler.MapFunc {
+func targetIndexValue(group, kind, name string) string { return group + "/" + kind + "/" + name }
+
+// byIndex maps a watched object to the HTTPScaledObjects in its namespace whose index value is
+// value(name) (the name itself when value is nil).
+func byIndex(c client.Client, index string, value func(string) string, forget func(string)) handler.MapFunc {
 	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		v := obj.GetName()
+		if value != nil {
+			v = value(v)
+		}
 		var list v1.HTTPScaledObjectList
-		if err := c.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{index: obj.GetName()}); err != nil {
+		if err := c.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{index: v}); err != nil {
 			return nil
 		}
 		reqs := make([]reconcile.Request, len(list.Items))
@@ -182,6 +250,44 @@ func byIndex(c client.Client, index string, forget func(string)) handler.MapFunc
 	}
 }
 
-func controllerOptions(o Options) controller.Options {
-	return controller.Options{MaxConcurrentReconciles: max(1, o.MaxConcurrentReconciles)}
+// keySource is a controller source that the table writer and the prober feed with "namespace/name"
+// keys. Enqueue never blocks (keys go straight into the controller's deduplicating work queue), so a
+// writer holding thousands of changed keys cannot stall, and nothing hangs at shutdown. Keys enqueued
+// before the controller started are kept and handed over when it starts.
+type keySource struct {
+	mu      sync.Mutex
+	queue   workqueue.TypedRateLimitingInterface[reconcile.Request]
+	pending []string
+}
+
+// Start implements source.Source.
+func (s *keySource) Start(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queue = q
+	for _, k := range s.pending {
+		q.Add(request(k))
+	}
+	s.pending = nil
+	return nil
+}
+
+// Enqueue asks for a reconcile of each key. Safe for concurrent use.
+func (s *keySource) Enqueue(keys []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.queue == nil {
+		s.pending = append(s.pending, keys...)
+		return
+	}
+	for _, k := range keys {
+		s.queue.Add(request(k))
+	}
+}
+
+func (s *keySource) String() string { return "routing-table and propagation changes" }
+
+func request(key string) reconcile.Request {
+	ns, name, _ := strings.Cut(key, "/")
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}
 }

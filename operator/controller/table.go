@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -74,9 +75,13 @@ type TableWriter struct {
 	Client    client.Client // writes ConfigMaps
 	Reader    client.Reader // uncached reads of ConfigMaps and the object list at start-up
 	Namespace string
-	Base      string
-	// Debounce is how long to wait for more changes after the first one before writing.
+	// WatchNamespaces limits the objects the writer waits for at start-up; empty means all.
+	WatchNamespaces []string
+	Base            string
+	// Debounce is the quiet time that ends a burst of changes; MaxDelay bounds how long a burst may
+	// postpone the write after its first change (values below Debounce mean Debounce).
 	Debounce time.Duration
+	MaxDelay time.Duration
 	// StartupGrace bounds how long the first write waits for every existing object to be reconciled.
 	StartupGrace  time.Duration
 	MaxShardBytes int
@@ -92,8 +97,9 @@ type TableWriter struct {
 	dirty   chan struct{}
 
 	written atomic.Pointer[Written]
-	// Writes counts ConfigMap creates, updates and deletes.
+	// Writes counts ConfigMap creates, updates and deletes; Tables counts table versions written.
 	Writes atomic.Int64
+	Tables atomic.Int64
 	seq    uint64
 }
 
@@ -148,6 +154,10 @@ func (w *TableWriter) Written() *Written {
 
 // Start seeds the desired set from the table already in the cluster (so a restarted operator never
 // writes a table missing apps it has not reconciled yet), then writes on every change until ctx ends.
+//
+// Writes are coalesced: after a change the writer waits until no further change arrived for Debounce,
+// but never longer than MaxDelay after the first one, and then writes the whole table once. A burst of
+// thousands of changes therefore costs about (burst duration / MaxDelay) + 1 writes.
 func (w *TableWriter) Start(ctx context.Context) error {
 	w.init()
 	if err := w.seed(ctx); err != nil {
@@ -157,17 +167,23 @@ func (w *TableWriter) Start(ctx context.Context) error {
 	retry := time.Duration(0)
 	for {
 		var wait <-chan time.Time
+		var retryTimer *time.Timer
 		if retry > 0 {
-			wait = time.After(retry)
+			retryTimer = time.NewTimer(retry)
+			wait = retryTimer.C
 		}
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-w.dirty:
 		case <-wait:
 		}
-		// Coalesce a burst: keep collecting until the debounce interval passes without news.
-		if !sleep(ctx, w.Debounce) {
+		if retryTimer != nil {
+			retryTimer.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !w.settle(ctx) {
 			return nil
 		}
 		w.mu.Lock()
@@ -186,6 +202,31 @@ func (w *TableWriter) Start(ctx context.Context) error {
 	}
 }
 
+// settle waits until no change arrived for Debounce or MaxDelay passed, whichever is first. It
+// returns false when ctx ended.
+func (w *TableWriter) settle(ctx context.Context) bool {
+	maxDelay := w.MaxDelay
+	if maxDelay < w.Debounce {
+		maxDelay = w.Debounce
+	}
+	deadline := time.NewTimer(maxDelay)
+	defer deadline.Stop()
+	quiet := time.NewTimer(w.Debounce)
+	defer quiet.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return true
+		case <-quiet.C:
+			return true
+		case <-w.dirty:
+			quiet.Reset(w.Debounce)
+		}
+	}
+}
+
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -199,14 +240,20 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // seed loads the current table and the list of existing objects.
 func (w *TableWriter) seed(ctx context.Context) error {
-	var list v1.HTTPScaledObjectList
-	if err := w.Reader.List(ctx, &list); err != nil {
-		return fmt.Errorf("listing HTTPScaledObjects: %w", err)
-	}
 	existing := map[string]*v1.HTTPScaledObject{}
-	for i := range list.Items {
-		o := &list.Items[i]
-		existing[o.Namespace+"/"+o.Name] = o
+	namespaces := w.WatchNamespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{""} // all
+	}
+	for _, ns := range namespaces {
+		var list v1.HTTPScaledObjectList
+		if err := w.Reader.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return fmt.Errorf("listing HTTPScaledObjects: %w", err)
+		}
+		for i := range list.Items {
+			o := &list.Items[i]
+			existing[o.Namespace+"/"+o.Name] = o
+		}
 	}
 	table, err := w.readCurrent(ctx)
 	if err != nil {
@@ -275,37 +322,19 @@ func (w *TableWriter) write(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 
-	// Oldest object wins a contested route; ties by namespace/name.
-	slices.SortFunc(cands, func(a, b candidate) int {
-		if c := a.created.Compare(b.created); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.entry.Key(), b.entry.Key())
-	})
-	entries := make([]routing.Entry, len(cands))
-	for i, c := range cands {
-		entries[i] = c.entry
-	}
-	conflicts := map[string]routing.Conflict{}
-	for _, c := range routing.Conflicts(entries) {
-		conflicts[c.Loser] = c
-	}
-	winners := entries[:0:0]
-	for _, e := range entries {
-		if _, lost := conflicts[e.Key()]; !lost {
-			winners = append(winners, e)
-		}
-	}
-	table, err := routing.NewTable(winners)
+	table, conflicts, invalid, err := buildTable(cands)
 	if err != nil {
-		return fmt.Errorf("building routing table: %w", err)
+		return err
 	}
-
+	for key, err := range invalid {
+		w.Log.Error(err, "leaving an invalid entry out of the routing table", "key", key)
+	}
 	prev := w.written.Load()
 	if table.Version() != prev.Version {
 		if err := w.writeConfigMaps(ctx, table); err != nil {
 			return err
 		}
+		w.Tables.Add(1)
 	}
 	next := w.record(prev, table, conflicts)
 	w.written.Store(next)
@@ -322,25 +351,108 @@ func (w *TableWriter) write(ctx context.Context) error {
 	return nil
 }
 
+// maxKnownVersions bounds how many table versions the writer remembers for the propagation proof. A
+// replica serving a version older than that is reported as not (yet) serving the current one.
+const maxKnownVersions = 1024
+
+// record returns the view after writing table. Every write of a new version gets the next sequence
+// number, even when the same content was written before (a table A, then B, then A again): a replica
+// still serving B must not count as serving what the second A introduced.
+// buildTable decides the routing table from the valid objects' candidates: the oldest object (then
+// namespace/name) wins a contested route, losers are left out and reported by key, and so is any
+// entry the table would reject (the reconciler validates entries before handing them over; this
+// guard keeps one bad entry from blocking every other app should the two ever disagree). The result
+// does not depend on the order of cands. Pure; safe for concurrent use.
+func buildTable(cands []candidate) (*routing.Table, map[string]routing.Conflict, map[string]error, error) {
+	cands = slices.Clone(cands)
+	slices.SortFunc(cands, func(a, b candidate) int {
+		if c := a.created.Compare(b.created); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.entry.Key(), b.entry.Key())
+	})
+	entries := make([]routing.Entry, len(cands))
+	for i, c := range cands {
+		entries[i] = c.entry
+	}
+	// Conflicts skips invalid entries, so they claim no route.
+	conflicts := map[string]routing.Conflict{}
+	for _, c := range routing.Conflicts(entries) {
+		conflicts[c.Loser] = c
+	}
+	winners := make([]routing.Entry, 0, len(entries)-len(conflicts))
+	for _, e := range entries {
+		if _, lost := conflicts[e.Key()]; !lost {
+			winners = append(winners, e)
+		}
+	}
+	invalid := map[string]error{}
+	table, err := routing.NewTable(winners)
+	if errors.Is(err, routing.ErrInvalidEntry) {
+		// Rare: find the culprits and build without them rather than validating every entry up front.
+		valid := winners[:0]
+		for _, e := range winners {
+			if err := e.Validate(); err != nil {
+				invalid[e.Key()] = err
+				continue
+			}
+			valid = append(valid, e)
+		}
+		table, err = routing.NewTable(valid)
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("building routing table: %w", err)
+	}
+	return table, conflicts, invalid, nil
+}
+
 func (w *TableWriter) record(prev *Written, table *routing.Table, conflicts map[string]routing.Conflict) *Written {
 	next := &Written{Version: table.Version(), Conflicts: conflicts, versions: prev.versions, introduced: map[string]introduction{}}
-	if _, known := prev.versions[table.Version()]; !known {
+	seq := uint64(0)
+	if table.Version() != prev.Version {
 		w.seq++
-		next.versions = make(map[string]uint64, len(prev.versions)+1)
-		for v, s := range prev.versions {
-			next.versions[v] = s
-		}
-		next.versions[table.Version()] = w.seq
+		seq = w.seq
+	} else {
+		seq = prev.versions[table.Version()]
 	}
-	seq := next.versions[table.Version()]
+	oldest := seq
 	for _, e := range table.Entries() {
-		if in, ok := prev.introduced[e.Key()]; ok && in.generation == e.Generation {
-			next.introduced[e.Key()] = in
-			continue
+		in, ok := prev.introduced[e.Key()]
+		if !ok || in.generation != e.Generation {
+			in = introduction{generation: e.Generation, seq: seq, version: table.Version()}
 		}
-		next.introduced[e.Key()] = introduction{generation: e.Generation, seq: seq, version: table.Version()}
+		next.introduced[e.Key()] = in
+		oldest = min(oldest, in.seq)
+	}
+	if table.Version() != prev.Version {
+		next.versions = pruneVersions(prev.versions, oldest, maxKnownVersions-1)
+		next.versions[table.Version()] = seq
 	}
 	return next
+}
+
+// pruneVersions copies the versions whose sequence is at least oldest (no current entry was introduced
+// before them, so older ones prove nothing), keeping at most limit of the newest.
+func pruneVersions(versions map[string]uint64, oldest uint64, limit int) map[string]uint64 {
+	type vs struct {
+		v string
+		s uint64
+	}
+	keep := make([]vs, 0, len(versions))
+	for v, s := range versions {
+		if s >= oldest {
+			keep = append(keep, vs{v, s})
+		}
+	}
+	if len(keep) > limit {
+		slices.SortFunc(keep, func(a, b vs) int { return cmp.Compare(b.s, a.s) })
+		keep = keep[:limit]
+	}
+	out := make(map[string]uint64, len(keep)+1)
+	for _, k := range keep {
+		out[k.v] = k.s
+	}
+	return out
 }
 
 func changedKeys(prev, next *Written) []string {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,8 +32,10 @@ type Operator struct {
 	// ProbeInterval and ProbeTimeout pace the routing-propagation probes.
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
-	// TableDebounce coalesces bursts of changes into one routing-table write.
+	// TableDebounce is the quiet time that ends a burst of changes before the routing table is written;
+	// TableMaxDelay bounds how long a continuing burst may postpone the write.
 	TableDebounce time.Duration
+	TableMaxDelay time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
 }
@@ -53,7 +57,8 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ProbeInterval, "propagation-probe-interval", envDuration("HTTPSCALE_PROPAGATION_PROBE_INTERVAL", 2*time.Second), "How often interceptors are asked which routing table they serve.")
 	fs.DurationVar(&o.ProbeTimeout, "propagation-probe-timeout", envDuration("HTTPSCALE_PROPAGATION_PROBE_TIMEOUT", time.Second), "Timeout of one such question.")
 	fs.DurationVar(&o.TableDebounce, "routing-table-debounce", envDuration("HTTPSCALE_ROUTING_TABLE_DEBOUNCE", 250*time.Millisecond), "Quiet time that ends a burst of changes before the routing table is written.")
-	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel reconciles.")
+	fs.DurationVar(&o.TableMaxDelay, "routing-table-max-delay", envDuration("HTTPSCALE_ROUTING_TABLE_MAX_DELAY", 2*time.Second), "Longest a continuing burst of changes may postpone a routing-table write.")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", envInt("HTTPSCALE_MAX_CONCURRENT_RECONCILES", 4), "Parallel reconciles.")
 }
 
 // Selector parses InterceptorSelector.
@@ -80,12 +85,22 @@ func (o *Operator) Validate() error {
 	if _, err := o.Selector(); err != nil {
 		errs = append(errs, err)
 	}
-	for name, d := range map[string]time.Duration{"propagation-probe-interval": o.ProbeInterval, "propagation-probe-timeout": o.ProbeTimeout, "routing-table-debounce": o.TableDebounce} {
+	for name, d := range map[string]time.Duration{"propagation-probe-interval": o.ProbeInterval, "propagation-probe-timeout": o.ProbeTimeout, "routing-table-debounce": o.TableDebounce, "routing-table-max-delay": o.TableMaxDelay} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("--%s must be positive, got %s", name, d))
 		}
 	}
+	if o.MaxConcurrentReconciles < 1 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.MaxConcurrentReconciles))
+	}
 	return errors.Join(errs...)
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
 }
 
 func splitList(s string) []string {

@@ -1,0 +1,410 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/operator/controller"
+	"github.com/httpscale/httpscale/pkg/admin"
+	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv"
+)
+
+const (
+	installNS   = "httpscale-system"
+	tableName   = routing.DefaultBaseName
+	scalerAddr  = "httpscale-scaler.httpscale-system.svc.cluster.local:9090"
+	adminSvc    = "httpscale-interceptor-admin"
+	serviceName = "kubernetes.io/service-name"
+	adminPort   = 9090
+)
+
+var (
+	env     *envtest.Environment
+	restCfg *rest.Config
+	k8s     client.Client
+	scheme  = runtime.NewScheme()
+	// dialer maps EndpointSlice addresses (which may not be loopback) to fake interceptors on loopback.
+	dialer = &addrMap{m: map[string]string{}}
+	// op is the operator the suite runs against.
+	op *operator
+)
+
+func TestController(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Operator controller (real kube-apiserver)")
+}
+
+var _ = BeforeSuite(func() {
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme, kedav1alpha1.AddToScheme} {
+		Expect(add(scheme)).To(Succeed())
+	}
+	var err error
+	env, restCfg, err = testenv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8s, err = client.New(restCfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNS}})).To(Succeed())
+	op = startOperator(defaultOptions())
+})
+
+var _ = AfterSuite(func() {
+	if op != nil {
+		op.stop()
+	}
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
+	}
+})
+
+// defaultOptions are the operator's production defaults, except a faster probe interval.
+func defaultOptions() controller.Options {
+	sel := labels.SelectorFromSet(labels.Set{serviceName: adminSvc})
+	return controller.Options{
+		Namespace:               installNS,
+		TableName:               tableName,
+		ScalerAddress:           scalerAddr,
+		InterceptorSelector:     sel,
+		InterceptorAdminPort:    "admin",
+		ProbeInterval:           300 * time.Millisecond,
+		ProbeTimeout:            time.Second,
+		ProbeTransport:          &http.Transport{DialContext: dialer.DialContext},
+		TableDebounce:           250 * time.Millisecond,
+		TableMaxDelay:           2 * time.Second,
+		MaxConcurrentReconciles: reconcilers(),
+	}
+}
+
+// reconcilers is the production default (4) unless HTTPSCALE_MAX_CONCURRENT_RECONCILES, the operator's
+// own environment variable, says otherwise (the burst benchmark compares settings).
+func reconcilers() int {
+	if n, err := strconv.Atoi(os.Getenv("HTTPSCALE_MAX_CONCURRENT_RECONCILES")); err == nil && n > 0 {
+		return n
+	}
+	return 4
+}
+
+// operator is one running manager with the operator's controllers.
+type operator struct {
+	writer *controller.TableWriter
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startOperator(o controller.Options) *operator {
+	GinkgoHelper()
+	return startOperatorAs(restCfg, o, false)
+}
+
+// startOperatorAs runs the operator with the given credentials, optionally with leader election in the
+// install namespace as in production.
+func startOperatorAs(cfg *rest.Config, o controller.Options, leaderElect bool) *operator {
+	GinkgoHelper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         controller.CacheOptions(o),
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+		LeaderElection:                leaderElect,
+		LeaderElectionID:              "operator.httpscale.dev",
+		LeaderElectionNamespace:       o.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	w, err := controller.Setup(mgr, o, ctrl.Log.WithName("operator"))
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return &operator{writer: w, cancel: cancel, done: done}
+}
+
+func (o *operator) stop() {
+	o.cancel()
+	select {
+	case err := <-o.done:
+		Expect(err).NotTo(HaveOccurred())
+	case <-time.After(25 * time.Second):
+		f, _ := os.Create("/tmp/b-op-goroutines.txt")
+		_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+		f.Close()
+		Fail("operator did not stop within 25s")
+	}
+}
+
+// addrMap dials loopback listeners in place of the addresses EndpointSlices hold. An address it does
+// not know is an error: the suite never sends traffic anywhere but loopback.
+type addrMap struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (a *addrMap) set(from, to string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.m[from] = to
+}
+
+func (a *addrMap) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	a.mu.Lock()
+	to, ok := a.m[addr]
+	a.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("test dialer: no loopback listener for %s", addr)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, to)
+}
+
+// fakeInterceptor is an interceptor admin port on loopback (pkg/admin's real handler). By default it
+// serves the routing table currently stored in the cluster, as a replica that keeps up would; pin
+// freezes the version it reports, as a replica whose watch stalled would.
+type fakeInterceptor struct {
+	srv    *httptest.Server
+	pinned atomic.Pointer[string]
+	// ip is the address its EndpointSlice entry carries.
+	ip string
+}
+
+func newFakeInterceptor(ip string) *fakeInterceptor {
+	f := &fakeInterceptor{ip: ip}
+	f.srv = httptest.NewServer(admin.NewHandler(admin.HandlerOptions{Status: f.status}))
+	dialer.set(net.JoinHostPort(ip, fmt.Sprint(adminPort)), f.srv.Listener.Addr().String())
+	DeferCleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeInterceptor) pin(version string) { f.pinned.Store(&version) }
+func (f *fakeInterceptor) follow()            { f.pinned.Store(nil) }
+
+func (f *fakeInterceptor) status() admin.Status {
+	if v := f.pinned.Load(); v != nil {
+		return admin.Status{TableVersion: *v}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	t, err := readTable(ctx)
+	if err != nil {
+		return admin.Status{}
+	}
+	return admin.Status{TableVersion: t.Version(), TableEntries: t.Len()}
+}
+
+// readTable decodes the routing table the operator stored, as an interceptor does.
+func readTable(ctx context.Context) (*routing.Table, error) {
+	var list corev1.ConfigMapList
+	if err := k8s.List(ctx, &list, client.InNamespace(installNS), client.MatchingLabels{routing.LabelTable: tableName}); err != nil {
+		return nil, err
+	}
+	var head *corev1.ConfigMap
+	var shards []*corev1.ConfigMap
+	for i := range list.Items {
+		if list.Items[i].Name == tableName {
+			head = &list.Items[i]
+		} else {
+			shards = append(shards, &list.Items[i])
+		}
+	}
+	return routing.FromConfigMaps(head, shards)
+}
+
+// tableEntry returns the stored table's entry for key, or nil.
+func tableEntry(key string) *routing.Entry {
+	GinkgoHelper()
+	t, err := readTable(context.Background())
+	if err != nil {
+		return nil
+	}
+	e, ok := t.Lookup(key)
+	if !ok {
+		return nil
+	}
+	c := e.Clone()
+	return &c
+}
+
+// publishFleet writes the interceptor admin Service's EndpointSlice with one endpoint per fake; a fake
+// listed in notReady is published with ready=false.
+func publishFleet(name string, fakes []*fakeInterceptor, notReady ...*fakeInterceptor) {
+	GinkgoHelper()
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: installNS, Labels: map[string]string{serviceName: adminSvc}},
+	}
+	_, err := ctrl.CreateOrUpdate(context.Background(), k8s, slice, func() error {
+		slice.AddressType = discoveryv1.AddressTypeIPv4
+		slice.Endpoints = nil
+		slice.Ports = nil
+		for _, f := range fakes {
+			ready := true
+			for _, n := range notReady {
+				if n == f {
+					ready = false
+				}
+			}
+			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+				Addresses:  []string{f.ip},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)},
+			})
+		}
+		// The slice says what a real one does (port "admin" 9090); the dialer maps ip:9090 to each
+		// fake's own loopback port.
+		slice.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("admin"), Port: ptr.To[int32](adminPort)}}
+		return nil
+	})
+	Expect(err).NotTo(HaveOccurred())
+}
+
+// newNamespace creates a namespace for one spec.
+func newNamespace() string {
+	GinkgoHelper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "app-"}}
+	Expect(k8s.Create(context.Background(), ns)).To(Succeed())
+	return ns.Name
+}
+
+func createService(ns, name string, ports ...corev1.ServicePort) *corev1.Service {
+	GinkgoHelper()
+	if len(ports) == 0 {
+		ports = []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": name}, Ports: ports},
+	}
+	Expect(k8s.Create(context.Background(), svc)).To(Succeed())
+	return svc
+}
+
+func podTemplate(name string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+	}
+}
+
+func createDeployment(ns, name string) {
+	GinkgoHelper()
+	Expect(k8s.Create(context.Background(), &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: podTemplate(name),
+		},
+	})).To(Succeed())
+}
+
+func createStatefulSet(ns, name string) {
+	GinkgoHelper()
+	Expect(k8s.Create(context.Background(), &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: podTemplate(name),
+		},
+	})).To(Succeed())
+}
+
+// app creates a Service and a Deployment named name, and returns an HTTPScaledObject for them (not yet
+// created) routing host.
+func app(ns, name, host string) *v1.HTTPScaledObject {
+	GinkgoHelper()
+	createService(ns, name)
+	createDeployment(ns, name)
+	return hso(ns, name, host)
+}
+
+func hso(ns, name, host string) *v1.HTTPScaledObject {
+	return &v1.HTTPScaledObject{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1.HTTPScaledObjectSpec{
+			Hosts:          []v1.Host{v1.Host(host)},
+			ScaleTargetRef: v1.ScaleTargetRef{Name: name, Service: name, Port: ptr.To[int32](80)},
+		},
+	}
+}
+
+func get(obj client.Object) func() (client.Object, error) {
+	return func() (client.Object, error) {
+		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+		return obj, err
+	}
+}
+
+// condition returns a function for Eventually that yields the object's condition of type typ.
+func condition(h *v1.HTTPScaledObject, typ string) func() metav1.Condition {
+	return func() metav1.Condition {
+		cur := &v1.HTTPScaledObject{}
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(h), cur); err != nil {
+			return metav1.Condition{}
+		}
+		if c := meta.FindStatusCondition(cur.Status.Conditions, typ); c != nil {
+			return *c
+		}
+		return metav1.Condition{}
+	}
+}
+
+// haveCondition matches a condition's status and reason.
+func haveCondition(status metav1.ConditionStatus, reason string) OmegaMatcher {
+	return And(HaveField("Status", status), HaveField("Reason", reason))
+}
+
+func current(h *v1.HTTPScaledObject) *v1.HTTPScaledObject {
+	GinkgoHelper()
+	cur := &v1.HTTPScaledObject{}
+	Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(h), cur)).To(Succeed())
+	return cur
+}
+
+func isNotFound(obj client.Object) func() bool {
+	return func() bool {
+		return apierrors.IsNotFound(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj))
+	}
+}
+
+const (
+	timeout = 30 * time.Second
+	poll    = 50 * time.Millisecond
+)
+
+func init() {
+	SetDefaultEventuallyTimeout(timeout)
+	SetDefaultEventuallyPollingInterval(poll)
+	SetDefaultConsistentlyDuration(2 * time.Second)
+	SetDefaultConsistentlyPollingInterval(100 * time.Millisecond)
+}
