@@ -15,6 +15,8 @@ import (
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/controller"
+	"github.com/httpscale/httpscale/operator/schedule"
+	"github.com/httpscale/httpscale/operator/webhook"
 	"github.com/httpscale/httpscale/pkg/component"
 	"github.com/httpscale/httpscale/pkg/config"
 )
@@ -54,7 +56,12 @@ func run(ctx context.Context, args []string) error {
 			o.Cache = controller.CacheOptions(options(cfg))
 		},
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
-			_, err := controller.Setup(mgr, options(cfg), log)
+			if _, err := webhook.Setup(mgr, webhook.OptionsFrom(cfg.Webhook, cfg.Namespace), log.WithName("webhook")); err != nil {
+				return err
+			}
+			opts := options(cfg)
+			opts.Schedules = schedule.NewScheduler(mgr.GetClient(), cfg.Schedules, mgr.GetEventRecorder("httpscale-operator"), log)
+			_, err := controller.Setup(mgr, opts, log)
 			return err
 		},
 	}, args)

@@ -7,5 +7,5 @@ import (
 )
 
 func TestRunStopsCleanlyOnCancel(t *testing.T) {
-	testenv.CheckCleanShutdown(t, run, "--leader-elect=true", "--namespace=default")
+	testenv.CheckCleanShutdown(t, run, "--leader-elect=true", "--namespace=default", "--webhook-bind-address=0")
 }

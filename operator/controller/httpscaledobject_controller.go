@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/operator/schedule"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
@@ -54,7 +55,9 @@ type Reconciler struct {
 	ScalerAddress string
 	// Now is the clock ScaledObject replica bounds are computed with.
 	Now func() time.Time
-	Log logr.Logger
+	// Schedules runs spec.schedules; nil disables scheduled scaling.
+	Schedules *schedule.Scheduler
+	Log       logr.Logger
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -106,7 +109,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	hso.Status.TargetWorkload = hso.Spec.ScaleTargetRef.Kind + "/" + hso.Spec.ScaleTargetRef.Name
 
-	if err := r.syncScaledObject(ctx, hso, inv == nil); err != nil {
+	var sched schedule.Outcome
+	if r.Schedules != nil {
+		if sched, err = r.Schedules.Reconcile(ctx, hso); err != nil {
+			return ctrl.Result{}, fmt.Errorf("running schedules of %s: %w", key, err)
+		}
+		if sched.RequeueAfter > 0 && (result.RequeueAfter == 0 || sched.RequeueAfter < result.RequeueAfter) {
+			// Woken exactly at the next execution time, not by polling.
+			result.RequeueAfter = sched.RequeueAfter
+		}
+	}
+	if err := r.syncScaledObject(ctx, hso, inv == nil, sched); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.setRoutingStatus(hso, key, inv == nil)
@@ -189,7 +202,7 @@ func (r *Reconciler) service(ctx context.Context, namespace, name, field, reason
 // syncScaledObject creates or updates the KEDA ScaledObject, or removes ours when the user owns it.
 // While the object is invalid its ScaledObject is neither created nor changed: a typo in a Service
 // name must not hand a running app to an autoscaler that sees no traffic for it.
-func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObject, valid bool) error {
+func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObject, valid bool, sched schedule.Outcome) error {
 	existing := &kedav1alpha1.ScaledObject{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(hso), existing)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -216,6 +229,7 @@ func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObj
 		return nil
 	}
 	desired := buildScaledObject(hso, r.ScalerAddress, r.Now())
+	sched.SetBounds(desired) // the most recently fired schedule rule's min/max, if any
 	if err := controllerutil.SetControllerReference(hso, desired, r.Client.Scheme()); err != nil {
 		return fmt.Errorf("owning ScaledObject: %w", err)
 	}

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/operator/schedule"
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
@@ -72,6 +73,8 @@ type Options struct {
 	MaxShardBytes int
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+	// Schedules runs spec.schedules in every reconcile; nil disables scheduled scaling.
+	Schedules *schedule.Scheduler
 }
 
 // CacheOptions narrows the manager's cache to what the operator reads: HTTPScaledObjects and the
@@ -181,6 +184,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Prober:        prober,
 		ScalerAddress: o.ScalerAddress,
 		Now:           time.Now,
+		Schedules:     o.Schedules,
 		Log:           log,
 	}
 	if err := mgr.Add(writer); err != nil {

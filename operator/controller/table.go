@@ -268,6 +268,9 @@ func (w *TableWriter) seed(ctx context.Context) error {
 		}
 	}
 	if table == nil {
+		// Write a table even when there is nothing to route yet: interceptors report ready only once
+		// they serve one, so a fresh install must not wait for its first HTTPScaledObject.
+		w.markDirty()
 		return nil
 	}
 	prev := w.written.Load()

@@ -63,4 +63,6 @@ var _ = Describe("Wake-up at the next execution", func() {
 
 type ctrlFunc func(context.Context, ctrl.Request) (ctrl.Result, error)
 
-func (f ctrlFunc) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) { return f(ctx, req) }
+func (f ctrlFunc) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return f(ctx, req)
+}

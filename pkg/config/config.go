@@ -87,6 +87,13 @@ func envBool(name string, def bool) bool {
 // Base returns the settings every binary shares.
 func (c *Common) Base() *Common { return c }
 
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
 func envDuration(name string, def time.Duration) time.Duration {
 	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
 		return d

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 )
 
@@ -113,11 +111,4 @@ func (i *Interceptor) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
 }

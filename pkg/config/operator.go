@@ -4,8 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +36,10 @@ type Operator struct {
 	TableMaxDelay time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+	// Webhook configures the validating admission webhook and its certificate.
+	Webhook Webhook
+	// Schedules configures scheduled scaling.
+	Schedules Schedules
 }
 
 // Bind registers the operator's flags on fs, with defaults taken from the environment.
@@ -59,6 +61,8 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.TableDebounce, "routing-table-debounce", envDuration("HTTPSCALE_ROUTING_TABLE_DEBOUNCE", 250*time.Millisecond), "Quiet time that ends a burst of changes before the routing table is written.")
 	fs.DurationVar(&o.TableMaxDelay, "routing-table-max-delay", envDuration("HTTPSCALE_ROUTING_TABLE_MAX_DELAY", 2*time.Second), "Longest a continuing burst of changes may postpone a routing-table write.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", envInt("HTTPSCALE_MAX_CONCURRENT_RECONCILES", 4), "Parallel reconciles.")
+	o.Webhook.Bind(fs)
+	o.Schedules.Bind(fs)
 }
 
 // Selector parses InterceptorSelector.
@@ -93,14 +97,8 @@ func (o *Operator) Validate() error {
 	if o.MaxConcurrentReconciles < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.MaxConcurrentReconciles))
 	}
+	errs = append(errs, o.Webhook.Validate(), o.Schedules.Validate())
 	return errors.Join(errs...)
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
 }
 
 func splitList(s string) []string {
