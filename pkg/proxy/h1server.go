@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -45,6 +46,8 @@ type h1Server struct {
 	conns    map[*h1ServerConn]bool // value: busy serving a request
 	shutting bool
 	zero     chan struct{} // closed when conns drops to zero while shutting
+	// closing mirrors shutting for the response writer, which reads it on every response.
+	closing atomic.Bool
 }
 
 // h1ReadBuffer bounds the header block the fast path parses; larger ones are handed over.
@@ -115,17 +118,14 @@ func (s *h1Server) setBusy(sc *h1ServerConn, busy bool) bool {
 	return true
 }
 
-func (s *h1Server) shuttingDown() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.shutting
-}
+func (s *h1Server) shuttingDown() bool { return s.closing.Load() }
 
 // shutdown stops reading new requests: idle connections are closed at once, busy ones after their
 // current response. It waits until every connection is closed or ctx ends.
 func (s *h1Server) shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.shutting = true
+	s.closing.Store(true)
 	for sc, busy := range s.conns {
 		if !busy {
 			_ = sc.c.Close()
@@ -155,6 +155,7 @@ func (s *h1Server) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shutting = true
+	s.closing.Store(true)
 	for sc := range s.conns {
 		_ = sc.c.Close()
 	}

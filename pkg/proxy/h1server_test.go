@@ -322,3 +322,24 @@ func TestFastPathDrain(t *testing.T) {
 		t.Error("connection still open after the drain")
 	}
 }
+
+func TestFastPathAbortedResponseIsNotCompleted(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "part")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // what ReverseProxy does when the upstream body fails midway
+	})
+	addr, _ := fastServer(t, h, nil)
+	c, br := dial(t, addr)
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if string(b) != "part" || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("got %q, %v; want the partial body and an unexpected EOF, never a complete response", b, err)
+	}
+}

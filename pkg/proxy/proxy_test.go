@@ -1,10 +1,13 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -363,5 +366,46 @@ func TestClientCancelWhileForwardedIs499NotUpstreamError(t *testing.T) {
 	}
 	if in, _, _ := h.count("ns/app"); in != 0 {
 		t.Errorf("in flight = %d after the client left, want 0", in)
+	}
+}
+
+func TestHopByHopHeadersAreRemovedOnTheFastPath(t *testing.T) {
+	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Seen-Keep-Alive", r.Header.Get("Keep-Alive"))
+		w.Header().Set("X-Seen-Te", r.Header.Get("Te"))
+		w.Header().Set("X-Seen-Proxy-Connection", r.Header.Get("Proxy-Connection"))
+		w.Header().Set("X-Seen-End-To-End", r.Header.Get("X-End-To-End"))
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("Proxy-Authenticate", "Basic")
+		_, _ = io.WriteString(w, "ok")
+	})
+	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
+	h.src.Set(key("app"), ep)
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 2 { // twice on one keep-alive connection
+		_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: app.example.com\r\nConnection: keep-alive\r\nKeep-Alive: timeout=9\r\n"+
+			"Te: gzip\r\nProxy-Connection: keep-alive\r\nX-End-To-End: yes\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		got := map[string]string{
+			"code": strconv.Itoa(resp.StatusCode), "body": string(b),
+			"keep-alive seen": resp.Header.Get("X-Seen-Keep-Alive"), "te seen": resp.Header.Get("X-Seen-Te"),
+			"proxy-connection seen": resp.Header.Get("X-Seen-Proxy-Connection"), "end-to-end seen": resp.Header.Get("X-Seen-End-To-End"),
+			"keep-alive returned": resp.Header.Get("Keep-Alive"), "proxy-authenticate returned": resp.Header.Get("Proxy-Authenticate"),
+		}
+		want := map[string]string{"code": "200", "body": "ok", "keep-alive seen": "", "te seen": "", "proxy-connection seen": "",
+			"end-to-end seen": "yes", "keep-alive returned": "", "proxy-authenticate returned": ""}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("request %d (-want +got):\n%s", i, d)
+		}
 	}
 }
