@@ -51,7 +51,7 @@ type h1Server struct {
 }
 
 // h1ReadBuffer bounds the header block the fast path parses; larger ones are handed over.
-const h1ReadBuffer = 8 << 10
+const h1ReadBuffer = 4 << 10
 
 var errFastClosed = errors.New("fast path closed")
 
