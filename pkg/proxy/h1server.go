@@ -33,14 +33,14 @@ import (
 // request's context), but the read is only armed once a request has been running for watchAfter:
 // held requests and slow upstreams are watched, quick ones cost nothing.
 type h1Server struct {
-	handler      http.Handler
-	base         context.Context
-	srv          *http.Server // serves handed-over connections; also the ServerContextKey value
-	handoff      *handoffListener
-	idleTimeout  time.Duration
-	headerTimout time.Duration
-	watchAfter   time.Duration
-	log          logr.Logger
+	handler       http.Handler
+	base          context.Context
+	srv           *http.Server // serves handed-over connections; also the ServerContextKey value
+	handoff       *handoffListener
+	idleTimeout   time.Duration
+	headerTimeout time.Duration
+	watchAfter    time.Duration
+	log           logr.Logger
 
 	mu       sync.Mutex
 	conns    map[*h1ServerConn]bool // value: busy serving a request
@@ -266,8 +266,8 @@ func (sc *h1ServerConn) screen() (int, bool, error) {
 		if len(buf) >= h1ReadBuffer || bytes.Contains(buf, []byte("\n\n")) {
 			return 0, false, nil // too large, or bare LF: net/http decides
 		}
-		if !deadlineSet && sc.s.headerTimout > 0 {
-			sc.setDeadline(time.Now().Add(sc.s.headerTimout))
+		if !deadlineSet && sc.s.headerTimeout > 0 {
+			sc.setDeadline(time.Now().Add(sc.s.headerTimeout))
 			deadlineSet = true
 		}
 		if _, err := sc.br.Peek(len(buf) + 1); err != nil {

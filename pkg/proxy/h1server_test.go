@@ -150,9 +150,7 @@ func TestFastPathHandsOverOrRejects(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c, br := dial(t, addr)
-			if _, err := io.WriteString(c, tc.req); err != nil {
-				t.Fatal(err)
-			}
+			_, err := io.WriteString(c, tc.req)
 			if tc.code == http.StatusRequestHeaderFieldsTooLarge {
 				// net/http answers and closes with the rest of the header unread, so the
 				// answer may be lost to a reset; it must not be anything but a 431.
@@ -161,6 +159,9 @@ func TestFastPathHandsOverOrRejects(t *testing.T) {
 					t.Errorf("got %d, want %d", resp.StatusCode, tc.code)
 				}
 				return
+			}
+			if err != nil {
+				t.Fatal(err)
 			}
 			a := readAnswer(t, br, http.MethodGet)
 			if a.code != tc.code || a.fast != tc.fast {

@@ -115,7 +115,7 @@ func (s *Server) Start(ctx context.Context) error {
 			watch = 50 * time.Millisecond
 		}
 		fast = &h1Server{handler: s.Handler, base: hard, srv: srv, handoff: newHandoffListener(ln.Addr()),
-			idleTimeout: srv.IdleTimeout, headerTimout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log}
+			idleTimeout: srv.IdleTimeout, headerTimeout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log}
 		go func() { serveErr <- srv.Serve(fast.handoff) }()
 		go func() { serveErr <- fast.serve(ln) }()
 	} else {
