@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Loopback benchmark of the interceptor's request path (pkg/proxy), side by side in one run:
-#   1. wrk -t2 -c64, tiny response: backend direct vs through the proxy vs through nginx
+#   1. wrk -t2 -c64, tiny response: backend direct vs through the proxy vs through the proxy with
+#      its server-side fast path off (proxy-std, net/http serves every request) vs through nginx
 #      (2 workers, upstream keepalive) vs through hack/bench/floor (the least a net/http proxy can
 #      do, as a reference), interleaved for ROUNDS rounds, with each proxy's CPU per request;
 #   2. latency at a fixed RATE req/s (hack/bench/rate, open loop) for the same three targets;
@@ -35,11 +36,14 @@ wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 
 go build -o "$work/" ./hack/bench/backend ./hack/bench/proxy ./hack/bench/floor ./hack/bench/rate ./hack/bench/coldstart
 BE=$(free_port); PX=$(free_port); AD=$(free_port); NG=$(free_port); CB=$(free_port); FL=$(free_port)
+PS=$(free_port); AS=$(free_port)
 
 "$work/backend" -listen "127.0.0.1:$BE" &
 backend_pid=$!; pids+=($backend_pid)
 "$work/proxy" -listen "127.0.0.1:$PX" -admin "127.0.0.1:$AD" -backend "127.0.0.1:$BE" -cold-backend "127.0.0.1:$CB" &
 proxy_pid=$!; pids+=($proxy_pid)
+"$work/proxy" -fast-http1=false -listen "127.0.0.1:$PS" -admin "127.0.0.1:$AS" -backend "127.0.0.1:$BE" &
+proxystd_pid=$!; pids+=($proxystd_pid)
 "$work/floor" -listen "127.0.0.1:$FL" -backend "127.0.0.1:$BE" &
 floor_pid=$!; pids+=($floor_pid)
 mkdir -p "$work/nginx/logs"
@@ -65,7 +69,7 @@ http {
 CONF
 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/logs/error.log" &
 nginx_pid=$!; pids+=($nginx_pid)
-for p in "$BE" "$PX" "$AD" "$NG" "$FL"; do wait_port "$p"; done
+for p in "$BE" "$PX" "$AD" "$NG" "$FL" "$PS" "$AS"; do wait_port "$p"; done
 
 # cpu_ticks PID...: user+system clock ticks used so far by the processes (and nginx's workers).
 cpu_ticks() {
@@ -77,12 +81,12 @@ cpu_ticks() {
 	echo "$total"
 }
 nginx_pids() { echo "$nginx_pid" $(ps --ppid "$nginx_pid" -o pid= 2>/dev/null); }
-declare -A port=([direct]=$BE [proxy]=$PX [nginx]=$NG [floor]=$FL)
+declare -A port=([direct]=$BE [proxy]=$PX [proxy-std]=$PS [nginx]=$NG [floor]=$FL)
 declare -A sum=() cpu=() reqs=()
 echo "== wrk -t2 -c64 -d$DUR, $ROUNDS interleaved rounds"
 for r in $(seq "$ROUNDS"); do
-	for t in direct proxy nginx floor; do
-		case $t in proxy) procs="$proxy_pid" ;; nginx) procs=$(nginx_pids) ;; floor) procs="$floor_pid" ;; *) procs="$backend_pid" ;; esac
+	for t in direct proxy proxy-std nginx floor; do
+		case $t in proxy) procs="$proxy_pid" ;; proxy-std) procs="$proxystd_pid" ;; nginx) procs=$(nginx_pids) ;; floor) procs="$floor_pid" ;; *) procs="$backend_pid" ;; esac
 		before=$(cpu_ticks $procs)
 		out=$(wrk -t2 -c64 -d"$DUR" --latency "http://127.0.0.1:${port[$t]}/")
 		used=$(( $(cpu_ticks $procs) - before ))
@@ -92,17 +96,17 @@ for r in $(seq "$ROUNDS"); do
 		p50=$(awk '$1=="50%" {print $2}' <<<"$out")
 		p99=$(awk '$1=="99%" {print $2}' <<<"$out")
 		errs=$(awk '/Non-2xx|Socket errors/' <<<"$out")
-		printf 'round %d %-7s %10s req/s  p50 %-8s p99 %-8s %s\n' "$r" "$t" "$rps" "$p50" "$p99" "$errs"
+		printf 'round %d %-9s %10s req/s  p50 %-8s p99 %-8s %s\n' "$r" "$t" "$rps" "$p50" "$p99" "$errs"
 		sum[$t]=$(awk -v a="${sum[$t]:-0}" -v b="$rps" 'BEGIN {print a+b}')
 	done
 done
-awk -v d="${sum[direct]}" -v p="${sum[proxy]}" -v n="${sum[nginx]}" -v f="${sum[floor]}" -v r="$ROUNDS" 'BEGIN {
-	printf "mean req/s: direct %.0f  proxy %.0f  nginx %.0f  floor %.0f\n", d/r, p/r, n/r, f/r
-	printf "proxy/direct %.2f  proxy/nginx %.2f  nginx/direct %.2f  floor/nginx %.2f\n", p/d, p/n, n/d, f/n }'
+awk -v d="${sum[direct]}" -v p="${sum[proxy]}" -v s="${sum[proxy-std]}" -v n="${sum[nginx]}" -v f="${sum[floor]}" -v r="$ROUNDS" 'BEGIN {
+	printf "mean req/s: direct %.0f  proxy %.0f  proxy-std %.0f  nginx %.0f  floor %.0f\n", d/r, p/r, s/r, n/r, f/r
+	printf "proxy/direct %.2f  proxy/nginx %.2f  proxy-std/direct %.2f  proxy-std/nginx %.2f  nginx/direct %.2f  floor/nginx %.2f\n", p/d, p/n, s/d, s/n, n/d, f/n }'
 tck=$(getconf CLK_TCK)
-for t in direct proxy nginx floor; do
+for t in direct proxy proxy-std nginx floor; do
 	awk -v c="${cpu[$t]}" -v n="${reqs[$t]}" -v tck="$tck" -v t="$t" 'BEGIN {
-		printf "CPU per request (user+system, all rounds) %-6s %.1f us\n", t, c/tck*1e6/n }'
+		printf "CPU per request (user+system, all rounds) %-9s %.1f us\n", t, c/tck*1e6/n }'
 done
 
 echo "== fixed rate $RATE req/s for $RATE_DUR (open loop; latency from the intended send time)"

@@ -45,6 +45,9 @@ type Interceptor struct {
 	// GCPercent is the Go garbage collector's target (GOGC); the proxy's live heap is small, so a
 	// higher value trades a little memory for less CPU per request. GOGC in the environment wins.
 	GCPercent int
+	// HTTP1FastPath serves plain body-less HTTP/1.1 requests on the proxy server's fast path; the
+	// rest is handed to net/http. Off, net/http serves every request.
+	HTTP1FastPath bool
 
 	// DrainDelay is how long the replica keeps serving after SIGTERM with readiness failing.
 	DrainDelay time.Duration
@@ -72,6 +75,7 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&i.TableResync, "table-resync", envDuration("HTTPSCALE_TABLE_RESYNC", time.Minute), "Period of the routing table's full re-read.")
 	fs.IntVar(&i.MaxConnsPerEndpoint, "max-conns-per-endpoint", envInt("HTTPSCALE_MAX_CONNS_PER_ENDPOINT", 512), "Connections open at once to one pod; more requests wait for one.")
 	fs.IntVar(&i.GCPercent, "gc-percent", envInt("HTTPSCALE_GC_PERCENT", 400), "Go GC target percentage (ignored when GOGC is set).")
+	fs.BoolVar(&i.HTTP1FastPath, "http1-fast-path", envBool("HTTPSCALE_HTTP1_FAST_PATH", true), "Serve plain body-less HTTP/1.1 requests on the proxy's fast path (the rest goes to net/http).")
 	fs.DurationVar(&i.DrainDelay, "drain-delay", envDuration("HTTPSCALE_DRAIN_DELAY", 5*time.Second), "After SIGTERM, keep serving this long with readiness failing.")
 	fs.DurationVar(&i.DrainTimeout, "drain-timeout", envDuration("HTTPSCALE_DRAIN_TIMEOUT", 60*time.Second), "After the delay, wait this long for in-flight and held requests and WebSockets.")
 }

@@ -204,6 +204,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, st *state, b *ba
 		ctx, cancel = context.WithTimeoutCause(ctx, d, ErrRequestTimeout)
 		defer cancel()
 	}
+	if fw, ok := directEligible(w, b); ok {
+		p.forwardDirect(fw, r.WithContext(ctx))
+		return
+	}
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 

@@ -1,10 +1,13 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -363,5 +366,109 @@ func TestClientCancelWhileForwardedIs499NotUpstreamError(t *testing.T) {
 	}
 	if in, _, _ := h.count("ns/app"); in != 0 {
 		t.Errorf("in flight = %d after the client left, want 0", in)
+	}
+}
+
+func TestHopByHopHeadersAreRemovedOnTheFastPath(t *testing.T) {
+	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Seen-Keep-Alive", r.Header.Get("Keep-Alive"))
+		w.Header().Set("X-Seen-Te", r.Header.Get("Te"))
+		w.Header().Set("X-Seen-Proxy-Connection", r.Header.Get("Proxy-Connection"))
+		w.Header().Set("X-Seen-End-To-End", r.Header.Get("X-End-To-End"))
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("Proxy-Authenticate", "Basic")
+		_, _ = io.WriteString(w, "ok")
+	})
+	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
+	h.src.Set(key("app"), ep)
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 2 { // twice on one keep-alive connection
+		_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: app.example.com\r\nConnection: keep-alive\r\nKeep-Alive: timeout=9\r\n"+
+			"Te: gzip\r\nProxy-Connection: keep-alive\r\nX-End-To-End: yes\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		got := map[string]string{
+			"code": strconv.Itoa(resp.StatusCode), "body": string(b),
+			"keep-alive seen": resp.Header.Get("X-Seen-Keep-Alive"), "te seen": resp.Header.Get("X-Seen-Te"),
+			"proxy-connection seen": resp.Header.Get("X-Seen-Proxy-Connection"), "end-to-end seen": resp.Header.Get("X-Seen-End-To-End"),
+			"keep-alive returned": resp.Header.Get("Keep-Alive"), "proxy-authenticate returned": resp.Header.Get("Proxy-Authenticate"),
+		}
+		want := map[string]string{"code": "200", "body": "ok", "keep-alive seen": "", "te seen": "", "proxy-connection seen": "",
+			"end-to-end seen": "yes", "keep-alive returned": "", "proxy-authenticate returned": ""}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("request %d (-want +got):\n%s", i, d)
+		}
+	}
+}
+
+func TestFastPathForwardingMatchesReverseProxy(t *testing.T) {
+	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/broken": // promises 10 bytes, sends 4, dies
+			w.Header().Set("Content-Length", "10")
+			_, _ = io.WriteString(w, "part")
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		}
+		_, hasUA := r.Header["User-Agent"]
+		w.Header().Set("X-Seen-User-Agent", strconv.FormatBool(hasUA))
+		w.Header().Set("X-Seen-Forwarded", r.Header.Get("Forwarded"))
+		w.Header().Set("X-Seen-Te", r.Header.Get("Te"))
+		w.Header().Set("X-Seen-Query", r.URL.RawQuery)
+		w.Header().Set("Trailer", "X-Checksum")
+		_, _ = io.WriteString(w, "chunk1,")
+		w.(http.Flusher).Flush() // no Content-Length: streamed to the client chunked
+		_, _ = io.WriteString(w, "chunk2")
+		w.Header().Set("X-Checksum", "42")
+	})
+	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
+	h.src.Set(key("app"), ep)
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(c)
+	_, _ = io.WriteString(c, "GET /s?a=1&b=2 HTTP/1.1\r\nHost: app.example.com\r\nForwarded: for=1.2.3.4\r\nTe: trailers\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{
+		"code": strconv.Itoa(resp.StatusCode), "body": string(b), "trailer": resp.Trailer.Get("X-Checksum"),
+		"user-agent sent": resp.Header.Get("X-Seen-User-Agent"), "forwarded": resp.Header.Get("X-Seen-Forwarded"),
+		"te": resp.Header.Get("X-Seen-Te"), "query": resp.Header.Get("X-Seen-Query"),
+	}
+	want := map[string]string{"code": "200", "body": "chunk1,chunk2", "trailer": "42", "user-agent sent": "false",
+		"forwarded": "", "te": "trailers", "query": "a=1&b=2"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+
+	// A body that breaks midway is not passed on as a complete response: the connection is closed
+	// (what was still buffered, here the head and "part", is not sent).
+	_, _ = io.WriteString(c, "GET /broken HTTP/1.1\r\nHost: app.example.com\r\n\r\n")
+	resp, err = http.ReadResponse(br, nil)
+	if err == nil {
+		b, err = io.ReadAll(resp.Body)
+		if err == nil {
+			t.Errorf("broken upstream body passed on as a complete response: %d %q", resp.StatusCode, b)
+		}
+	} else if !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		t.Errorf("broken upstream body: %v, want the connection closed", err)
 	}
 }

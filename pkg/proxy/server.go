@@ -27,6 +27,13 @@ type Server struct {
 	Handler  http.Handler
 	// H2C also accepts cleartext HTTP/2 with prior knowledge (gRPC clients without TLS).
 	H2C bool
+	// FastHTTP1 serves simple HTTP/1.1 requests (no body, no upgrade) on a fast path that reads
+	// them from the connection directly and hands every other connection to net/http (see
+	// h1Server).
+	FastHTTP1 bool
+	// WatchClientAfter is how long a fast-path request runs before the server starts watching for
+	// the client going away (default 50ms; negative watches from the start).
+	WatchClientAfter time.Duration
 
 	DrainDelay   time.Duration
 	DrainTimeout time.Duration
@@ -100,12 +107,33 @@ func (s *Server) Start(ctx context.Context) error {
 		p.SetUnencryptedHTTP2(true)
 		srv.Protocols = &p
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	serveErr := make(chan error, 2)
+	var fast *h1Server
+	if s.FastHTTP1 {
+		watch := s.WatchClientAfter
+		if watch == 0 {
+			watch = 50 * time.Millisecond
+		}
+		fast = &h1Server{handler: s.Handler, base: hard, srv: srv, handoff: newHandoffListener(ln.Addr()),
+			idleTimeout: srv.IdleTimeout, headerTimeout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log}
+		go func() { serveErr <- srv.Serve(fast.handoff) }()
+		go func() { serveErr <- fast.serve(ln) }()
+	} else {
+		go func() { serveErr <- srv.Serve(ln) }()
+	}
+	serving := cap(serveErr)
+	if fast == nil {
+		serving = 1
+	}
 	s.Log.Info("serving", "server", s.Name, "addr", a)
 
 	select {
 	case err := <-serveErr:
+		if fast != nil {
+			fast.close()
+			_ = ln.Close()
+			_ = srv.Close()
+		}
 		return fmt.Errorf("%s: serving on %s: %w", s.Name, a, err)
 	case <-ctx.Done():
 	}
@@ -120,6 +148,11 @@ func (s *Server) Start(ctx context.Context) error {
 		case <-t.C:
 		case err := <-serveErr:
 			t.Stop()
+			if fast != nil {
+				fast.close()
+				_ = ln.Close()
+				_ = srv.Close()
+			}
 			return fmt.Errorf("%s: serving on %s: %w", s.Name, a, err)
 		}
 	}
@@ -128,7 +161,14 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), s.DrainTimeout)
 	defer cancel()
-	err := srv.Shutdown(dctx)
+	var err error
+	if fast != nil {
+		_ = ln.Close() // the fast path owns the listener; net/http only sees handed-over connections
+		err = fast.shutdown(dctx)
+	}
+	if serr := srv.Shutdown(dctx); err == nil {
+		err = serr
+	}
 	if err == nil && s.WaitIdle != nil {
 		err = s.WaitIdle(dctx)
 	}
@@ -136,8 +176,13 @@ func (s *Server) Start(ctx context.Context) error {
 		s.Log.Info("drain timeout passed; cutting off remaining requests", "server", s.Name, "error", err.Error())
 		cut()
 		_ = srv.Close()
+		if fast != nil {
+			fast.close()
+		}
 	}
-	<-serveErr // http.ErrServerClosed
+	for range serving {
+		<-serveErr // http.ErrServerClosed, errFastClosed
+	}
 	s.Log.Info("stopped", "server", s.Name)
 	return nil
 }

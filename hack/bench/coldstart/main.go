@@ -110,10 +110,12 @@ func hold(client *http.Client, n int) <-chan int {
 				log.Printf("held request: %v", err)
 				return
 			}
-			_, _ = io.Copy(io.Discard, resp.Body)
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				ok.Add(1)
+			} else {
+				log.Printf("held request answered %d: %q", resp.StatusCode, body)
 			}
 		})
 	}

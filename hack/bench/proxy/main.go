@@ -36,6 +36,7 @@ func main() {
 	backend := flag.String("backend", "127.0.0.1:18090", "backend host:port")
 	coldBackend := flag.String("cold-backend", "", "host:port the cold app gets on /control/ready (default: -backend)")
 	queueLimit := flag.Int("queue-limit", 20000, "hold queue limit")
+	fast := flag.Bool("fast-http1", true, "serve simple HTTP/1.1 requests on the server-side fast path")
 	gcPercent := flag.Int("gc-percent", 400, "GC target, as the interceptor's --gc-percent (GOGC wins)")
 	flag.Parse()
 
@@ -89,7 +90,7 @@ func main() {
 	mux.HandleFunc("POST /control/cold", func(w http.ResponseWriter, _ *http.Request) { src.Set(cold) })
 	go func() { log.Fatal(http.ListenAndServe(*adminAddr, mux)) }()
 
-	srv := &proxy.Server{Name: "proxy", Addr: *listen, Handler: px, H2C: true, DrainTimeout: 5 * time.Second,
+	srv := &proxy.Server{Name: "proxy", Addr: *listen, Handler: px, H2C: true, FastHTTP1: *fast, DrainTimeout: 5 * time.Second,
 		WaitIdle: px.WaitUpgrades, Log: logr.Discard()}
 	if err := srv.Start(ctx); err != nil {
 		log.Fatal(err)
