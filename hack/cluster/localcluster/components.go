@@ -121,20 +121,29 @@ func (c Config) StartHTTPScale(ctx context.Context, bins Binaries, progress io.W
 			"HTTPSCALE_METRICS_BIND_ADDRESS=" + hp(ic.IP, InterceptorMetrics),
 		}, common...)}
 	}
-	webhookCerts := filepath.Join(c.PKIDir(), "webhook")
 	h.Components["httpscale-operator"] = &Component{Bin: bins.Operator, Probe: hp(a.Operator, OperatorProbePort), Env: append([]string{
 		"KUBECONFIG=" + kcs["httpscale-operator"], "POD_IP=" + a.Operator,
 		"HTTPSCALE_HEALTH_PROBE_BIND_ADDRESS=" + hp(a.Operator, OperatorProbePort),
 		"HTTPSCALE_METRICS_BIND_ADDRESS=" + hp(a.Operator, OperatorMetrics),
 		"HTTPSCALE_WEBHOOK_BIND_ADDRESS=" + hp(a.Operator, OperatorWebhook),
-		"HTTPSCALE_WEBHOOK_CERT_DIR=" + webhookCerts,
 		"HTTPSCALE_SCALER_ADDRESS=" + hp(a.Scaler, ScalerGRPCPort),
 	}, common...)}
-	order := []string{"httpscale-scaler"}
+	// The validating webhook is registered before the operator starts: the operator then issues its
+	// own serving certificate and patches this configuration's caBundle, as in a chart install.
+	vwc, err := os.ReadFile(filepath.Join(c.RepoRoot, "config", "webhook", "manifests.yaml"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the webhook configuration: %w", err)
+	}
+	if err := c.Apply(ctx, string(vwc)); err != nil {
+		return nil, err
+	}
+	// The operator starts before the interceptors: they report ready only once they serve a routing
+	// table, which the operator writes.
+	order := []string{"httpscale-scaler", "httpscale-operator"}
 	for _, ic := range a.Interceptors {
 		order = append(order, ic.Name)
 	}
-	for _, name := range append(order, "httpscale-operator") {
+	for _, name := range order {
 		if err := c.StartComponent(ctx, name, h.Components[name]); err != nil {
 			return h, err
 		}
@@ -199,19 +208,26 @@ func (c Config) applyComponentRBAC(ctx context.Context) error {
 apiVersion: v1
 kind: ServiceAccount
 metadata: {name: httpscale-%[1]s, namespace: %[2]s}
----
+`, comp, Namespace)
+		// Bind only the roles the markers generated: a component may need no cluster-wide access.
+		if strings.Contains(string(role), "kind: ClusterRole\n") {
+			fmt.Fprintf(&b, `---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata: {name: httpscale-%[1]s}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: httpscale-%[1]s}
 subjects: [{kind: ServiceAccount, name: httpscale-%[1]s, namespace: %[2]s}]
----
+`, comp, Namespace)
+		}
+		if strings.Contains(string(role), "kind: Role\n") {
+			fmt.Fprintf(&b, `---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {name: httpscale-%[1]s, namespace: %[2]s}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: httpscale-%[1]s}
 subjects: [{kind: ServiceAccount, name: httpscale-%[1]s, namespace: %[2]s}]
 `, comp, Namespace)
+		}
 	}
 	return c.Apply(ctx, b.String())
 }
