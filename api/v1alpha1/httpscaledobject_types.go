@@ -80,6 +80,10 @@ type HTTPScaledObjectSpec struct {
 	// +optional
 	ColdStart *ColdStart `json:"coldStart,omitempty"`
 
+	// Forwarding controls how interceptors send this app's requests to it.
+	// +optional
+	Forwarding *Forwarding `json:"forwarding,omitempty"`
+
 	// Schedules set the replica bounds at scheduled times (cron with time zones), to have capacity in
 	// place before a known peak. See ScheduleRule.
 	// +optional
@@ -87,6 +91,20 @@ type HTTPScaledObjectSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	Schedules []ScheduleRule `json:"schedules,omitempty"`
+}
+
+// Forwarding controls how interceptors send an app's requests to it.
+type Forwarding struct {
+	// ZoneAware makes an interceptor prefer the app's ready endpoints in its own zone (honouring
+	// EndpointSlice topology hints), falling back to every zone when its zone has none. Unset uses the
+	// interceptor's global setting (--zone-aware).
+	// +optional
+	ZoneAware *bool `json:"zoneAware,omitempty"`
+
+	// ViaService forwards through the Service's cluster address instead of straight to ready pod IPs.
+	// Direct-to-pod (the default) avoids waiting for the Service's programming after a scale from zero.
+	// +optional
+	ViaService bool `json:"viaService,omitempty"`
 }
 
 // HeaderMatch matches one request header.

@@ -94,6 +94,7 @@ func fullObject() *v1.HTTPScaledObject {
 				Fallback:    &v1.FallbackService{Service: "sorry", Port: ptr.To[int32](8080)},
 				Placeholder: &v1.Placeholder{StatusCode: 503, Headers: map[string]string{"Retry-After": "5"}, Body: "starting"},
 			},
+			Forwarding: &v1.Forwarding{ZoneAware: ptr.To(false), ViaService: true},
 		},
 	}
 }
@@ -111,6 +112,7 @@ func TestBuildEntry(t *testing.T) {
 		Timeouts: routing.Timeouts{Readiness: 45 * time.Second, Request: 2 * time.Minute, ResponseHeader: 10 * time.Second},
 		ColdStart: routing.ColdStart{QueueLimit: 500, Fallback: fallback,
 			Placeholder: &routing.Placeholder{StatusCode: 503, Headers: map[string]string{"Retry-After": "5"}, Body: "starting"}},
+		ZoneAware: ptr.To(false), ViaService: true,
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("entry (-want +got):\n%s", d)

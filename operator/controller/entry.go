@@ -106,6 +106,13 @@ func buildEntry(hso *v1.HTTPScaledObject, target routing.Backend, fallback *rout
 			e.ColdStart.Placeholder = &routing.Placeholder{StatusCode: p.StatusCode, Headers: p.Headers, Body: p.Body}
 		}
 	}
+	if f := hso.Spec.Forwarding; f != nil {
+		if f.ZoneAware != nil {
+			za := *f.ZoneAware
+			e.ZoneAware = &za
+		}
+		e.ViaService = f.ViaService
+	}
 	return e
 }
 
