@@ -78,8 +78,8 @@ func TestDefaults(t *testing.T) {
 	checkConsistent(t, m, ns)
 
 	want := []string{
-		"ClusterRole /httpscale-interceptor", "ClusterRole /httpscale-operator", "ClusterRole /httpscale-scaler",
-		"ClusterRoleBinding /httpscale-interceptor", "ClusterRoleBinding /httpscale-operator", "ClusterRoleBinding /httpscale-scaler",
+		"ClusterRole /httpscale-interceptor", "ClusterRole /httpscale-operator",
+		"ClusterRoleBinding /httpscale-interceptor", "ClusterRoleBinding /httpscale-operator",
 		"Deployment httpscale-system/httpscale-interceptor", "Deployment httpscale-system/httpscale-operator", "Deployment httpscale-system/httpscale-scaler",
 		"PodDisruptionBudget httpscale-system/httpscale-interceptor", "PodDisruptionBudget httpscale-system/httpscale-operator",
 		"Role httpscale-system/httpscale-interceptor", "Role httpscale-system/httpscale-operator", "Role httpscale-system/httpscale-scaler",

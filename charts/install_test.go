@@ -205,7 +205,21 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		if !strings.Contains(string(help), "webhook-self-managed-certs") {
 			Skip("this operator build has no admission webhook yet")
 		}
+		// Empty what an earlier operator run may have filled, so only this run can pass the check.
+		secret, err := cs.CoreV1().Secrets(ns).Get(ctx, "httpscale-operator-webhook-tls", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		secret.Data = nil
+		_, err = cs.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator-webhook", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		vwc.Webhooks[0].ClientConfig.CABundle = nil
+		_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+
 		p := startBinary(bins, "operator", tokenFiles["operator"], ns)
+		// Ready first: a SIGTERM that arrives before the process installed its signal handler kills it.
+		Eventually(p.ready).WithContext(ctx).WithTimeout(60*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(), p.logs)
 		Eventually(func(g Gomega) {
 			if err := p.allowedSoFar(); err != nil {
 				StopTrying(err.Error()).Now()
