@@ -265,22 +265,34 @@ func TestNoRetryOnceTheRequestWasSent(t *testing.T) {
 	}
 }
 
-func TestResponseHeaderTimeoutAnswers504(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
-	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
-	e := entry("app", "app.example.com", "app")
-	e.Timeouts.ResponseHeader = 50 * time.Millisecond
-	h := newHarness(t, []routing.Entry{e}, nil)
-	h.src.Set(key("app"), ep)
-	code, body, _ := h.mustGet("app.example.com", "/")
-	if code != http.StatusGatewayTimeout || !strings.Contains(body, "response_header_timeout") {
-		t.Errorf("got %d %q, want 504 response_header_timeout", code, body)
+// TestTimeoutsAnswer504: an app slower than its per-app response-header or request timeout is
+// answered 504 with the timeout named.
+func TestTimeoutsAnswer504(t *testing.T) {
+	for _, tc := range []struct {
+		reason string
+		set    func(*routing.Timeouts)
+	}{
+		{"response_header_timeout", func(to *routing.Timeouts) { to.ResponseHeader = 50 * time.Millisecond }},
+		{"request_timeout", func(to *routing.Timeouts) { to.Request = 50 * time.Millisecond }},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			release := make(chan struct{})
+			defer close(release)
+			_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			})
+			e := entry("app", "app.example.com", "app")
+			tc.set(&e.Timeouts)
+			h := newHarness(t, []routing.Entry{e}, nil)
+			h.src.Set(key("app"), ep)
+			code, body, _ := h.mustGet("app.example.com", "/")
+			if code != http.StatusGatewayTimeout || !strings.Contains(body, tc.reason) {
+				t.Errorf("got %d %q, want 504 %s", code, body, tc.reason)
+			}
+		})
 	}
 }
 
@@ -320,25 +332,6 @@ func TestRequestsOfRemovedAppsAreNotRoutedAndCountersReset(t *testing.T) {
 	}
 	if d := cmp.Diff([]admin.AppCount{}, h.reg.CountsSince(0).Apps); d != "" {
 		t.Errorf("counts after removal (-want +got):\n%s", d)
-	}
-}
-
-func TestRequestTimeoutAnswers504(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
-	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
-	e := entry("app", "app.example.com", "app")
-	e.Timeouts.Request = 50 * time.Millisecond
-	h := newHarness(t, []routing.Entry{e}, nil)
-	h.src.Set(key("app"), ep)
-	code, body, _ := h.mustGet("app.example.com", "/")
-	if code != http.StatusGatewayTimeout || !strings.Contains(body, "request_timeout") {
-		t.Errorf("got %d %q, want 504 request_timeout", code, body)
 	}
 }
 
