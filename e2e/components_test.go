@@ -40,6 +40,9 @@ var _ = Describe("httpscale's binaries on the local cluster", Ordered, func() {
 			client.MatchingLabels{discoveryv1.LabelServiceName: "httpscale-interceptor-admin"})).To(Succeed())
 		zones := map[string]string{}
 		for _, s := range slices.Items {
+			if len(s.Endpoints) == 0 {
+				continue // the chart's Service selects no pod here: its controller-made slice is empty
+			}
 			Expect(s.Ports).To(ConsistOf(HaveField("Name", ptr.To("admin"))))
 			for _, e := range s.Endpoints {
 				zones[e.Addresses[0]] = ptr.Deref(e.Zone, "")

@@ -1,11 +1,13 @@
 package localcluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 )
@@ -86,7 +88,7 @@ type HTTPScale struct {
 // node set per interceptor), which is how the components discover each other in a cluster.
 func (c Config) StartHTTPScale(ctx context.Context, bins Binaries, progress io.Writer) (*HTTPScale, error) {
 	a := ComponentIPs(c)
-	if err := c.applyComponentRBAC(ctx); err != nil {
+	if err := c.installChart(ctx, progress); err != nil {
 		return nil, err
 	}
 	if err := c.Apply(ctx, componentServices(a)); err != nil {
@@ -128,15 +130,6 @@ func (c Config) StartHTTPScale(ctx context.Context, bins Binaries, progress io.W
 		"HTTPSCALE_WEBHOOK_BIND_ADDRESS=" + hp(a.Operator, OperatorWebhook),
 		"HTTPSCALE_SCALER_ADDRESS=" + hp(a.Scaler, ScalerGRPCPort),
 	}, common...)}
-	// The validating webhook is registered before the operator starts: the operator then issues its
-	// own serving certificate and patches this configuration's caBundle, as in a chart install.
-	vwc, err := os.ReadFile(filepath.Join(c.RepoRoot, "config", "webhook", "manifests.yaml"))
-	if err != nil {
-		return nil, fmt.Errorf("reading the webhook configuration: %w", err)
-	}
-	if err := c.Apply(ctx, string(vwc)); err != nil {
-		return nil, err
-	}
 	// The operator starts before the interceptors: they report ready only once they serve a routing
 	// table, which the operator writes.
 	order := []string{"httpscale-scaler", "httpscale-operator"}
@@ -193,43 +186,29 @@ func (c Config) StopComponent(comp *Component) error {
 	return comp.Process.Stop(c.StopTimeout)
 }
 
-// applyComponentRBAC creates the ServiceAccounts and binds the roles in config/rbac/<component>
-// (generated from the code's RBAC markers) unless the chart already installed them.
-func (c Config) applyComponentRBAC(ctx context.Context) error {
-	var b strings.Builder
-	for _, comp := range []string{"operator", "interceptor", "scaler"} {
-		role, err := os.ReadFile(filepath.Join(c.RepoRoot, "config", "rbac", comp, "role.yaml"))
-		if err != nil {
-			return fmt.Errorf("reading RBAC of %s: %w", comp, err)
-		}
-		b.Write(role)
-		fmt.Fprintf(&b, `
----
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: httpscale-%[1]s, namespace: %[2]s}
-`, comp, Namespace)
-		// Bind only the roles the markers generated: a component may need no cluster-wide access.
-		if strings.Contains(string(role), "kind: ClusterRole\n") {
-			fmt.Fprintf(&b, `---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: httpscale-%[1]s}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: httpscale-%[1]s}
-subjects: [{kind: ServiceAccount, name: httpscale-%[1]s, namespace: %[2]s}]
-`, comp, Namespace)
-		}
-		if strings.Contains(string(role), "kind: Role\n") {
-			fmt.Fprintf(&b, `---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: httpscale-%[1]s, namespace: %[2]s}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: httpscale-%[1]s}
-subjects: [{kind: ServiceAccount, name: httpscale-%[1]s, namespace: %[2]s}]
-`, comp, Namespace)
-		}
+// installChart installs charts/httpscale as a user would, with none of its own replicas: the binaries
+// run here as processes with tokens of the chart's ServiceAccounts, so they run against the chart's
+// RBAC, webhook configuration and certificate Secret. The operator, started before the interceptors,
+// then issues the webhook's certificate and patches the configuration's caBundle.
+func (c Config) installChart(ctx context.Context, progress io.Writer) error {
+	tools := exec.CommandContext(ctx, filepath.Join(c.RepoRoot, "hack", "tools.sh"), "helm")
+	tools.Stderr = progress
+	out, err := tools.Output()
+	if err != nil {
+		return fmt.Errorf("hack/tools.sh helm: %w", err)
 	}
-	return c.Apply(ctx, b.String())
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	helm := filepath.Join(lines[len(lines)-1], "helm")
+	cmd := c.Command(ctx, helm, "upgrade", "--install", "httpscale", filepath.Join(c.RepoRoot, "charts", "httpscale"),
+		"--namespace", Namespace, "--create-namespace", "--kubeconfig", c.AdminKubeconfig(),
+		"--set", "operator.replicas=0,interceptor.replicas=0,scaler.replicas=0")
+	var errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &errb
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("helm upgrade --install charts/httpscale: %w: %s", err, strings.TrimSpace(errb.String()))
+	}
+	fmt.Fprintln(progress, "[cluster] chart charts/httpscale installed with Helm (no replicas: the binaries run as processes)")
+	return nil
 }
 
 func componentServices(a Addresses) string {
