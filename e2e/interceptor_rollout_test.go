@@ -51,6 +51,7 @@ var _ = Describe("Interceptor rolled under steady load", Ordered, func() {
 		DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })
 		host = ns + ".example"
 
+		// The shorter drain stays in the component's settings for later specs; it only speeds up their stops.
 		By("running the interceptor to be rolled with a short drain delay")
 		rolled = h.Addresses.Interceptors[len(h.Addresses.Interceptors)-1]
 		comp := h.Components[rolled.Name]
