@@ -21,6 +21,10 @@ type Process struct {
 	Start   uint64 // clock ticks since boot, from /proc/<pid>/stat; guards against PID reuse
 	PIDFile string
 	LogFile string
+	// exited is closed once a process this program started has been reaped; state is then its exit
+	// status. Both are nil for a process read back from its pid file.
+	exited chan struct{}
+	state  *os.ProcessState
 }
 
 // StartProcess starts bin inside the namespace of c with its output appended to <dir>/logs/<name>.log.
@@ -47,9 +51,13 @@ func (c Config) StartProcess(name, bin string, args, env []string) (*Process, er
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	// Reap it if it exits while this process lives; otherwise init does.
-	go func() { _ = cmd.Wait() }()
-	p := &Process{Name: name, PID: cmd.Process.Pid, LogFile: logFile}
+	p := &Process{Name: name, PID: cmd.Process.Pid, LogFile: logFile, exited: make(chan struct{})}
+	// Reap it if it exits while this process lives (keeping its exit status); otherwise init does.
+	go func() {
+		_ = cmd.Wait()
+		p.state = cmd.ProcessState
+		close(p.exited)
+	}()
 	p.Start, _ = startTime(p.PID)
 	seq := nextSeq(c.path("pids"))
 	p.PIDFile = filepath.Join(c.path("pids"), fmt.Sprintf("%03d-%s.pid", seq, name))
@@ -111,19 +119,41 @@ func (p *Process) Alive() bool {
 	return st != 0 && st == p.Start && state != "Z" && state != "X"
 }
 
+// ExitCode waits up to timeout for a process this program started to be reaped and returns its exit
+// code (-1 when a signal killed it). It fails for a process read back from its pid file, whose parent
+// is another program.
+func (p *Process) ExitCode(timeout time.Duration) (int, error) {
+	if p.exited == nil {
+		return 0, fmt.Errorf("%s (pid %d) was not started by this program; its exit status is unknown", p.Name, p.PID)
+	}
+	select {
+	case <-p.exited:
+		return p.state.ExitCode(), nil
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("%s (pid %d) has not exited after %s", p.Name, p.PID, timeout)
+	}
+}
+
+// signal sends sig once to the process group led by p (every process started here leads its own
+// session), or to p alone if it leads no group. Once only: a second SIGTERM means "exit now" to many
+// programs (controller-runtime's signal handler exits 1 on it, cutting a graceful drain short).
+func (p *Process) signal(sig syscall.Signal) {
+	if err := syscall.Kill(-p.PID, sig); err != nil {
+		_ = syscall.Kill(p.PID, sig)
+	}
+}
+
 // Stop sends SIGTERM to the process group, then SIGKILL after timeout, waits until the process is gone
 // and removes its pid file.
 func (p *Process) Stop(timeout time.Duration) error {
 	if p.Alive() {
-		_ = syscall.Kill(-p.PID, syscall.SIGTERM)
-		_ = syscall.Kill(p.PID, syscall.SIGTERM)
+		p.signal(syscall.SIGTERM)
 		deadline := time.Now().Add(timeout)
 		for p.Alive() && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		if p.Alive() {
-			_ = syscall.Kill(-p.PID, syscall.SIGKILL)
-			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+			p.signal(syscall.SIGKILL)
 			deadline = time.Now().Add(10 * time.Second)
 			for p.Alive() && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
