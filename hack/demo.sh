@@ -13,7 +13,7 @@ cluster() { go run ./hack/cluster --name "$name" "$@"; }
 say "Starting the local control plane '$name' (the first run builds Kubernetes, kwok and KEDA from the Go module proxy: 15+ minutes)"
 eval "$(cluster up)"
 
-say "Starting httpscale: scaler, one interceptor per zone, operator (ServiceAccount tokens, RBAC from config/rbac)"
+say "Starting httpscale: scaler, one interceptor per zone, operator (chart installed with Helm; each binary runs with its chart ServiceAccount's token)"
 cluster start-httpscale
 
 ia=198.19.1.1 # interceptor in zone-a (see docs/local-cluster.md for addresses)
