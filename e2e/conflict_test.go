@@ -24,14 +24,7 @@ var _ = Describe("Conflicting claims on one host", Ordered, func() {
 	)
 
 	BeforeAll(func(ctx SpecContext) {
-		var err error
-		h, err = f.HTTPScale(ctx, GinkgoWriter)
-		Expect(err).NotTo(HaveOccurred())
-		skipUnlessProxying(ctx, h)
-		ns, err = f.CreateNamespace(ctx, "conflict")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })
-		host = ns + ".example"
+		h, ns, host = scenario(ctx, "conflict")
 	})
 
 	conflict := func(ctx SpecContext, name string) func() (metav1.ConditionStatus, error) {

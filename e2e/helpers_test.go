@@ -34,6 +34,18 @@ func skipUnlessProxying(ctx context.Context, h *localcluster.HTTPScale) {
 	conn.Close()
 }
 
+// scenario starts (or reuses) httpscale's binaries, skips the calling container while the interceptor
+// does not proxy, and gives it a namespace of its own (deleted afterwards) and a host named after it.
+func scenario(ctx context.Context, prefix string) (h *localcluster.HTTPScale, ns, host string) {
+	h, err := f.HTTPScale(ctx, GinkgoWriter)
+	Expect(err).NotTo(HaveOccurred())
+	skipUnlessProxying(ctx, h)
+	ns, err = f.CreateNamespace(ctx, prefix)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })
+	return h, ns, ns + ".example"
+}
+
 // proxyURL is the URL of path on the interceptor of the given zone index.
 func proxyURL(h *localcluster.HTTPScale, zone int, path string) string {
 	return fmt.Sprintf("http://%s:%d%s", h.Addresses.Interceptors[zone].IP, localcluster.ProxyPort, path)

@@ -26,14 +26,7 @@ var _ = Describe("Scaling 1->N through KEDA and the HPA", Ordered, func() {
 	)
 
 	BeforeAll(func(ctx SpecContext) {
-		var err error
-		h, err = f.HTTPScale(ctx, GinkgoWriter)
-		Expect(err).NotTo(HaveOccurred())
-		skipUnlessProxying(ctx, h)
-		ns, err = f.CreateNamespace(ctx, "busy")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })
-		host = ns + ".example"
+		h, ns, host = scenario(ctx, "busy")
 		routedApp(ctx, ns, "app", 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
 			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
 			s.ScaledownPeriod = ptr.To(int32(scaledown.Seconds()))

@@ -42,14 +42,7 @@ var _ = Describe("Interceptor rolled under steady load", Ordered, func() {
 	)
 
 	BeforeAll(func(ctx SpecContext) {
-		var err error
-		h, err = f.HTTPScale(ctx, GinkgoWriter)
-		Expect(err).NotTo(HaveOccurred())
-		skipUnlessProxying(ctx, h)
-		ns, err = f.CreateNamespace(ctx, "rollout")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })
-		host = ns + ".example"
+		h, ns, host = scenario(ctx, "rollout")
 
 		// The shorter drain stays in the component's settings for later specs; it only speeds up their stops.
 		By("running the interceptor to be rolled with a short drain delay")

@@ -24,14 +24,7 @@ var _ = Describe("Scale from zero", Ordered, func() {
 	)
 
 	BeforeAll(func(ctx SpecContext) {
-		var err error
-		h, err = f.HTTPScale(ctx, GinkgoWriter)
-		Expect(err).NotTo(HaveOccurred())
-		skipUnlessProxying(ctx, h)
-		ns, err = f.CreateNamespace(ctx, "cold")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })
-		host = ns + ".example"
+		h, ns, host = scenario(ctx, "cold")
 		scaledApp(ctx, ns, "app", host, 600)
 	})
 

@@ -24,14 +24,7 @@ var _ = Describe("Zone-aware routing", Ordered, func() {
 	)
 
 	BeforeAll(func(ctx SpecContext) {
-		var err error
-		h, err = f.HTTPScale(ctx, GinkgoWriter)
-		Expect(err).NotTo(HaveOccurred())
-		skipUnlessProxying(ctx, h)
-		ns, err = f.CreateNamespace(ctx, "zones")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })
-		host = ns + ".example"
+		h, ns, host = scenario(ctx, "zones")
 		// The scaled Deployment "app" lives in zone-b; a second Deployment "app-a" with the same
 		// app label (so behind the same Service) lives in zone-a and is not managed by httpscale.
 		routedApp(ctx, ns, "app", 1, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
