@@ -53,8 +53,12 @@ var _ = Describe("Wake-up at the next execution", func() {
 		Expect(minR).To(Equal(int32(1)), "spec.replicas applies before the rule fires")
 
 		Eventually(func() int32 { m, _ := bounds(ctx, key); return m }, 90*time.Second, 100*time.Millisecond).Should(Equal(int32(6)))
-		st := status(ctx, key)[0]
-		Expect(st.SuccessfulExecutions).NotTo(BeEmpty())
+		// The bounds and the status are two writes: wait for the status to record the execution too.
+		var st v1.ScheduleStatus
+		Eventually(func() []v1.SuccessfulExecution {
+			st = status(ctx, key)[0]
+			return st.SuccessfulExecutions
+		}, 10*time.Second, 100*time.Millisecond).ShouldNot(BeEmpty())
 		e := st.SuccessfulExecutions[0]
 		Expect(e.ExecutionTime.Sub(e.ScheduleTime.Time)).To(BeNumerically("<", 3*time.Second), "executed on time, not by a later poll")
 		Expect(e.CatchUp).To(BeFalse())
