@@ -84,7 +84,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !controllerutil.ContainsFinalizer(hso, Finalizer) {
 		orig := hso.DeepCopy()
 		controllerutil.AddFinalizer(hso, Finalizer)
-		if err := r.Client.Patch(ctx, hso, client.MergeFrom(orig)); err != nil {
+		// A merge patch replaces the whole finalizer list: lock on resourceVersion so that another
+		// controller's concurrent finalizer is never dropped.
+		if err := r.Client.Patch(ctx, hso, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer to %s: %w", key, err)
 		}
 	}
@@ -146,7 +148,7 @@ func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key
 	}
 	orig := hso.DeepCopy()
 	controllerutil.RemoveFinalizer(hso, Finalizer)
-	if err := r.Client.Patch(ctx, hso, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.Client.Patch(ctx, hso, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer from %s: %w", key, err)
 	}
 	return ctrl.Result{}, nil

@@ -160,9 +160,8 @@ func (o *operator) stop() {
 	case err := <-o.done:
 		Expect(err).NotTo(HaveOccurred())
 	case <-time.After(25 * time.Second):
-		f, _ := os.Create("/tmp/b-op-goroutines.txt")
-		_ = pprof.Lookup("goroutine").WriteTo(f, 2)
-		f.Close()
+		// Show what blocks the shutdown (this is how a queue deadlock was found).
+		_ = pprof.Lookup("goroutine").WriteTo(GinkgoWriter, 2)
 		Fail("operator did not stop within 25s")
 	}
 }

@@ -1,0 +1,33 @@
+package controller_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+var _ = Describe("An operator limited to some namespaces", func() {
+	It("routes and scales only the objects in those namespaces", func() {
+		watched, other := newNamespace(), newNamespace()
+		// One writer of the table at a time: the suite's operator steps aside for this spec.
+		op.stop()
+		DeferCleanup(func() { op = startOperator(defaultOptions()) })
+		o := defaultOptions()
+		o.WatchNamespaces = []string{watched}
+		scoped := startOperatorAs(restCfg, o, false)
+		DeferCleanup(scoped.stop)
+
+		in := app(watched, "in", "in.example.com")
+		Expect(k8s.Create(ctx, in)).To(Succeed())
+		out := app(other, "out", "out.example.com")
+		Expect(k8s.Create(ctx, out)).To(Succeed())
+
+		Eventually(entryOf(watched+"/in"), time.Minute).ShouldNot(BeNil())
+		Eventually(scaledObject(in)).ShouldNot(BeNil())
+		Consistently(scaledObject(out)).Should(BeNil())
+		Expect(tableEntry(other + "/out")).To(BeNil())
+		Expect(current(out).Finalizers).To(BeEmpty())
+		Expect(current(out).Status.Conditions).To(BeEmpty())
+	})
+})
