@@ -124,8 +124,7 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 	if err := createNetNS(c.NetNS, c.LocalRange); err != nil {
 		return err
 	}
-	webhookIP := ComponentIPs(c).Operator
-	if err := c.writePKI(webhookIP); err != nil {
+	if err := c.writePKI(); err != nil {
 		return fmt.Errorf("writing PKI: %w", err)
 	}
 	if err := c.writeTokens(); err != nil {

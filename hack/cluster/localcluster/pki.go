@@ -87,16 +87,17 @@ func pemBlock(typ string, der []byte) []byte {
 
 // writePKI writes every key and certificate the cluster needs into PKIDir:
 //
-//	ca.crt/key             cluster CA; signs serving certificates (apiserver, KEDA, webhooks)
+//	ca.crt/key             cluster CA; signs serving certificates (apiserver, KEDA)
 //	apiserver.crt/key      kube-apiserver serving certificate
 //	sa.key/sa.pub          service-account token signing key
 //	front-proxy-ca.crt     aggregation: the CA of the client certificate the apiserver shows to extension servers
 //	front-proxy-client.crt/key
 //	keda/{ca.crt,tls.crt,tls.key}   KEDA operator <-> adapter mutual TLS and the adapter's serving certificate
-//	webhook/{ca.crt,tls.crt,tls.key} serving certificate for the httpscale operator's webhook
-func (c Config) writePKI(webhookIP string) error {
+//
+// The httpscale operator's webhook certificate is not here: the operator issues its own, as installed.
+func (c Config) writePKI() error {
 	dir := c.PKIDir()
-	for _, d := range []string{dir, filepath.Join(dir, "keda"), filepath.Join(dir, "webhook")} {
+	for _, d := range []string{dir, filepath.Join(dir, "keda")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
@@ -147,12 +148,6 @@ func (c Config) writePKI(webhookIP string) error {
 		[]string{"localhost", "keda-operator.keda.svc", "keda-operator.keda.svc.cluster.local",
 			"keda-metrics-apiserver.keda.svc", "keda-metrics-apiserver.keda.svc.cluster.local"},
 		[]string{"127.0.0.1", c.KEDAAdapterIP}); err != nil {
-		return err
-	}
-	files["webhook/ca.crt"] = caPEM
-	if files["webhook/tls.crt"], files["webhook/tls.key"], err = clusterCA.issue("httpscale-operator-webhook", nil,
-		[]string{"httpscale-operator-webhook.httpscale-system.svc", "httpscale-operator-webhook.httpscale-system.svc.cluster.local"},
-		[]string{webhookIP, "127.0.0.1"}); err != nil {
 		return err
 	}
 	for name, data := range files {
