@@ -68,10 +68,18 @@ func (p *Proxy) forwardDirect(w *h1Response, r *http.Request) {
 		p.errorHandler(w, &out, err)
 		return
 	}
+	if err := p.relayResponse(w, &out, res); err != nil {
+		p.errorHandler(w, &out, err)
+	}
+}
+
+// relayResponse writes res to w as the ReverseProxy would (see forwardDirect) and closes its body.
+// It returns an error, having written nothing, for a response it must not pass on; a body that
+// fails midway aborts the response (it panics with http.ErrAbortHandler).
+func (p *Proxy) relayResponse(w *h1Response, r *http.Request, res *http.Response) error {
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		_ = res.Body.Close()
-		p.errorHandler(w, &out, errors.New("backend switched protocols without an upgrade request"))
-		return
+		return errors.New("backend switched protocols without an upgrade request")
 	}
 	_ = p.modifyResponse(res) // status for the metrics, cold-start headers
 	removeHopByHop(res.Header)
@@ -92,7 +100,7 @@ func (p *Proxy) forwardDirect(w *h1Response, r *http.Request) {
 	w.WriteHeader(res.StatusCode)
 	flush := res.ContentLength == -1 || isEventStream(w.header.Get("Content-Type"))
 	buf := buffers.Get().(*[]byte)
-	err = copyBody(w, res.Body, *buf, flush)
+	err := copyBody(w, res.Body, *buf, flush)
 	buffers.Put(buf)
 	_ = res.Body.Close()
 	if err != nil {
@@ -102,6 +110,7 @@ func (p *Proxy) forwardDirect(w *h1Response, r *http.Request) {
 	for k, vs := range res.Trailer {
 		w.header[k] = append(w.header[k], vs...)
 	}
+	return nil
 }
 
 func copyBody(w *h1Response, body io.Reader, buf []byte, flush bool) error {

@@ -199,6 +199,13 @@ func (pc *h1Conn) roundTrip(ctx context.Context, req *http.Request) (*http.Respo
 		stop()
 		return nil, staleConnError{fmt.Errorf("writing request: %w", err)}
 	}
+	return pc.readResponse(req, stop, &cancelled)
+}
+
+// readResponse reads the response to req (informational responses are dropped). Its body returns
+// pc to the pool once read to its end, when stop (which unregisters whatever would close pc on
+// cancellation) reports that it was not cancelled.
+func (pc *h1Conn) readResponse(req *http.Request, stop func() bool, cancelled *atomic.Bool) (*http.Response, error) {
 	var resp *http.Response
 	for {
 		if _, err := pc.br.Peek(1); err != nil {
@@ -217,7 +224,7 @@ func (pc *h1Conn) roundTrip(ctx context.Context, req *http.Request) (*http.Respo
 		break
 	}
 	keep := !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
-	resp.Body = &h1Body{pc: pc, body: resp.Body, keep: keep, stop: stop, cancelled: &cancelled}
+	resp.Body = &h1Body{pc: pc, body: resp.Body, keep: keep, stop: stop, cancelled: cancelled}
 	return resp, nil
 }
 

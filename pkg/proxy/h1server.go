@@ -31,7 +31,9 @@ import (
 //
 // A client that goes away is noticed like net/http does it (a background read that cancels the
 // request's context), but the read is only armed once a request has been running for watchAfter:
-// held requests and slow upstreams are watched, quick ones cost nothing.
+// held requests and slow upstreams are watched, quick ones cost nothing. One goroutine per server
+// (watchLoop) finds the long-running requests, where a timer per request would cost a timer reset
+// and stop on every request.
 type h1Server struct {
 	handler       http.Handler
 	base          context.Context
@@ -43,10 +45,12 @@ type h1Server struct {
 	log           logr.Logger
 
 	mu       sync.Mutex
-	conns    map[*h1ServerConn]bool // value: busy serving a request
+	conns    map[*h1ServerConn]struct{}
 	shutting bool
 	zero     chan struct{} // closed when conns drops to zero while shutting
-	// closing mirrors shutting for the response writer, which reads it on every response.
+	watching bool          // watchLoop runs
+	// closing mirrors shutting for the connections and the response writer, which read it on
+	// every request.
 	closing atomic.Bool
 }
 
@@ -90,10 +94,38 @@ func (s *h1Server) track(sc *h1ServerConn) bool {
 		return false
 	}
 	if s.conns == nil {
-		s.conns = map[*h1ServerConn]bool{}
+		s.conns = map[*h1ServerConn]struct{}{}
 	}
-	s.conns[sc] = false
+	s.conns[sc] = struct{}{}
+	if !s.watching && s.watchAfter > 0 {
+		s.watching = true
+		go s.watchLoop()
+	}
 	return true
+}
+
+// watchLoop arms the client watch of every request that has been running for at least watchAfter
+// (and at most twice that): a request still running at two ticks in a row. It ends when the server
+// shut down and its last connection closed.
+func (s *h1Server) watchLoop() {
+	t := time.NewTicker(s.watchAfter)
+	defer t.Stop()
+	for range t.C {
+		s.mu.Lock()
+		if s.shutting && len(s.conns) == 0 {
+			s.watching = false
+			s.mu.Unlock()
+			return
+		}
+		for sc := range s.conns {
+			seq := sc.reqSeq.Load()
+			if seq&1 == 1 && seq == sc.seenSeq {
+				sc.watch()
+			}
+			sc.seenSeq = seq
+		}
+		s.mu.Unlock()
+	}
 }
 
 func (s *h1Server) untrack(sc *h1ServerConn) {
@@ -107,15 +139,12 @@ func (s *h1Server) untrack(sc *h1ServerConn) {
 }
 
 // setBusy marks sc as serving a request (busy) or waiting for the next one. It returns false when
-// the server is shutting down and sc must close instead of reading another request.
+// the server is shutting down and sc must close instead of reading another request. Lock-free: with
+// shutdown's store to closing and load of busy, either sc sees closing or shutdown sees it busy
+// (sequentially consistent atomics).
 func (s *h1Server) setBusy(sc *h1ServerConn, busy bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.shutting {
-		return false
-	}
-	s.conns[sc] = busy
-	return true
+	sc.busyConn.Store(busy)
+	return !s.closing.Load()
 }
 
 func (s *h1Server) shuttingDown() bool { return s.closing.Load() }
@@ -126,8 +155,8 @@ func (s *h1Server) shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.shutting = true
 	s.closing.Store(true)
-	for sc, busy := range s.conns {
-		if !busy {
+	for sc := range s.conns {
+		if !sc.busyConn.Load() {
 			_ = sc.c.Close()
 		}
 	}
@@ -174,14 +203,65 @@ type h1ServerConn struct {
 	deadline time.Time
 	ctx      context.Context
 	cancel   context.CancelFunc
+	rawReq   *rawRequest // the raw path's parse of the current request, reused
+	ip       string      // the client's address without the port (X-Forwarded-For)
+	ipDone   bool
 
-	// The client watch (see h1Server): armed by a timer once a request runs for watchAfter.
+	busyConn atomic.Bool // serving a request, not waiting for one (see setBusy)
+	// reqSeq is odd while a request is served; it counts requests twice. seenSeq is watchLoop's
+	// last look at it (guarded by the server's mu).
+	reqSeq  atomic.Uint64
+	seenSeq uint64
+
+	// The client watch (see h1Server): armed by watchLoop once a request runs for watchAfter.
 	mu       sync.Mutex
-	timer    *time.Timer
 	busy     bool          // a request is being served
 	watching chan struct{} // non-nil while the background read runs; closed when it ends
 	aborting bool          // the background read is being stopped on purpose
 	gone     bool          // the client closed its side or the connection failed
+	// peer is the upstream connection of the raw path's current request. It is closed when ctx ends
+	// (client gone, drain cut-off) so that a read from it returns; aborted records that.
+	peer    net.Conn
+	aborted bool
+}
+
+// setPeer registers the upstream connection of the request being served. It returns false, and
+// registers nothing, when ctx already ended.
+func (sc *h1ServerConn) setPeer(c net.Conn) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.aborted {
+		return false
+	}
+	sc.peer = c
+	return true
+}
+
+// clearPeer unregisters the upstream connection; it returns false when it was closed because ctx
+// ended, so it must not be reused.
+func (sc *h1ServerConn) clearPeer() bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.peer = nil
+	return !sc.aborted
+}
+
+// abortPeer runs once ctx ends.
+func (sc *h1ServerConn) abortPeer() {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.aborted = true
+	if sc.peer != nil {
+		_ = sc.peer.Close()
+	}
+}
+
+// rawServer is a handler that can serve a screened request from its bytes (the Proxy's raw path).
+type rawServer interface {
+	// serveRaw serves the request whose head is head (peeked from sc.br; it discards it when it
+	// serves), or declines (served false) having read, written and counted nothing. keep reports
+	// whether the connection can carry another request.
+	serveRaw(sc *h1ServerConn, head []byte) (served, keep bool)
 }
 
 // h1ConnReader reads from the connection, first returning the byte the background read got.
@@ -211,9 +291,6 @@ func (sc *h1ServerConn) serve() {
 		}
 		if sc.cancel != nil {
 			sc.cancel()
-		}
-		if sc.timer != nil {
-			sc.timer.Stop()
 		}
 		s.untrack(sc)
 	}()
@@ -416,6 +493,13 @@ func (sc *h1ServerConn) serveOne(n int) bool {
 	if sc.ctx == nil {
 		sc.ctx, sc.cancel = context.WithCancel(context.WithValue(s.base, http.ServerContextKey, s.srv))
 		sc.bw = bufio.NewWriterSize(sc.c, 4<<10)
+		context.AfterFunc(sc.ctx, sc.abortPeer) // once per connection, not per request
+	}
+	if rs, ok := s.handler.(rawServer); ok {
+		head, _ := sc.br.Peek(n)
+		if served, keep := rs.serveRaw(sc, head); served {
+			return keep && sc.ctx.Err() == nil
+		}
 	}
 	// The idle or header deadline stays: the handler reads nothing (no body), and the client watch
 	// clears it before it reads.
@@ -428,7 +512,7 @@ func (sc *h1ServerConn) serveOne(n int) bool {
 	req.RemoteAddr = sc.remote
 	req = req.WithContext(sc.ctx)
 
-	sc.startWatchTimer()
+	sc.startWatch()
 	w := h1ResponsePool.Get().(*h1Response)
 	w.reset(sc, req)
 	s.handler.ServeHTTP(w, req)
@@ -441,20 +525,16 @@ func (sc *h1ServerConn) serveOne(n int) bool {
 	return keep && sc.ctx.Err() == nil
 }
 
-// startWatchTimer arms the client watch for the request being served.
-func (sc *h1ServerConn) startWatchTimer() {
+// startWatch lets the client watch be armed for the request being served: at once when
+// watchAfter is not positive, else by watchLoop.
+func (sc *h1ServerConn) startWatch() {
 	sc.mu.Lock()
 	sc.busy = true
 	sc.mu.Unlock()
+	sc.reqSeq.Add(1) // odd: serving
 	if sc.s.watchAfter <= 0 {
 		sc.watch()
-		return
 	}
-	if sc.timer == nil {
-		sc.timer = time.AfterFunc(sc.s.watchAfter, sc.watch)
-		return
-	}
-	sc.timer.Reset(sc.s.watchAfter)
 }
 
 // watch starts the background read when the request is still running.
@@ -489,9 +569,7 @@ func (sc *h1ServerConn) watch() {
 
 // stopWatch ends the client watch after a request; it returns false when the client went away.
 func (sc *h1ServerConn) stopWatch() bool {
-	if sc.timer != nil {
-		sc.timer.Stop()
-	}
+	sc.reqSeq.Add(1) // even: done
 	sc.mu.Lock()
 	sc.busy = false
 	done := sc.watching
@@ -732,9 +810,12 @@ func hasToken(vs []string, tok string) bool {
 	return false
 }
 
-// finish completes the response after the handler returned; it reports whether the connection can
-// carry another request.
-func (w *h1Response) finish() bool {
+// finish completes and sends the response after the handler returned; it reports whether the
+// connection can carry another request.
+func (w *h1Response) finish() bool { return w.end(true) }
+
+// end completes the response; with flush false the caller flushes the connection's buffer.
+func (w *h1Response) end(flush bool) bool {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -758,7 +839,7 @@ func (w *h1Response) finish() bool {
 		}
 		_, _ = bw.WriteString("\r\n")
 	}
-	if w.failed == nil {
+	if w.failed == nil && flush {
 		if err := bw.Flush(); err != nil {
 			w.failed = err
 		}

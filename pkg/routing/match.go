@@ -31,6 +31,15 @@ type rule struct {
 	entry   *Entry
 }
 
+// Header is what Match reads of a request's headers: the values of one header, looked up by its
+// canonical MIME name ("X-Tenant"). http.Header implements it; the interceptor's HTTP/1.1 fast path
+// implements it over the request's raw header lines so that it needs no header map.
+type Header interface {
+	Values(key string) []string
+}
+
+var _ Header = http.Header(nil)
+
 type headerMatch struct {
 	name     string // canonical MIME form, as net/http stores request headers
 	value    string
@@ -94,7 +103,7 @@ func newHostRoutes(byPrefix map[string][]rule) *hostRoutes {
 // label for wildcards (skipped when the table has none), then a walk over that host's routes for
 // the request's path segments. No allocation unless host contains upper-case letters. Safe for
 // concurrent use. The returned entry is shared and must not be modified.
-func (t *Table) Match(host, path string, header http.Header) (*Entry, bool) {
+func (t *Table) Match(host, path string, header Header) (*Entry, bool) {
 	if t == nil {
 		return nil, false
 	}
@@ -133,7 +142,7 @@ func (t *Table) Match(host, path string, header http.Header) (*Entry, bool) {
 	return nil, false
 }
 
-func (hr *hostRoutes) match(path string, header http.Header) *Entry {
+func (hr *hostRoutes) match(path string, header Header) *Entry {
 	if hr.byPrefix == nil {
 		for i := range hr.linear {
 			pr := &hr.linear[i]
@@ -167,7 +176,7 @@ func (hr *hostRoutes) match(path string, header http.Header) *Entry {
 	return nil
 }
 
-func (pr *prefixRoutes) match(header http.Header) *Entry {
+func (pr *prefixRoutes) match(header Header) *Entry {
 	for i := range pr.rules {
 		if headersMatch(pr.rules[i].headers, header) {
 			return pr.rules[i].entry
@@ -181,9 +190,12 @@ func prefixMatches(prefix, path string) bool {
 	return strings.HasPrefix(path, prefix) && (len(path) == len(prefix) || path[len(prefix)] == '/')
 }
 
-func headersMatch(want []headerMatch, header http.Header) bool {
+func headersMatch(want []headerMatch, header Header) bool {
+	if len(want) > 0 && header == nil {
+		return false
+	}
 	for i := range want {
-		values := header[want[i].name]
+		values := header.Values(want[i].name)
 		if len(values) == 0 {
 			return false
 		}

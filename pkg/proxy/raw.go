@@ -1,0 +1,600 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/httpscale/httpscale/pkg/endpoints"
+	"github.com/httpscale/httpscale/pkg/routing"
+)
+
+// The raw path is the server-side fast path's forward step for the request that dominates proxied
+// traffic: a screened body-less HTTP/1.1 request (see h1Server) to a warm app, forwarded over a
+// pooled HTTP/1.1 connection, answered with a Content-Length response. It works on the bytes of the
+// two heads, as nginx does, where the general path builds an http.Request, a header map for each
+// direction, a context per request and a ResponseWriter: on loopback those cost more CPU than the
+// four socket calls of the exchange (see docs/benchmarks/interceptor.md).
+//
+// What it sends and answers is what forwardDirect (and so httputil.ReverseProxy) would: hop-by-hop
+// headers removed both ways ("Te: trailers" kept), Forwarded dropped, X-Forwarded-For appended to,
+// X-Forwarded-Host and -Proto passed on or set, no User-Agent added, a Date added when the upstream
+// sent none, "Connection: close" when the client asked for it or the server drains. Header lines
+// keep the case and order they arrived in, and the status line is the upstream's.
+//
+// It declines — before anything is counted, sent or answered — whatever it does not handle, and the
+// general path serves the request: no route (404), a cold app (hold), a Service-addressed or h2c
+// backend, apps with a request or response-header timeout, a percent-encoded path, too many headers.
+// A response it does not relay itself (chunked or close-delimited, 1xx, 204/304, HTTP/1.0, a very
+// large head) is read by net/http's parser and relayed like forwardDirect does.
+
+// maxRawHeaders bounds the request header lines the raw path keeps; more are left to the general path.
+const maxRawHeaders = 64
+
+// rawRequest is a screened request head parsed in place. Every string points into one copy of the
+// head, so parsing allocates once.
+type rawRequest struct {
+	method, target, host, path string
+	close                      bool // the client sent "Connection: close"
+	teTrailers                 bool // the client sent "Te: trailers"
+	hasXFHost, hasXFProto      bool
+	xff                        []string // prior X-Forwarded-For values
+	headers                    []rawHeader
+	buf                        [maxRawHeaders]rawHeader
+	xffBuf                     [4]string
+}
+
+type rawHeader struct {
+	name, value string
+	drop        bool // hop-by-hop or rewritten
+}
+
+// Values implements routing.Header for header-matched routes.
+func (rq *rawRequest) Values(key string) []string {
+	var vs []string
+	for i := range rq.headers {
+		if h := &rq.headers[i]; asciiEqualFoldString(h.name, key) {
+			vs = append(vs, h.value)
+		}
+	}
+	return vs
+}
+
+var _ routing.Header = (*rawRequest)(nil)
+
+// parse reads a head that fastRequest accepted. It returns false for what the raw path leaves to the
+// general one.
+func (rq *rawRequest) parse(head string) bool {
+	*rq = rawRequest{headers: rq.buf[:0], xff: rq.xffBuf[:0]}
+	line, rest, _ := strings.Cut(head, "\r\n")
+	var proto string
+	rq.method, line, _ = strings.Cut(line, " ")
+	rq.target, proto, _ = strings.Cut(line, " ")
+	if proto != "HTTP/1.1" || len(rq.target) == 0 || rq.target[0] != '/' {
+		return false
+	}
+	rq.path = rq.target
+	for i := 0; i < len(rq.target); i++ {
+		switch rq.target[i] {
+		case '%':
+			return false // the route matches the decoded path: net/http decodes it
+		case '?':
+			rq.path = rq.target[:i]
+			i = len(rq.target)
+		}
+	}
+	closeToken := false
+	for len(rest) > 2 {
+		if len(rq.headers) == maxRawHeaders {
+			return false
+		}
+		line, rest, _ = strings.Cut(rest, "\r\n")
+		name, value, _ := strings.Cut(line, ":")
+		value = trimOWS(value)
+		h := rawHeader{name: name, value: value}
+		switch {
+		case asciiEqualFoldString(name, "Host"):
+			rq.host = value
+		case asciiEqualFoldString(name, "Connection"):
+			h.drop = true
+			if hasTokenString(value, "close") {
+				rq.close, closeToken = true, true
+			}
+		case asciiEqualFoldString(name, "Te"):
+			h.drop = true
+			if hasTokenString(value, "trailers") {
+				rq.teTrailers = true
+			}
+		case asciiEqualFoldString(name, "X-Forwarded-For"):
+			h.drop = true
+			rq.xff = append(rq.xff, value)
+		case asciiEqualFoldString(name, "X-Forwarded-Host"):
+			rq.hasXFHost = true
+		case asciiEqualFoldString(name, "X-Forwarded-Proto"):
+			rq.hasXFProto = true
+		case isHopHeader(name), asciiEqualFoldString(name, "Forwarded"):
+			h.drop = true
+		}
+		rq.headers = append(rq.headers, h)
+	}
+	if closeToken { // headers named by Connection are hop-by-hop; the screen allows only these two
+		for i := range rq.headers {
+			if asciiEqualFoldString(rq.headers[i].name, "Close") {
+				rq.headers[i].drop = true
+			}
+		}
+	}
+	return rq.host != ""
+}
+
+// write sends the forwarded head; clientIP is "" when the client address has none.
+func (rq *rawRequest) write(pc *h1Conn, clientIP string) error {
+	bw := pc.bw
+	_, _ = bw.WriteString(rq.method)
+	_ = bw.WriteByte(' ')
+	_, _ = bw.WriteString(rq.target)
+	_, _ = bw.WriteString(" HTTP/1.1\r\n")
+	for i := range rq.headers {
+		if h := &rq.headers[i]; !h.drop {
+			writeRawLine(bw, h.name, h.value)
+		}
+	}
+	if rq.teTrailers {
+		_, _ = bw.WriteString("Te: trailers\r\n")
+	}
+	if clientIP != "" {
+		_, _ = bw.WriteString("X-Forwarded-For: ")
+		for _, v := range rq.xff {
+			_, _ = bw.WriteString(v)
+			_, _ = bw.WriteString(", ")
+		}
+		_, _ = bw.WriteString(clientIP)
+		_, _ = bw.WriteString("\r\n")
+	}
+	if !rq.hasXFHost {
+		writeRawLine(bw, "X-Forwarded-Host", rq.host)
+	}
+	if !rq.hasXFProto {
+		_, _ = bw.WriteString("X-Forwarded-Proto: http\r\n")
+	}
+	_, _ = bw.WriteString("\r\n")
+	return bw.Flush()
+}
+
+func writeRawLine(bw interface{ WriteString(string) (int, error) }, name, value string) {
+	_, _ = bw.WriteString(name)
+	_, _ = bw.WriteString(": ")
+	_, _ = bw.WriteString(value)
+	_, _ = bw.WriteString("\r\n")
+}
+
+// serveRaw serves a screened request on the raw path, or declines (served false) without having
+// counted, sent or written anything.
+func (p *Proxy) serveRaw(sc *h1ServerConn, head []byte) (served, keep bool) {
+	rq := sc.rawReq
+	if rq == nil {
+		rq = new(rawRequest)
+		sc.rawReq = rq
+	}
+	if !rq.parse(string(head)) {
+		return false, false
+	}
+	rt := p.current()
+	e, ok := rt.table.Match(rq.host, rq.path, rq)
+	if !ok {
+		return false, false
+	}
+	a := rt.apps[e]
+	b := a.target
+	if a.entry.ViaService || b.protocol == routing.ProtocolH2C || a.request > 0 || a.responseHeader > 0 {
+		return false, false
+	}
+	set := p.opts.Endpoints.Ready(b.key)
+	if set.Len() == 0 {
+		return false, false // cold: the general path holds it
+	}
+
+	_, _ = sc.br.Discard(len(head)) // rq holds a copy
+	start := p.opts.Now()
+	a.counts.Received()
+	done := a.counts.StartForward()
+	code, recorded := 0, false
+	defer func() { // when a broken upstream body aborts the response (a panic)
+		if !recorded {
+			p.rawDone(a, done, code, start)
+		}
+	}()
+	sc.startWatch()
+	code, keep = p.rawForward(sc, rq, a, b, set)
+	if !sc.stopWatch() {
+		keep = false
+	}
+	recorded = true
+	p.rawDone(a, done, code, start)
+	// Sent after the counts and metrics, so that they are up to date when the client has the
+	// response, as on the general path.
+	if err := sc.bw.Flush(); err != nil {
+		keep = false
+	}
+	return true, keep
+}
+
+func (p *Proxy) rawDone(a *app, done func(), code int, start time.Time) {
+	done()
+	if code == 0 {
+		code = http.StatusBadGateway
+	}
+	a.m.codes[codeIndex(codeClass(code))].Inc()
+	a.m.duration.Observe(p.opts.Now().Sub(start).Seconds())
+}
+
+// rawForward picks an endpoint (trying others when connections fail, as RoundTrip does), exchanges
+// the heads and relays the response. It returns the status for the metrics and whether the client
+// connection stays open.
+func (p *Proxy) rawForward(sc *h1ServerConn, rq *rawRequest, a *app, b *backend, set *endpoints.Set) (int, bool) {
+	zone := ""
+	if a.zoneAware {
+		zone = p.opts.Zone
+	}
+	view := b.candidates(set, zone)
+	cands := view.cands
+	maxAttempts := min(p.opts.MaxDialAttempts, maxAttemptsCap, len(view.all))
+	var tried [maxAttemptsCap]string
+	for n := 0; ; n++ {
+		var now time.Time
+		if n > 0 || b.hasBad() {
+			now = p.opts.Now()
+		}
+		c, ok := b.pick(cands, tried[:n], now)
+		if !ok && len(cands) < len(view.all) {
+			cands = view.all
+			c, ok = b.pick(cands, tried[:n], now)
+		}
+		if !ok {
+			return p.rawFail(sc, rq, a, fmt.Errorf("forwarding to %s: %w", b.key, ErrNoEndpoint))
+		}
+		pc, headLen, err := p.rawExchange(sc, rq, c.addr)
+		if err == nil {
+			if zone != "" && c.ep.Zone != "" && c.ep.Zone != zone {
+				a.m.crossZone.Inc()
+			}
+			return p.rawRelay(sc, rq, a, pc, headLen)
+		}
+		err = fmt.Errorf("forwarding to %s: %w", c.addr, err)
+		if !isDialError(err) || n+1 >= maxAttempts {
+			return p.rawFail(sc, rq, a, err)
+		}
+		if now.IsZero() {
+			now = p.opts.Now()
+		}
+		b.markBad(c.addr, now, now.Add(p.opts.BadEndpointFor))
+		p.log.V(1).Info("endpoint refused connection; trying another", "app", a.key, "endpoint", c.addr, "error", err.Error())
+		tried[n] = c.addr
+	}
+}
+
+// rawExchange sends the request head to addr over a pooled (or new) connection and waits for the
+// whole response head. A pooled connection the upstream closed before answering is replaced, at
+// most twice, as h1Transport does: the request had no body, so nothing was processed.
+func (p *Proxy) rawExchange(sc *h1ServerConn, rq *rawRequest, addr string) (*h1Conn, int, error) {
+	for attempt := 0; ; attempt++ {
+		pc, reused, err := p.fast.acquire(sc.ctx, addr)
+		if err != nil {
+			return nil, 0, err
+		}
+		if !sc.setPeer(pc.c) {
+			p.fast.put(pc) // untouched
+			return nil, 0, fmt.Errorf("%w: %w", ErrClientGone, sc.ctx.Err())
+		}
+		err = rq.write(pc, sc.clientIP())
+		if err != nil {
+			err = staleConnError{fmt.Errorf("writing request: %w", err)}
+		} else {
+			var n int
+			if n, err = readHeadLen(pc); err == nil {
+				return pc, n, nil
+			}
+		}
+		sc.clearPeer()
+		p.fast.discard(pc)
+		var stale staleConnError
+		if reused && errors.As(err, &stale) && attempt < 2 && sc.ctx.Err() == nil {
+			continue
+		}
+		return nil, 0, err
+	}
+}
+
+// readHeadLen waits until pc's buffer holds the whole response head and returns its length, or 0
+// when the head is larger than the buffer or uses bare LF line ends (net/http's parser reads those).
+func readHeadLen(pc *h1Conn) (int, error) {
+	first := true
+	for {
+		buf, _ := pc.br.Peek(pc.br.Buffered())
+		if i := bytes.Index(buf, crlfcrlf); i >= 0 {
+			return i + 4, nil
+		}
+		if len(buf) >= pc.br.Size() || bytes.Contains(buf, []byte("\n\n")) {
+			return 0, nil
+		}
+		if _, err := pc.br.Peek(len(buf) + 1); err != nil {
+			if first && len(buf) == 0 {
+				return 0, staleConnError{fmt.Errorf("reading response: %w", err)}
+			}
+			return 0, fmt.Errorf("reading response: %w", err)
+		}
+		first = false
+	}
+}
+
+var crlfcrlf = []byte("\r\n\r\n")
+
+// rawResponse is what rawRelay needs to know of a response head.
+type rawResponse struct {
+	code    int
+	length  int64 // Content-Length
+	keep    bool  // the upstream connection can carry another request
+	hasDate bool
+}
+
+// parseRawResponse checks a response head (status line, header lines, empty line) and reports
+// whether rawRelay can pass it on: HTTP/1.1, a final status with a body, one valid Content-Length,
+// no Transfer-Encoding or Trailer, and a Connection header naming nothing but keep-alive/close.
+func parseRawResponse(head []byte) (rawResponse, bool) {
+	r := rawResponse{length: -1, keep: true}
+	line, rest, _ := bytes.Cut(head, []byte("\r\n"))
+	if len(line) < 12 || string(line[:9]) != "HTTP/1.1 " || len(line) > 12 && line[12] != ' ' {
+		return r, false
+	}
+	for _, c := range line[9:12] {
+		if c < '0' || c > '9' {
+			return r, false
+		}
+		r.code = r.code*10 + int(c-'0')
+	}
+	if r.code < 200 || r.code == http.StatusNoContent || r.code == http.StatusNotModified {
+		return r, false
+	}
+	for len(rest) > 2 {
+		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok || len(name) == 0 || name[0] == ' ' || name[0] == '\t' || bytes.IndexByte(line, '\n') >= 0 {
+			return r, false
+		}
+		value = bytes.Trim(value, " \t")
+		switch {
+		case asciiEqualFold(name, "Content-Length"):
+			if r.length >= 0 || len(value) == 0 || len(value) > 18 {
+				return r, false
+			}
+			var n int64
+			for _, c := range value {
+				if c < '0' || c > '9' {
+					return r, false
+				}
+				n = n*10 + int64(c-'0')
+			}
+			r.length = n
+		case asciiEqualFold(name, "Transfer-Encoding"), asciiEqualFold(name, "Trailer"):
+			return r, false
+		case asciiEqualFold(name, "Connection"):
+			if !connectionPlain(value) {
+				return r, false // it names headers to drop: forwardDirect's rules apply
+			}
+			if hasTokenString(string(value), "close") {
+				r.keep = false
+			}
+		case asciiEqualFold(name, "Close"):
+			return r, false // possibly named by Connection
+		case asciiEqualFold(name, "Content-Type"):
+			if isEventStream(string(value)) {
+				return r, false // flushed on every write: forwardDirect streams it
+			}
+		case asciiEqualFold(name, "Date"):
+			r.hasDate = true
+		}
+	}
+	return r, r.length >= 0
+}
+
+// rawRelay passes the response on. The head is in pc's buffer (headLen bytes; 0: too large to
+// look at, which the general relay reads).
+func (p *Proxy) rawRelay(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn, headLen int) (int, bool) {
+	var res rawResponse
+	ok := false
+	if headLen > 0 {
+		head, _ := pc.br.Peek(headLen)
+		res, ok = parseRawResponse(head)
+	}
+	if !ok {
+		return p.relayParsed(sc, rq, a, pc)
+	}
+	head, _ := pc.br.Peek(headLen)
+	closeAfter := rq.close || sc.s.shuttingDown()
+	bw := sc.bw
+	status, rest, _ := bytes.Cut(head, []byte("\r\n"))
+	_, _ = bw.Write(status)
+	_, _ = bw.WriteString("\r\n")
+	for len(rest) > 2 {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
+		name, _, _ := bytes.Cut(line, []byte(":"))
+		if isHopHeader(string(name)) {
+			continue
+		}
+		_, _ = bw.Write(line)
+		_, _ = bw.WriteString("\r\n")
+	}
+	if !res.hasDate {
+		_, _ = bw.WriteString("Date: ")
+		_, _ = bw.WriteString(httpDate())
+		_, _ = bw.WriteString("\r\n")
+	}
+	if closeAfter {
+		_, _ = bw.WriteString("Connection: close\r\n")
+	}
+	_, _ = bw.WriteString("\r\n")
+	_, _ = pc.br.Discard(headLen)
+
+	remaining := res.length
+	if rq.method == http.MethodHead {
+		remaining = 0
+	}
+	var readErr, writeErr error
+	for remaining > 0 && writeErr == nil {
+		if pc.br.Buffered() == 0 {
+			if _, readErr = pc.br.Peek(1); readErr != nil {
+				break
+			}
+		}
+		chunk, _ := pc.br.Peek(int(min(int64(pc.br.Buffered()), remaining)))
+		_, writeErr = bw.Write(chunk)
+		_, _ = pc.br.Discard(len(chunk))
+		remaining -= int64(len(chunk))
+	}
+	if remaining == 0 && sc.clearPeer() && res.keep {
+		p.fast.put(pc)
+	} else {
+		sc.clearPeer()
+		p.fast.discard(pc)
+	}
+	if readErr != nil {
+		// The upstream broke off the body: the client must not take a short body for a whole one.
+		p.log.V(1).Info("copying the response body failed; aborting the response", "host", rq.host, "error", readErr.Error())
+		return res.code, false
+	}
+	if writeErr != nil {
+		return res.code, false // the client went away
+	}
+	return res.code, !closeAfter
+}
+
+// relayParsed relays a response rawRelay does not pass on itself: net/http reads it and it is
+// written like forwardDirect writes it.
+func (p *Proxy) relayParsed(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn) (code int, keep bool) {
+	req := &http.Request{Method: rq.method, Close: rq.close, Host: rq.host, ProtoMajor: 1, ProtoMinor: 1}
+	var cancelled atomic.Bool
+	res, err := pc.readResponse(req, sc.clearPeer, &cancelled)
+	if err != nil {
+		sc.clearPeer()
+		p.fast.discard(pc)
+		return p.rawFail(sc, rq, a, fmt.Errorf("forwarding to %s: %w", pc.addr, err))
+	}
+	w := h1ResponsePool.Get().(*h1Response)
+	w.reset(sc, req)
+	defer func() {
+		w.reset(nil, nil)
+		h1ResponsePool.Put(w)
+	}()
+	if err := p.relayResponse(w, req, res); err != nil {
+		return p.rawFail(sc, rq, a, fmt.Errorf("forwarding to %s: %w", pc.addr, err))
+	}
+	return res.StatusCode, w.end(false)
+}
+
+// rawFail answers a request the raw path could not forward, like the general path's error handler.
+func (p *Proxy) rawFail(sc *h1ServerConn, rq *rawRequest, a *app, err error) (int, bool) {
+	if sc.ctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", ErrClientGone, err)
+	}
+	st := &state{app: a}
+	w := h1ResponsePool.Get().(*h1Response)
+	w.reset(sc, &http.Request{Method: rq.method, Close: rq.close})
+	p.fail(w, st, err)
+	keep := false
+	if st.code != StatusClientClosedRequest {
+		keep = w.end(false)
+	}
+	w.reset(nil, nil)
+	h1ResponsePool.Put(w)
+	return st.code, keep
+}
+
+// httpDate is the current time in the Date header's format, formatted once a second.
+func httpDate() string {
+	now := time.Now()
+	if d := dateCache.Load(); d != nil && d.sec == now.Unix() {
+		return d.s
+	}
+	d := &cachedDate{sec: now.Unix(), s: now.UTC().Format(http.TimeFormat)}
+	dateCache.Store(d)
+	return d.s
+}
+
+type cachedDate struct {
+	sec int64
+	s   string
+}
+
+var dateCache atomic.Pointer[cachedDate]
+
+// isHopHeader reports whether name is one of hopHeaders, case-insensitively.
+func isHopHeader(name string) bool {
+	for _, h := range hopHeaders {
+		if asciiEqualFoldString(name, h) {
+			return true
+		}
+	}
+	return false
+}
+
+func asciiEqualFoldString(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		c, d := a[i], b[i]
+		if c == d {
+			continue
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if 'A' <= d && d <= 'Z' {
+			d += 'a' - 'A'
+		}
+		if c != d {
+			return false
+		}
+	}
+	return true
+}
+
+// hasTokenString reports whether the comma-separated list v contains tok, case-insensitively.
+func hasTokenString(v, tok string) bool {
+	for len(v) > 0 {
+		var t string
+		t, v, _ = strings.Cut(v, ",")
+		if asciiEqualFoldString(trimOWS(t), tok) {
+			return true
+		}
+	}
+	return false
+}
+
+func trimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// clientIP is the client's address without the port, "" when it has none; computed once per
+// connection.
+func (sc *h1ServerConn) clientIP() string {
+	if !sc.ipDone {
+		sc.ipDone = true
+		if ip, _, err := net.SplitHostPort(sc.remote); err == nil {
+			sc.ip = ip
+		}
+	}
+	return sc.ip
+}
