@@ -25,9 +25,6 @@ type CacheOptions struct {
 	// Registerer receives the Cache's metrics; nil means controller-runtime's registry. Two Caches
 	// cannot share one Registerer.
 	Registerer prometheus.Registerer
-	// Zone is this replica's zone (see ResolveZone); Cache.Candidates prefers endpoints for it. Empty
-	// means unknown: no preference.
-	Zone string
 }
 
 // Cache is the Source the interceptor uses: the ready endpoints of the Service ports it is told to
@@ -41,9 +38,8 @@ type CacheOptions struct {
 //
 // Ready and WaitReady are safe for concurrent use; Ready takes no lock and does not allocate.
 type Cache struct {
-	cs   kubernetes.Interface
-	log  logr.Logger
-	zone string
+	cs  kubernetes.Interface
+	log logr.Logger
 
 	// keys maps every tracked key (and every key someone waits for) to its state. The map is never
 	// modified once published: Track and stateFor publish a new one under mu.
@@ -73,7 +69,6 @@ func NewCache(cs kubernetes.Interface, opts CacheOptions) (*Cache, error) {
 	c := &Cache{
 		cs:       cs,
 		log:      opts.Log,
-		zone:     opts.Zone,
 		ports:    map[serviceName][]string{},
 		active:   map[watchKey]*sliceWatch{},
 		pending:  map[watchKey]*sliceWatch{},
@@ -104,21 +99,6 @@ func (c *Cache) Ready(k ServiceKey) *Set {
 		return nil
 	}
 	return ks.state.Load().set
-}
-
-// Candidates returns the ready endpoints of k and the subset a request should go to, as the function
-// Candidates chooses them for the Cache's zone, computed once per change of k's endpoints. Cost: as
-// Ready; no allocation. The slices are shared and must not be modified.
-func (c *Cache) Candidates(k ServiceKey, zoneAware bool) (set *Set, eps []Endpoint, crossZone bool) {
-	ks := (*c.keys.Load())[k]
-	if ks == nil {
-		return nil, nil, false
-	}
-	st := ks.state.Load()
-	if !zoneAware || c.zone == "" {
-		return st.set, st.set.endpoints(), false
-	}
-	return st.set, st.local, st.cross
 }
 
 // WaitReady blocks until k has a ready endpoint and returns its endpoints, or returns ctx's error.
@@ -312,9 +292,6 @@ type readyState struct {
 	set     *Set
 	ready   chan struct{}
 	removed bool // the key is no longer tracked; look it up again
-	// local and cross are Candidates(set, zone, true) for the Cache's zone.
-	local []Endpoint
-	cross bool
 }
 
 func newKeyState() *keyState {
@@ -323,22 +300,19 @@ func newKeyState() *keyState {
 	return ks
 }
 
-// update publishes set (nil for none), with its candidates for zone. Cache.mu held.
-func (ks *keyState) update(set *Set, zone string) {
+// update publishes set (nil for none). The zone choice among set's endpoints is the proxy's (it
+// caches it with the dial addresses, see Candidates). Cache.mu held.
+func (ks *keyState) update(set *Set) {
 	old := ks.state.Load()
-	ready := func() *readyState {
-		local, cross := Candidates(set, zone, true)
-		return &readyState{set: set, ready: old.ready, local: local, cross: cross}
-	}
 	switch {
 	case set == nil && old.set == nil:
 	case set == nil:
 		ks.state.Store(&readyState{ready: make(chan struct{})})
 	case old.set == nil:
-		ks.state.Store(ready())
+		ks.state.Store(&readyState{set: set, ready: old.ready})
 		close(old.ready)
 	case !sameEndpoints(old.set, set):
-		ks.state.Store(ready())
+		ks.state.Store(&readyState{set: set, ready: old.ready})
 	}
 }
 

@@ -31,7 +31,7 @@ func Example_interceptorWiring() {
 	if err != nil {
 		panic(err)
 	}
-	cache, err := endpoints.NewCache(cs, endpoints.CacheOptions{Zone: zone, Log: log.WithName("endpoints")})
+	cache, err := endpoints.NewCache(cs, endpoints.CacheOptions{Log: log.WithName("endpoints")})
 	if err != nil {
 		panic(err)
 	}
@@ -51,9 +51,11 @@ func Example_interceptorWiring() {
 	// On the request path:
 	entry, _ := table.Table().Lookup("shop/web")
 	k := endpoints.ServiceKey{Namespace: entry.Namespace, Service: entry.Service, PortName: entry.PortName}
-	if _, eps, crossZone := cache.Candidates(k, true); len(eps) == 0 {
-		_, _ = cache.WaitReady(ctx, k) // hold until the app has a ready endpoint
-	} else {
-		_ = crossZone // count it
+	set := cache.Ready(k)
+	if set.Len() == 0 {
+		set, _ = cache.WaitReady(ctx, k) // hold until the app has a ready endpoint
+	}
+	if eps, crossZone := endpoints.Candidates(set, zone, true); len(eps) > 0 {
+		_ = crossZone // forward to one of eps; count it when crossZone
 	}
 }

@@ -28,7 +28,7 @@ func publish(c *Cache, k ServiceKey, eps ...Endpoint) {
 	if len(eps) > 0 {
 		s = &Set{Key: k, Endpoints: eps}
 	}
-	(*c.keys.Load())[k].update(s, c.zone)
+	(*c.keys.Load())[k].update(s)
 }
 
 type waitResult struct {
@@ -167,8 +167,8 @@ func TestUntrackingForgetsEndpointsAndKeepsWaiters(t *testing.T) {
 	})
 }
 
-func TestReadyAndCandidatesDoNotAllocate(t *testing.T) {
-	c, err := NewCache(nil, CacheOptions{Registerer: prometheus.NewRegistry(), Zone: "a"})
+func TestReadyDoesNotAllocate(t *testing.T) {
+	c, err := NewCache(nil, CacheOptions{Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,15 +178,8 @@ func TestReadyAndCandidatesDoNotAllocate(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { c.Ready(k) }); n != 0 {
 		t.Errorf("Ready allocated %v times, want 0", n)
 	}
-	if n := testing.AllocsPerRun(1000, func() { c.Candidates(k, true) }); n != 0 {
-		t.Errorf("Candidates allocated %v times, want 0", n)
-	}
-	_, eps, cross := c.Candidates(k, true)
-	if len(eps) != 1 || eps[0].IP != "198.18.0.1" || cross {
-		t.Errorf("Candidates(zone-aware) = %+v, %v; want the endpoint in zone a", eps, cross)
-	}
-	if _, eps, _ := c.Candidates(k, false); len(eps) != 2 {
-		t.Errorf("Candidates(not zone-aware) = %+v, want both endpoints", eps)
+	if s := c.Ready(k); s.Len() != 2 {
+		t.Errorf("Ready = %+v, want both endpoints", s)
 	}
 }
 
@@ -208,22 +201,4 @@ func BenchmarkReady(b *testing.B) {
 			}
 		}
 	})
-}
-
-func BenchmarkCacheCandidates(b *testing.B) {
-	c, _ := NewCache(nil, CacheOptions{Registerer: prometheus.NewRegistry(), Zone: "a"})
-	k := ServiceKey{Namespace: "tenant", Service: "app", PortName: "http"}
-	c.Track([]ServiceKey{k})
-	eps := make([]Endpoint, 12)
-	for i := range eps {
-		eps[i] = Endpoint{IP: "198.18.0.1", Port: int32(8000 + i), Zone: []string{"a", "b", "c"}[i%3]}
-	}
-	publish(c, k, eps...)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, local, _ := c.Candidates(k, true); len(local) != 4 {
-			b.Fatal("want the 4 endpoints of zone a")
-		}
-	}
 }

@@ -199,7 +199,7 @@ func (c *Cache) recompute(w *sliceWatch, namespace, service string) {
 	for _, p := range ports {
 		k := ServiceKey{Namespace: namespace, Service: service, PortName: p}
 		if ks := keys[k]; ks != nil {
-			ks.update(buildSet(k, ss), c.zone)
+			ks.update(buildSet(k, ss))
 		}
 	}
 }
