@@ -53,7 +53,7 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 	defer backend.Close()
 	podAddr := "198.18.0.10:8080"
 	var dialed sync.Map
-	dialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dialed.Store(addr, true)
 		if addr != podAddr {
 			return nil, fmt.Errorf("test dialer: no route to %s", addr)
@@ -61,7 +61,6 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 		var d net.Dialer
 		return d.DialContext(ctx, network, backend.Listener.Addr().String())
 	}
-	t.Cleanup(func() { dialContext = nil })
 
 	writeTable(t, cs, []routing.Entry{
 		{Namespace: "shop", Name: "web", Hosts: []string{"web.example.com"}, Service: "web", Port: 80, PortName: "http"},
@@ -82,7 +81,7 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 			"--kubeconfig=" + kubeconfig, "--health-probe-bind-address=" + testenv.FreeAddr(t),
 			"--proxy-bind-address=" + proxyAddr, "--admin-bind-address=" + adminAddr,
 			"--namespace=" + installNS, "--drain-delay=0", "--drain-timeout=5s", "--table-resync=2s",
-		})
+		}, dial)
 	}()
 	t.Cleanup(func() {
 		cancel()

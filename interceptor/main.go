@@ -26,13 +26,14 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
 
 func main() {
-	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], nil); err != nil {
 		fmt.Fprintln(os.Stderr, "interceptor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, args []string) error {
+// run runs the interceptor until ctx ends; dial, when non-nil, replaces the upstream dialer (tests).
+func run(ctx context.Context, args []string, dial dialFunc) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("building scheme: %w", err)
@@ -56,7 +57,7 @@ func run(ctx context.Context, args []string) error {
 			if err != nil {
 				return err
 			}
-			return setupServers(mgr, cfg, kube, metrics, log)
+			return setupServers(mgr, cfg, kube, metrics, dial, log)
 		},
 	}, args)
 }

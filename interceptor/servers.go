@@ -20,10 +20,8 @@ import (
 	"github.com/httpscale/httpscale/pkg/queue"
 )
 
-// dialContext replaces the proxy's upstream dialer when non-nil. Production leaves it nil; the
-// integration test maps pod IPs (which EndpointSlices require to be outside 127.0.0.0/8) to loopback
-// backends with it, so the binary is tested as built, against a real API server.
-var dialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+// dialFunc dials upstream connections (net.Dialer.DialContext's signature).
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // adminDrainTimeout bounds the admin server's own shutdown, which starts once the proxy drained.
 const adminDrainTimeout = 5 * time.Second
@@ -32,7 +30,11 @@ const adminDrainTimeout = 5 * time.Second
 // first (readiness fails at once, then DrainDelay, then up to DrainTimeout for in-flight and held
 // requests and WebSockets); the admin server keeps answering probes, counts and wake streams until
 // the proxy has drained.
-func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.Registry, log logr.Logger) error {
+//
+// dial replaces the proxy's upstream dialer when non-nil. The binary passes nil; the integration test
+// maps pod IPs (which EndpointSlices require to be outside 127.0.0.0/8) to loopback backends with it,
+// so that run is tested as the binary runs it, against a real API server.
+func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.Registry, dial dialFunc, log logr.Logger) error {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(cfg.GCPercent)
 	}
@@ -57,7 +59,7 @@ func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, 
 		DialTimeout:           cfg.DialTimeout,
 		MaxConnsPerEndpoint:   cfg.MaxConnsPerEndpoint,
 		ClusterDomain:         cfg.ClusterDomain,
-		DialContext:           dialContext,
+		DialContext:           dial,
 	})
 	if err != nil {
 		return err
