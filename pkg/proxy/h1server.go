@@ -457,9 +457,9 @@ func asciiEqualFold(b []byte, s string) bool {
 	return true
 }
 
-func isToken(b []byte) bool {
-	for _, c := range b {
-		switch {
+func isToken[T string | []byte](b T) bool {
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case bytes.IndexByte([]byte("!#$%&'*+-.^_`|~"), c) >= 0:
 		default:
@@ -763,6 +763,9 @@ func (w *h1Response) sendHead(final bool) {
 	for k, vs := range h {
 		if len(k) > 0 && (k[0] == 'C' && k == "Connection" || k == "Transfer-Encoding" || hasPrefix(k, http.TrailerPrefix)) {
 			continue
+		}
+		if !isToken(k) {
+			continue // not a header name (net/http's parser lets "a b" through): net/http drops it too
 		}
 		for _, v := range vs {
 			writeHeaderLine(bw, k, v)

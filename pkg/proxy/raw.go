@@ -43,6 +43,7 @@ type rawRequest struct {
 	close                      bool // the client sent "Connection: close"
 	teTrailers                 bool // the client sent "Te: trailers"
 	hasXFHost, hasXFProto      bool
+	noCache                    bool     // "Pragma: no-cache" without Cache-Control: net/http adds "Cache-Control: no-cache"
 	xff                        []string // prior X-Forwarded-For values
 	headers                    []rawHeader
 	buf                        [maxRawHeaders]rawHeader
@@ -56,6 +57,9 @@ type rawHeader struct {
 
 // Values implements routing.Header for header-matched routes.
 func (rq *rawRequest) Values(key string) []string {
+	if asciiEqualFoldString(key, "Host") {
+		return nil // net/http moves Host out of the header map: a route cannot match on it
+	}
 	var vs []string
 	for i := range rq.headers {
 		if h := &rq.headers[i]; asciiEqualFoldString(h.name, key) {
@@ -80,15 +84,17 @@ func (rq *rawRequest) parse(head string) bool {
 	}
 	rq.path = rq.target
 	for i := 0; i < len(rq.target); i++ {
-		switch rq.target[i] {
-		case '%':
+		switch c := rq.target[i]; {
+		case c == '%':
 			return false // the route matches the decoded path: net/http decodes it
-		case '?':
+		case c == '?':
 			rq.path = rq.target[:i]
 			i = len(rq.target)
+		case !pathByte(c):
+			return false // net/http would send the path percent-encoded (url.URL.EscapedPath)
 		}
 	}
-	closeToken := false
+	closeToken, seenUA, seenPragma, hasCC := false, false, false, false
 	for len(rest) > 2 {
 		if len(rq.headers) == maxRawHeaders {
 			return false
@@ -119,8 +125,25 @@ func (rq *rawRequest) parse(head string) bool {
 			rq.hasXFProto = true
 		case isHopHeader(name), asciiEqualFoldString(name, "Forwarded"):
 			h.drop = true
+		// Request.Write, which sends the general path's requests, writes its own Content-Length
+		// (see write) and only the first User-Agent, when it is not empty.
+		case asciiEqualFoldString(name, "Content-Length"):
+			h.drop = true
+		case asciiEqualFoldString(name, "User-Agent"):
+			h.drop = seenUA || value == ""
+			seenUA = true
+		case asciiEqualFoldString(name, "Pragma"):
+			if !seenPragma {
+				rq.noCache = value == "no-cache"
+				seenPragma = true
+			}
+		case asciiEqualFoldString(name, "Cache-Control"):
+			hasCC = true
 		}
 		rq.headers = append(rq.headers, h)
+	}
+	if hasCC {
+		rq.noCache = false
 	}
 	if closeToken { // headers named by Connection are hop-by-hop; the screen allows only these two
 		for i := range rq.headers {
@@ -147,6 +170,13 @@ func (rq *rawRequest) write(pc *h1Conn, clientIP string) error {
 	if rq.teTrailers {
 		_, _ = bw.WriteString("Te: trailers\r\n")
 	}
+	if rq.noCache { // net/http's request parser adds it (fixPragmaCacheControl)
+		_, _ = bw.WriteString("Cache-Control: no-cache\r\n")
+	}
+	switch rq.method { // what Request.Write sends for a request without a body
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+		_, _ = bw.WriteString("Content-Length: 0\r\n")
+	}
 	if clientIP != "" {
 		_, _ = bw.WriteString("X-Forwarded-For: ")
 		for _, v := range rq.xff {
@@ -164,6 +194,16 @@ func (rq *rawRequest) write(pc *h1Conn, clientIP string) error {
 	}
 	_, _ = bw.WriteString("\r\n")
 	return bw.Flush()
+}
+
+// pathByte reports whether net/http sends c in a request path as it is, unescaped ('%' and '?'
+// aside).
+func pathByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("-._~!$&'()*+,/:;=@[]", c) >= 0
 }
 
 func writeRawLine(bw interface{ WriteString(string) (int, error) }, name, value string) {
@@ -340,6 +380,7 @@ type rawResponse struct {
 	length  int64 // Content-Length
 	keep    bool  // the upstream connection can carry another request
 	hasDate bool
+	noCache bool // "Pragma: no-cache" without Cache-Control: net/http adds "Cache-Control: no-cache"
 }
 
 // parseRawResponse checks a response head (status line, header lines, empty line) and reports
@@ -351,6 +392,9 @@ func parseRawResponse(head []byte) (rawResponse, bool) {
 	if len(line) < 12 || string(line[:9]) != "HTTP/1.1 " || len(line) > 12 && line[12] != ' ' {
 		return r, false
 	}
+	if !fieldValue(line[12:]) {
+		return r, false // a bare LF would end the line for net/http's parser and the client's
+	}
 	for _, c := range line[9:12] {
 		if c < '0' || c > '9' {
 			return r, false
@@ -360,11 +404,12 @@ func parseRawResponse(head []byte) (rawResponse, bool) {
 	if r.code < 200 || r.code == http.StatusNoContent || r.code == http.StatusNotModified {
 		return r, false
 	}
+	seenPragma, hasCC := false, false
 	for len(rest) > 2 {
 		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
 		name, value, ok := bytes.Cut(line, []byte(":"))
-		if !ok || len(name) == 0 || name[0] == ' ' || name[0] == '\t' || bytes.IndexByte(line, '\n') >= 0 {
-			return r, false
+		if !ok || len(name) == 0 || !isToken(name) || !fieldValue(value) {
+			return r, false // net/http's parser rejects it: the general path answers 502
 		}
 		value = bytes.Trim(value, " \t")
 		switch {
@@ -397,9 +442,28 @@ func parseRawResponse(head []byte) (rawResponse, bool) {
 			}
 		case asciiEqualFold(name, "Date"):
 			r.hasDate = true
+		case asciiEqualFold(name, "Pragma"):
+			if !seenPragma {
+				r.noCache = string(value) == "no-cache"
+				seenPragma = true
+			}
+		case asciiEqualFold(name, "Cache-Control"):
+			hasCC = true
 		}
 	}
+	r.noCache = r.noCache && !hasCC
 	return r, r.length >= 0
+}
+
+// fieldValue reports whether net/http's parser accepts v as a header value: no control character
+// but horizontal tab (bytes from 0x80 are allowed).
+func fieldValue(v []byte) bool {
+	for _, c := range v {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // rawRelay passes the response on. The head is in pc's buffer (headLen bytes; 0: too large to
@@ -429,6 +493,9 @@ func (p *Proxy) rawRelay(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn, h
 		}
 		_, _ = bw.Write(line)
 		_, _ = bw.WriteString("\r\n")
+	}
+	if res.noCache { // net/http's response parser adds it (fixPragmaCacheControl)
+		_, _ = bw.WriteString("Cache-Control: no-cache\r\n")
 	}
 	if !res.hasDate {
 		_, _ = bw.WriteString("Date: ")
@@ -477,7 +544,9 @@ func (p *Proxy) rawRelay(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn, h
 // relayParsed relays a response rawRelay does not pass on itself: net/http reads it and it is
 // written like forwardDirect writes it.
 func (p *Proxy) relayParsed(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn) (code int, keep bool) {
-	req := &http.Request{Method: rq.method, Close: rq.close, Host: rq.host, ProtoMajor: 1, ProtoMinor: 1}
+	// Close stays false while the response is read: the forwarded request did not ask the upstream
+	// to close (as on the general path), so the connection is kept for another request.
+	req := &http.Request{Method: rq.method, Host: rq.host, ProtoMajor: 1, ProtoMinor: 1}
 	var cancelled atomic.Bool
 	res, err := pc.readResponse(req, sc.clearPeer, &cancelled)
 	if err != nil {
@@ -485,6 +554,7 @@ func (p *Proxy) relayParsed(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn
 		p.fast.discard(pc)
 		return p.rawFail(sc, rq, a, fmt.Errorf("forwarding to %s: %w", pc.addr, err))
 	}
+	req.Close = rq.close // the client asked for close: the response says so (see h1Response)
 	w := h1ResponsePool.Get().(*h1Response)
 	w.reset(sc, req)
 	defer func() {
