@@ -73,6 +73,7 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.discard(pc)
 		var stale staleConnError
 		if reused && errors.As(err, &stale) && attempt < 2 && ctx.Err() == nil {
+			t.dropIdle(pc.addr)
 			continue // the upstream closed the pooled connection; nothing was processed
 		}
 		if ctx.Err() != nil {
@@ -317,6 +318,25 @@ func (t *h1Transport) sweepLocked(now time.Time) {
 			delete(t.hosts, addr)
 		}
 	}
+}
+
+// dropIdle closes the idle connections to addr. It runs when a pooled connection turned out to be
+// closed by the upstream: the others pooled before it were most likely closed too (the pod
+// restarted on the same address, or its idle timeout passed), and trying them one by one would
+// spend a request's retries on them and answer 502.
+func (t *h1Transport) dropIdle(addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	hp := t.hosts[addr]
+	if hp == nil {
+		return
+	}
+	for _, pc := range hp.idle {
+		_ = pc.c.Close()
+	}
+	hp.open -= len(hp.idle)
+	clear(hp.idle)
+	hp.idle = hp.idle[:0]
 }
 
 // CloseIdle closes every pooled connection.

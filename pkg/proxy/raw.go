@@ -344,6 +344,7 @@ func (p *Proxy) rawExchange(sc *h1ServerConn, rq *rawRequest, addr string) (*h1C
 		p.fast.discard(pc)
 		var stale staleConnError
 		if reused && errors.As(err, &stale) && attempt < 2 && sc.ctx.Err() == nil {
+			p.fast.dropIdle(addr)
 			continue
 		}
 		return nil, 0, err

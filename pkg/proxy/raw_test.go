@@ -1014,3 +1014,51 @@ func TestRawPathDeclines(t *testing.T) {
 		})
 	}
 }
+
+// A backend restarted on the same address leaves every pooled connection closed: the next request
+// still gets its answer (the first stale connection drops the others, the retry dials).
+func TestRestartedBackendDoesNotExhaustRetries(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
+			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
+				s.FastHTTP1 = fast
+			})
+			release := make(chan struct{})
+			var waiting sync.WaitGroup
+			s, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/slow" {
+					waiting.Done()
+					<-release
+				}
+				_, _ = io.WriteString(w, "ok")
+			})
+			h.src.Set(key("app"), ep)
+			// Eight requests at once leave eight connections in the pool.
+			const n = 8
+			waiting.Add(n)
+			codes := make(chan int, n)
+			for range n {
+				go func() {
+					code, _, _, err := h.get(context.Background(), "app.example.com", "/slow")
+					if err != nil {
+						code = -1
+					}
+					codes <- code
+				}()
+			}
+			waiting.Wait()
+			close(release)
+			for range n {
+				if code := <-codes; code != http.StatusOK {
+					t.Fatalf("filling the pool: got %d", code)
+				}
+			}
+			s.CloseClientConnections() // the "restart": every upstream connection is closed
+			for i := range 3 {
+				if code, body, _ := h.mustGet("app.example.com", "/"); code != http.StatusOK || body != "ok" {
+					t.Fatalf("request %d after the restart: %d %q, want 200", i, code, body)
+				}
+			}
+		})
+	}
+}
