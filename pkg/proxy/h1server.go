@@ -203,8 +203,7 @@ type h1ServerConn struct {
 	deadline time.Time
 	ctx      context.Context
 	cancel   context.CancelFunc
-	rawReq   *rawRequest // the raw path's parse of the current request, reused
-	ip       string      // the client's address without the port (X-Forwarded-For)
+	ip       string // the client's address without the port (X-Forwarded-For)
 	ipDone   bool
 
 	busyConn atomic.Bool // serving a request, not waiting for one (see setBusy)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,13 @@ const maxRawHeaders = 64
 // rawRequest is a screened request head parsed in place. Every string points into one copy of the
 // head, so parsing allocates once.
 type rawRequest struct {
+	rawFields
+	buf    [maxRawHeaders]rawHeader
+	xffBuf [4]string
+}
+
+// rawFields are rawRequest's fields reset for every request (buf is only cleared as far as used).
+type rawFields struct {
 	method, target, host, path string
 	close                      bool // the client sent "Connection: close"
 	teTrailers                 bool // the client sent "Te: trailers"
@@ -46,8 +54,13 @@ type rawRequest struct {
 	noCache                    bool     // "Pragma: no-cache" without Cache-Control: net/http adds "Cache-Control: no-cache"
 	xff                        []string // prior X-Forwarded-For values
 	headers                    []rawHeader
-	buf                        [maxRawHeaders]rawHeader
-	xffBuf                     [4]string
+}
+
+// reset forgets the last request, dropping its references into the head.
+func (rq *rawRequest) reset() {
+	clear(rq.buf[:len(rq.headers)])
+	clear(rq.xffBuf[:])
+	rq.rawFields = rawFields{headers: rq.buf[:0], xff: rq.xffBuf[:0]}
 }
 
 type rawHeader struct {
@@ -71,10 +84,12 @@ func (rq *rawRequest) Values(key string) []string {
 
 var _ routing.Header = (*rawRequest)(nil)
 
+var rawRequests = sync.Pool{New: func() any { return new(rawRequest) }}
+
 // parse reads a head that fastRequest accepted. It returns false for what the raw path leaves to the
 // general one.
 func (rq *rawRequest) parse(head string) bool {
-	*rq = rawRequest{headers: rq.buf[:0], xff: rq.xffBuf[:0]}
+	rq.reset()
 	line, rest, _ := strings.Cut(head, "\r\n")
 	var proto string
 	rq.method, line, _ = strings.Cut(line, " ")
@@ -216,11 +231,13 @@ func writeRawLine(bw interface{ WriteString(string) (int, error) }, name, value 
 // serveRaw serves a screened request on the raw path, or declines (served false) without having
 // counted, sent or written anything.
 func (p *Proxy) serveRaw(sc *h1ServerConn, head []byte) (served, keep bool) {
-	rq := sc.rawReq
-	if rq == nil {
-		rq = new(rawRequest)
-		sc.rawReq = rq
-	}
+	// Pooled, not kept per connection: a connection whose request is held (declined here) or idle
+	// should not keep 2.5 KiB of header slots.
+	rq := rawRequests.Get().(*rawRequest)
+	defer func() {
+		rq.reset()
+		rawRequests.Put(rq)
+	}()
 	if !rq.parse(string(head)) {
 		return false, false
 	}
