@@ -2,8 +2,9 @@
 # Loopback benchmark of the interceptor's request path (pkg/proxy), side by side in one run:
 #   1. wrk -t2 -c64, tiny response: backend direct vs through the proxy vs through the proxy with
 #      its server-side fast path off (proxy-std, net/http serves every request) vs through nginx
-#      (2 workers, upstream keepalive) vs through hack/bench/floor (the least a net/http proxy can
-#      do, as a reference), interleaved for ROUNDS rounds, with each proxy's CPU per request;
+#      (2 workers, upstream keepalive) vs through nginx also setting the X-Forwarded-* headers the
+#      proxy sets (nginx-xf: the same work) vs through hack/bench/relay (a Go relay with no HTTP
+#      logic at all, as a reference), interleaved for ROUNDS rounds, with each one's CPU per request;
 #   2. latency at a fixed RATE req/s (hack/bench/rate, open loop) for the same three targets;
 #   3. cold start (hack/bench/coldstart): endpoint ready -> held request forwarded, and HELD
 #      requests held at once (proxy RSS, all answered).
@@ -34,9 +35,9 @@ ulimit -n 65536 2>/dev/null || echo "warning: could not raise the open-file limi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
 
-go build -o "$work/" ./hack/bench/backend ./hack/bench/proxy ./hack/bench/floor ./hack/bench/rate ./hack/bench/coldstart
-BE=$(free_port); PX=$(free_port); AD=$(free_port); NG=$(free_port); CB=$(free_port); FL=$(free_port)
-PS=$(free_port); AS=$(free_port)
+go build -o "$work/" ./hack/bench/backend ./hack/bench/proxy ./hack/bench/relay ./hack/bench/rate ./hack/bench/coldstart
+BE=$(free_port); PX=$(free_port); AD=$(free_port); NG=$(free_port); CB=$(free_port); RL=$(free_port)
+PS=$(free_port); AS=$(free_port); NX=$(free_port)
 
 "$work/backend" -listen "127.0.0.1:$BE" &
 backend_pid=$!; pids+=($backend_pid)
@@ -44,8 +45,8 @@ backend_pid=$!; pids+=($backend_pid)
 proxy_pid=$!; pids+=($proxy_pid)
 "$work/proxy" -fast-http1=false -listen "127.0.0.1:$PS" -admin "127.0.0.1:$AS" -backend "127.0.0.1:$BE" &
 proxystd_pid=$!; pids+=($proxystd_pid)
-"$work/floor" -listen "127.0.0.1:$FL" -backend "127.0.0.1:$BE" &
-floor_pid=$!; pids+=($floor_pid)
+"$work/relay" -listen "127.0.0.1:$RL" -backend "127.0.0.1:$BE" &
+relay_pid=$!; pids+=($relay_pid)
 mkdir -p "$work/nginx/logs"
 cat >"$work/nginx/nginx.conf" <<CONF
 worker_processes 2;
@@ -65,11 +66,21 @@ http {
     listen 127.0.0.1:$NG;
     location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; }
   }
+  server {
+    listen 127.0.0.1:$NX;
+    location / {
+      proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header Host \$http_host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Host \$http_host;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+    }
+  }
 }
 CONF
 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/logs/error.log" &
 nginx_pid=$!; pids+=($nginx_pid)
-for p in "$BE" "$PX" "$AD" "$NG" "$FL" "$PS" "$AS"; do wait_port "$p"; done
+for p in "$BE" "$PX" "$AD" "$NG" "$NX" "$RL" "$PS" "$AS"; do wait_port "$p"; done
 
 # cpu_ticks PID...: user+system clock ticks used so far by the processes (and nginx's workers).
 cpu_ticks() {
@@ -81,12 +92,15 @@ cpu_ticks() {
 	echo "$total"
 }
 nginx_pids() { echo "$nginx_pid" $(ps --ppid "$nginx_pid" -o pid= 2>/dev/null); }
-declare -A port=([direct]=$BE [proxy]=$PX [proxy-std]=$PS [nginx]=$NG [floor]=$FL)
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+trap 'echo "load average at the end: $(cut -d" " -f1-3 /proc/loadavg)"; cleanup' EXIT
+targets="direct proxy proxy-std nginx nginx-xf relay"
+declare -A port=([direct]=$BE [proxy]=$PX [proxy-std]=$PS [nginx]=$NG [nginx-xf]=$NX [relay]=$RL)
 declare -A sum=() cpu=() reqs=()
 echo "== wrk -t2 -c64 -d$DUR, $ROUNDS interleaved rounds"
 for r in $(seq "$ROUNDS"); do
-	for t in direct proxy proxy-std nginx floor; do
-		case $t in proxy) procs="$proxy_pid" ;; proxy-std) procs="$proxystd_pid" ;; nginx) procs=$(nginx_pids) ;; floor) procs="$floor_pid" ;; *) procs="$backend_pid" ;; esac
+	for t in $targets; do
+		case $t in proxy) procs="$proxy_pid" ;; proxy-std) procs="$proxystd_pid" ;; nginx | nginx-xf) procs=$(nginx_pids) ;; relay) procs="$relay_pid" ;; *) procs="$backend_pid" ;; esac
 		before=$(cpu_ticks $procs)
 		out=$(wrk -t2 -c64 -d"$DUR" --latency "http://127.0.0.1:${port[$t]}/")
 		used=$(( $(cpu_ticks $procs) - before ))
@@ -100,11 +114,11 @@ for r in $(seq "$ROUNDS"); do
 		sum[$t]=$(awk -v a="${sum[$t]:-0}" -v b="$rps" 'BEGIN {print a+b}')
 	done
 done
-awk -v d="${sum[direct]}" -v p="${sum[proxy]}" -v s="${sum[proxy-std]}" -v n="${sum[nginx]}" -v f="${sum[floor]}" -v r="$ROUNDS" 'BEGIN {
-	printf "mean req/s: direct %.0f  proxy %.0f  proxy-std %.0f  nginx %.0f  floor %.0f\n", d/r, p/r, s/r, n/r, f/r
-	printf "proxy/direct %.2f  proxy/nginx %.2f  proxy-std/direct %.2f  proxy-std/nginx %.2f  nginx/direct %.2f  floor/nginx %.2f\n", p/d, p/n, s/d, s/n, n/d, f/n }'
+awk -v d="${sum[direct]}" -v p="${sum[proxy]}" -v s="${sum[proxy-std]}" -v n="${sum[nginx]}" -v x="${sum[nginx-xf]}" -v f="${sum[relay]}" -v r="$ROUNDS" 'BEGIN {
+	printf "mean req/s: direct %.0f  proxy %.0f  proxy-std %.0f  nginx %.0f  nginx-xf %.0f  relay %.0f\n", d/r, p/r, s/r, n/r, x/r, f/r
+	printf "proxy/direct %.2f  proxy/nginx %.2f  proxy/nginx-xf %.2f  proxy-std/direct %.2f  proxy-std/nginx %.2f  nginx/direct %.2f  relay/nginx %.2f\n", p/d, p/n, p/x, s/d, s/n, n/d, f/n }'
 tck=$(getconf CLK_TCK)
-for t in direct proxy proxy-std nginx floor; do
+for t in $targets; do
 	awk -v c="${cpu[$t]}" -v n="${reqs[$t]}" -v tck="$tck" -v t="$t" 'BEGIN {
 		printf "CPU per request (user+system, all rounds) %-9s %.1f us\n", t, c/tck*1e6/n }'
 done

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 )
 
@@ -343,46 +342,5 @@ func TestFastPathAbortedResponseIsNotCompleted(t *testing.T) {
 	b, err := io.ReadAll(resp.Body)
 	if string(b) != "part" || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("got %q, %v; want the partial body and an unexpected EOF, never a complete response", b, err)
-	}
-}
-
-// BenchmarkServer is one keep-alive GET answered by a trivial handler, through the fast path and
-// through net/http alone; the client's own work (writing the request, http.ReadResponse) is included.
-func BenchmarkServer(b *testing.B) {
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", "2")
-		_, _ = io.WriteString(w, "ok")
-	})
-	for _, fast := range []bool{true, false} {
-		b.Run(fmt.Sprintf("fast=%v", fast), func(b *testing.B) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			s := &Server{Name: "bench", Listener: ln, Handler: h, FastHTTP1: fast, DrainTimeout: 5 * time.Second, Log: logr.Discard()}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- s.Start(ctx) }()
-			defer func() { cancel(); <-done }()
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			br := bufio.NewReader(c)
-			req := []byte("GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := c.Write(req); err != nil {
-					b.Fatal(err)
-				}
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		})
 	}
 }
