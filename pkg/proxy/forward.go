@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
@@ -109,17 +110,32 @@ func (p *Proxy) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.URL.Host = b.serviceAddr
 		return p.attempt(tr, req, st)
 	}
-	zone := ""
-	if st.app.zoneAware {
-		zone = p.opts.Zone
-	}
-	view := b.candidates(st.set, zone)
-	cands := view.cands
 	var body *bodyGuard
 	if req.Body != nil && req.Body != http.NoBody {
 		body = &bodyGuard{rc: req.Body}
 		req.Body = body
 	}
+	var resp *http.Response
+	err := p.forEndpoint(st.app, b, st.set, func(addr string) (err error) {
+		req.URL.Host = addr
+		resp, err = p.attempt(tr, req, st)
+		return err
+	}, func(err error) bool { return isDialError(err) && (body == nil || !body.read) })
+	return resp, err
+}
+
+// forEndpoint calls try with the address of an endpoint of b in set: round robin over the zone's
+// candidates (all endpoints once those all failed), skipping endpoints marked bad while others
+// remain. When try fails with an error tryAgain accepts (a connection that could not be made, with
+// nothing sent), the endpoint is marked bad for BadEndpointFor and the next one is tried, up to
+// MaxDialAttempts endpoints. It returns try's last result, or ErrNoEndpoint when none was left.
+func (p *Proxy) forEndpoint(a *app, b *backend, set *endpoints.Set, try func(addr string) error, tryAgain func(error) bool) error {
+	zone := ""
+	if a.zoneAware {
+		zone = p.opts.Zone
+	}
+	view := b.candidates(set, zone)
+	cands := view.cands
 	maxAttempts := min(p.opts.MaxDialAttempts, maxAttemptsCap, len(view.all))
 	var tried [maxAttemptsCap]string
 	for n := 0; ; n++ {
@@ -133,24 +149,23 @@ func (p *Proxy) RoundTrip(req *http.Request) (*http.Response, error) {
 			c, ok = b.pick(cands, tried[:n], now)
 		}
 		if !ok {
-			return nil, fmt.Errorf("forwarding to %s: %w", b.key, ErrNoEndpoint)
+			return fmt.Errorf("forwarding to %s: %w", b.key, ErrNoEndpoint)
 		}
-		req.URL.Host = c.addr
-		resp, err := p.attempt(tr, req, st)
+		err := try(c.addr)
 		if err == nil {
 			if zone != "" && c.ep.Zone != "" && c.ep.Zone != zone {
-				st.app.m.crossZone.Inc()
+				a.m.crossZone.Inc()
 			}
-			return resp, nil
+			return nil
 		}
-		if !isDialError(err) || body != nil && body.read || n+1 >= maxAttempts {
-			return nil, err
+		if !tryAgain(err) || n+1 >= maxAttempts {
+			return err
 		}
 		if now.IsZero() {
 			now = p.opts.Now()
 		}
 		b.markBad(c.addr, now, now.Add(p.opts.BadEndpointFor))
-		p.log.V(1).Info("endpoint refused connection; trying another", "app", st.app.key, "endpoint", c.addr, "error", err.Error())
+		p.log.V(1).Info("endpoint refused connection; trying another", "app", a.key, "endpoint", c.addr, "error", err.Error())
 		tried[n] = c.addr
 	}
 }

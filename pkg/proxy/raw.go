@@ -294,45 +294,18 @@ func (p *Proxy) rawDone(a *app, done func(), code int, start time.Time) {
 // the heads and relays the response. It returns the status for the metrics and whether the client
 // connection stays open.
 func (p *Proxy) rawForward(sc *h1ServerConn, rq *rawRequest, a *app, b *backend, set *endpoints.Set) (int, bool) {
-	zone := ""
-	if a.zoneAware {
-		zone = p.opts.Zone
+	var pc *h1Conn
+	var headLen int
+	err := p.forEndpoint(a, b, set, func(addr string) (err error) {
+		if pc, headLen, err = p.rawExchange(sc, rq, addr); err != nil {
+			return fmt.Errorf("forwarding to %s: %w", addr, err)
+		}
+		return nil
+	}, isDialError)
+	if err != nil {
+		return p.rawFail(sc, rq, a, err)
 	}
-	view := b.candidates(set, zone)
-	cands := view.cands
-	maxAttempts := min(p.opts.MaxDialAttempts, maxAttemptsCap, len(view.all))
-	var tried [maxAttemptsCap]string
-	for n := 0; ; n++ {
-		var now time.Time
-		if n > 0 || b.hasBad() {
-			now = p.opts.Now()
-		}
-		c, ok := b.pick(cands, tried[:n], now)
-		if !ok && len(cands) < len(view.all) {
-			cands = view.all
-			c, ok = b.pick(cands, tried[:n], now)
-		}
-		if !ok {
-			return p.rawFail(sc, rq, a, fmt.Errorf("forwarding to %s: %w", b.key, ErrNoEndpoint))
-		}
-		pc, headLen, err := p.rawExchange(sc, rq, c.addr)
-		if err == nil {
-			if zone != "" && c.ep.Zone != "" && c.ep.Zone != zone {
-				a.m.crossZone.Inc()
-			}
-			return p.rawRelay(sc, rq, a, pc, headLen)
-		}
-		err = fmt.Errorf("forwarding to %s: %w", c.addr, err)
-		if !isDialError(err) || n+1 >= maxAttempts {
-			return p.rawFail(sc, rq, a, err)
-		}
-		if now.IsZero() {
-			now = p.opts.Now()
-		}
-		b.markBad(c.addr, now, now.Add(p.opts.BadEndpointFor))
-		p.log.V(1).Info("endpoint refused connection; trying another", "app", a.key, "endpoint", c.addr, "error", err.Error())
-		tried[n] = c.addr
-	}
+	return p.rawRelay(sc, rq, a, pc, headLen)
 }
 
 // rawExchange sends the request head to addr over a pooled (or new) connection and waits for the
