@@ -19,7 +19,9 @@ type CountsSource interface {
 // WakeSource is what PathWake streams. pkg/queue's Registry implements it.
 type WakeSource interface {
 	// Subscribe returns a channel of events that is closed after cancel is called; cancel may be
-	// called more than once. A slow reader must never block the source's publishers.
+	// called more than once. A slow reader must never block the source's publishers. The first
+	// events announce the apps holding requests when the stream opens, so that events published
+	// while a stream was reconnecting are not lost.
 	Subscribe(buffer int) (events <-chan WakeEvent, cancel func())
 }
 

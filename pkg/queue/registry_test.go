@@ -200,3 +200,34 @@ func TestRemovalForcesAFullAnswer(t *testing.T) {
 		t.Errorf("the poll after that = full, want deltas again")
 	}
 }
+
+// TestSubscribeAnnouncesAppsHoldingRequests: a stream opened (or reopened) while requests are held
+// starts with a wake event for their apps, so a cold start during a reconnect is not missed.
+func TestSubscribeAnnouncesAppsHoldingRequests(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := NewRegistry(func() time.Time { return now })
+	r.Sync([]string{"ns/cold", "ns/warm", "ns/idle"})
+	cold, warm := r.App("ns/cold"), r.App("ns/warm")
+	if !cold.TryHold(10) {
+		t.Fatal("hold refused")
+	}
+	cold.Wake(time.Second) // published with no stream open: nobody gets it
+	done := warm.StartForward()
+	defer done()
+
+	events, cancel := r.Subscribe(4)
+	defer cancel()
+	select {
+	case got := <-events:
+		if d := cmp.Diff(admin.WakeEvent{Key: "ns/cold", At: now}, got); d != "" {
+			t.Fatalf("first event (-want +got):\n%s", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event for the app holding a request")
+	}
+	select {
+	case got := <-events:
+		t.Fatalf("unexpected event %+v: only apps holding requests are announced", got)
+	case <-time.After(50 * time.Millisecond):
+	}
+}

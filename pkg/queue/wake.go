@@ -21,7 +21,9 @@ type subscriber struct {
 }
 
 // Subscribe implements admin.WakeSource. The channel is closed after cancel is called; cancel may be
-// called more than once.
+// called more than once. Its first events announce every app holding requests at the time: a
+// scaler whose stream broke (or that just started) learns of cold starts that happened meanwhile
+// without waiting for its next poll.
 func (r *Registry) Subscribe(buffer int) (<-chan admin.WakeEvent, func()) {
 	if buffer < 0 {
 		buffer = 0
@@ -36,6 +38,14 @@ func (r *Registry) Subscribe(buffer int) (<-chan admin.WakeEvent, func()) {
 	subs := append(append([]*subscriber(nil), *r.subs.Load()...), s)
 	r.subs.Store(&subs)
 	r.mu.Unlock()
+	// After registering, so that a request held from now on is published to s (coalesced with
+	// this announcement if both name the same app).
+	now := r.now()
+	for _, a := range *r.apps.Load() {
+		if a.held.Load() > 0 {
+			s.add(admin.WakeEvent{Key: a.key, At: now})
+		}
+	}
 	go s.pump()
 	cancel := func() {
 		s.once.Do(func() {
