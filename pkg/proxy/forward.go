@@ -116,7 +116,7 @@ func (p *Proxy) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Body = body
 	}
 	var resp *http.Response
-	err := p.forEndpoint(st.app, b, st.set, func(addr string) (err error) {
+	err := p.forEndpoint(req.Context(), st.app, b, st.set, func(addr string) (err error) {
 		req.URL.Host = addr
 		resp, err = p.attempt(tr, req, st)
 		return err
@@ -129,7 +129,10 @@ func (p *Proxy) RoundTrip(req *http.Request) (*http.Response, error) {
 // remain. When try fails with an error tryAgain accepts (a connection that could not be made, with
 // nothing sent), the endpoint is marked bad for BadEndpointFor and the next one is tried, up to
 // MaxDialAttempts endpoints. It returns try's last result, or ErrNoEndpoint when none was left.
-func (p *Proxy) forEndpoint(a *app, b *backend, set *endpoints.Set, try func(addr string) error, tryAgain func(error) bool) error {
+//
+// Once ctx ended (the client went away, the drain deadline passed) a failure is returned as it is:
+// a connect it cut short says nothing about the endpoint.
+func (p *Proxy) forEndpoint(ctx context.Context, a *app, b *backend, set *endpoints.Set, try func(addr string) error, tryAgain func(error) bool) error {
 	zone := ""
 	if a.zoneAware {
 		zone = p.opts.Zone
@@ -158,7 +161,7 @@ func (p *Proxy) forEndpoint(a *app, b *backend, set *endpoints.Set, try func(add
 			}
 			return nil
 		}
-		if !tryAgain(err) || n+1 >= maxAttempts {
+		if ctx.Err() != nil || !tryAgain(err) || n+1 >= maxAttempts {
 			return err
 		}
 		if now.IsZero() {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -19,8 +20,11 @@ import (
 // more goroutines (a writer and a reader per connection); on a busy host those hand-offs cost more
 // than the proxying itself. Everything else (bodies, upgrades, h2c) goes through http.Transport.
 //
-// Because such a request has no body, it can be sent again safely when a pooled connection turns
-// out to have been closed by the upstream before any response byte arrived; that is the only retry.
+// When a pooled connection turns out to have been closed by the upstream before any response byte
+// arrived, a replayable request (see replayable) is sent again on another connection; that is the
+// only retry. Pooled connections idle for a while, and every one a non-replayable request is about
+// to use, are first checked with a non-blocking peek (see quiet), so that a connection the upstream
+// closed or wrote to while idle is not used at all.
 type h1Transport struct {
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	maxIdle     int           // idle connections kept per address
@@ -49,6 +53,51 @@ type h1Conn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt time.Time
+	// longIdle is set by acquireConn when the connection sat in the pool for probeIdle or more.
+	longIdle bool
+}
+
+// probeIdle is how long a pooled connection may sit idle before it is checked when taken: upstreams
+// close idle connections after seconds (some write a 408 first), while connections of a busy app
+// are reused within microseconds and skip the check.
+const probeIdle = time.Second
+
+// replayable reports whether a request without a body may be sent again after its connection
+// failed before any response byte: only when a second copy cannot repeat a side effect (the
+// upstream may have processed the first before closing), net/http's rule.
+func replayable(method string, idempotencyKey bool) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return idempotencyKey
+}
+
+// quiet reports whether an idle connection is still open with nothing to read, by a non-blocking
+// peek (one syscall). Anything else — closed by the upstream, or bytes nobody asked for — means it
+// must not carry a request.
+func (pc *h1Conn) quiet() bool {
+	if pc.br.Buffered() > 0 {
+		return false
+	}
+	sc, ok := pc.c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	quiet := true
+	var b [1]byte
+	if err := rc.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		quiet = n < 0 && (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK))
+		return true // never wait
+	}); err != nil {
+		return false
+	}
+	return quiet
 }
 
 // fastEligible reports whether req can use h1Transport.
@@ -61,8 +110,11 @@ func fastEligible(req *http.Request) bool {
 // as the dialer's error so that the caller can try another endpoint.
 func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
+	_, key := req.Header["Idempotency-Key"]
+	_, xkey := req.Header["X-Idempotency-Key"]
+	replay := replayable(req.Method, key || xkey)
 	for attempt := 0; ; attempt++ {
-		pc, reused, err := t.acquire(ctx, req.URL.Host)
+		pc, reused, err := t.acquire(ctx, req.URL.Host, !replay)
 		if err != nil {
 			return nil, err
 		}
@@ -72,9 +124,11 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		t.discard(pc)
 		var stale staleConnError
-		if reused && errors.As(err, &stale) && attempt < 2 && ctx.Err() == nil {
-			t.dropIdle(pc.addr)
-			continue // the upstream closed the pooled connection; nothing was processed
+		if reused && errors.As(err, &stale) {
+			t.dropIdle(pc.addr) // pooled before it, the others are likely closed too
+			if replay && attempt < 2 && ctx.Err() == nil {
+				continue // the upstream closed the pooled connection; a replay is safe
+			}
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
@@ -83,9 +137,22 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// acquire returns a pooled connection to addr (reused true), or dials a new one when fewer than
+// acquire is acquireConn, with a check (see quiet) of the pooled connection it returns when that one
+// sat idle for probeIdle or when check is set; a connection failing it is discarded and another
+// one taken.
+func (t *h1Transport) acquire(ctx context.Context, addr string, check bool) (*h1Conn, bool, error) {
+	for {
+		pc, reused, err := t.acquireConn(ctx, addr)
+		if err != nil || !reused || !(check || pc.longIdle) || pc.quiet() {
+			return pc, reused, err
+		}
+		t.discard(pc)
+	}
+}
+
+// acquireConn returns a pooled connection to addr (reused true), or dials a new one when fewer than
 // maxConns are open, or waits for one of the two.
-func (t *h1Transport) acquire(ctx context.Context, addr string) (*h1Conn, bool, error) {
+func (t *h1Transport) acquireConn(ctx context.Context, addr string) (*h1Conn, bool, error) {
 	now := t.now()
 	t.mu.Lock()
 	hp := t.hosts[addr]
@@ -100,8 +167,9 @@ func (t *h1Transport) acquire(ctx context.Context, addr string) (*h1Conn, bool, 
 		pc := hp.idle[len(hp.idle)-1]
 		hp.idle[len(hp.idle)-1] = nil
 		hp.idle = hp.idle[:len(hp.idle)-1]
-		if now.Sub(pc.idleAt) < t.idleTimeout {
+		if idle := now.Sub(pc.idleAt); idle < t.idleTimeout {
 			t.mu.Unlock()
+			pc.longIdle = idle >= probeIdle
 			return pc, true, nil
 		}
 		hp.open--
@@ -118,6 +186,7 @@ func (t *h1Transport) acquire(ctx context.Context, addr string) (*h1Conn, bool, 
 	select {
 	case pc := <-ch:
 		if pc != nil {
+			pc.longIdle = false // handed over as it was returned
 			return pc, true, nil
 		}
 		return t.dialConn(ctx, addr) // a slot was handed over
@@ -261,7 +330,9 @@ func (b *h1Body) finish(complete bool) {
 	b.done = true
 	stopped := b.stop()
 	_ = b.body.Close()
-	if complete && b.keep && stopped && !b.cancelled.Load() {
+	// Bytes after the body (a body sent with a HEAD answer, more than Content-Length) would be read
+	// as the next request's response: such a connection is not reused.
+	if complete && b.keep && stopped && !b.cancelled.Load() && b.pc.br.Buffered() == 0 {
 		b.pc.t.put(b.pc)
 		return
 	}

@@ -51,6 +51,7 @@ type rawFields struct {
 	close                      bool // the client sent "Connection: close"
 	teTrailers                 bool // the client sent "Te: trailers"
 	hasXFHost, hasXFProto      bool
+	idempotencyKey             bool     // Idempotency-Key or X-Idempotency-Key: replayable (see replayable)
 	noCache                    bool     // "Pragma: no-cache" without Cache-Control: net/http adds "Cache-Control: no-cache"
 	xff                        []string // prior X-Forwarded-For values
 	headers                    []rawHeader
@@ -154,6 +155,8 @@ func (rq *rawRequest) parse(head string) bool {
 			}
 		case asciiEqualFoldString(name, "Cache-Control"):
 			hasCC = true
+		case asciiEqualFoldString(name, "Idempotency-Key"), asciiEqualFoldString(name, "X-Idempotency-Key"):
+			rq.idempotencyKey = true
 		}
 		rq.headers = append(rq.headers, h)
 	}
@@ -296,7 +299,7 @@ func (p *Proxy) rawDone(a *app, done func(), code int, start time.Time) {
 func (p *Proxy) rawForward(sc *h1ServerConn, rq *rawRequest, a *app, b *backend, set *endpoints.Set) (int, bool) {
 	var pc *h1Conn
 	var headLen int
-	err := p.forEndpoint(a, b, set, func(addr string) (err error) {
+	err := p.forEndpoint(sc.ctx, a, b, set, func(addr string) (err error) {
 		if pc, headLen, err = p.rawExchange(sc, rq, addr); err != nil {
 			return fmt.Errorf("forwarding to %s: %w", addr, err)
 		}
@@ -310,10 +313,11 @@ func (p *Proxy) rawForward(sc *h1ServerConn, rq *rawRequest, a *app, b *backend,
 
 // rawExchange sends the request head to addr over a pooled (or new) connection and waits for the
 // whole response head. A pooled connection the upstream closed before answering is replaced, at
-// most twice, as h1Transport does: the request had no body, so nothing was processed.
+// most twice, for a replayable request, as h1Transport does.
 func (p *Proxy) rawExchange(sc *h1ServerConn, rq *rawRequest, addr string) (*h1Conn, int, error) {
+	replay := replayable(rq.method, rq.idempotencyKey)
 	for attempt := 0; ; attempt++ {
-		pc, reused, err := p.fast.acquire(sc.ctx, addr)
+		pc, reused, err := p.fast.acquire(sc.ctx, addr, !replay)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -333,9 +337,11 @@ func (p *Proxy) rawExchange(sc *h1ServerConn, rq *rawRequest, addr string) (*h1C
 		sc.clearPeer()
 		p.fast.discard(pc)
 		var stale staleConnError
-		if reused && errors.As(err, &stale) && attempt < 2 && sc.ctx.Err() == nil {
+		if reused && errors.As(err, &stale) {
 			p.fast.dropIdle(addr)
-			continue
+			if replay && attempt < 2 && sc.ctx.Err() == nil {
+				continue
+			}
 		}
 		return nil, 0, err
 	}
@@ -515,10 +521,11 @@ func (p *Proxy) rawRelay(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn, h
 		_, _ = pc.br.Discard(len(chunk))
 		remaining -= int64(len(chunk))
 	}
-	if remaining == 0 && sc.clearPeer() && res.keep {
+	// Bytes after the body (a body sent with a HEAD answer, more than Content-Length) would be read
+	// as the next request's response: such a connection is not reused.
+	if cleared := sc.clearPeer(); cleared && remaining == 0 && res.keep && pc.br.Buffered() == 0 {
 		p.fast.put(pc)
 	} else {
-		sc.clearPeer()
 		p.fast.discard(pc)
 	}
 	if readErr != nil {

@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1058,6 +1060,183 @@ func TestRestartedBackendDoesNotExhaustRetries(t *testing.T) {
 				if code, body, _ := h.mustGet("app.example.com", "/"); code != http.StatusOK || body != "ok" {
 					t.Fatalf("request %d after the restart: %d %q, want 200", i, code, body)
 				}
+			}
+		})
+	}
+}
+
+// Bytes an upstream sends beyond its response (more than Content-Length, a body with a HEAD answer)
+// must never become another request's response: the connection is not reused.
+func TestSurplusUpstreamBytesAreNotTheNextResponse(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
+			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
+				s.FastHTTP1 = fast
+			})
+			be := newRawBackend(t, func(_ int, r *http.Request) rawReply {
+				switch r.URL.Path {
+				case "/two": // a second response nobody asked for, in the same write
+					return rawReply{resp: okReply("ok") + okReply("EVIL")}
+				case "/head": // a body with the HEAD answer
+					return rawReply{resp: okReply("body of HEAD")}
+				}
+				return rawReply{resp: okReply("for " + r.URL.Path)}
+			})
+			h.src.Set(key("app"), be.ep)
+			if a := dialRaw(t, h).do(rawGet("/two")); a.Code != http.StatusOK || a.Body != "ok" {
+				t.Fatalf("GET /two: %+v", a)
+			}
+			if a := dialRaw(t, h).do(rawReq("HEAD", "/head")); a.Code != http.StatusOK || a.Body != "" {
+				t.Fatalf("HEAD /head: %+v", a)
+			}
+			c := dialRaw(t, h) // another client
+			for _, p := range []string{"/b1", "/b2", "/b3"} {
+				if a := c.do(rawGet(p)); a.Err != "" || a.Code != http.StatusOK || a.Body != "for "+p {
+					t.Errorf("GET %s after the surplus: %+v, want 200 %q", p, a, "for "+p)
+				}
+			}
+		})
+	}
+}
+
+// A request that is not replayable (POST without an Idempotency-Key) is never sent twice: when the
+// upstream closes the connection after processing it without answering (here a handler that panics
+// after its side effect), the client gets 502 and the side effect happened once.
+func TestNonReplayableRequestIsNotSentTwice(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
+			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
+				s.FastHTTP1 = fast
+			})
+			var charges, gets atomic.Int32
+			s, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost {
+					charges.Add(1) // the side effect
+					panic(http.ErrAbortHandler)
+				}
+				gets.Add(1)
+				_, _ = io.WriteString(w, "ok")
+			})
+			s.Config.ErrorLog = log.New(io.Discard, "", 0)
+			h.src.Set(key("app"), ep)
+			c := dialRaw(t, h)
+			if a := c.do(rawGet("/warm")); a.Code != http.StatusOK { // leaves a pooled upstream connection
+				t.Fatalf("GET /warm: %+v", a)
+			}
+			c = dialRaw(t, h)
+			if a := c.do(rawReq("POST", "/charge")); a.Code != http.StatusBadGateway {
+				t.Errorf("POST /charge: %+v, want 502", a)
+			}
+			if n := charges.Load(); n != 1 {
+				t.Errorf("the POST reached the upstream %d times, want once", n)
+			}
+			// A GET is replayable: the same failure on a pooled connection is retried (here the
+			// upstream answers; the retry machinery itself is TestRawPathReplacesStalePooledConnections).
+			if a := c.do(rawGet("/after")); a.Code != http.StatusOK || a.Body != "ok" {
+				t.Errorf("GET /after: %+v", a)
+			}
+		})
+	}
+}
+
+// A client that gives up while a connect to an unresponsive pod is pending does not get the
+// healthy pods tried next marked bad: once the request's context ended the loop stops.
+func TestClientGoneDuringConnectMarksNoOtherEndpointBad(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
+			const blackhole = "198.18.0.99:80" // never dialled for real: the test dialer holds it
+			var mu sync.Mutex
+			dialed := map[string]int{}
+			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(o *proxy.Options, s *proxy.Server) {
+				s.FastHTTP1 = fast
+				s.WatchClientAfter = 10 * time.Millisecond
+				o.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+					mu.Lock()
+					dialed[addr]++
+					mu.Unlock()
+					if addr == blackhole {
+						<-ctx.Done()
+						return nil, &net.OpError{Op: "dial", Net: network, Err: ctx.Err()}
+					}
+					return (&net.Dialer{}).DialContext(ctx, network, addr)
+				}
+			})
+			good := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("good")} })
+			h.src.Set(key("app"), endpointOf(t, "http://"+blackhole, ""), good.ep)
+			// Round robin starts at the first endpoint: the blackhole. The client leaves.
+			c := dialRaw(t, h)
+			_, _ = io.WriteString(c.c, rawGet("/"))
+			eventually(t, "the connect to the unresponsive pod", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return dialed[blackhole] == 1
+			})
+			_ = c.c.Close()
+			eventually(t, "the request to end", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
+			mu.Lock()
+			got := dialed[good.ep.Addr()]
+			mu.Unlock()
+			if got != 0 {
+				t.Errorf("the healthy endpoint was dialled %d times for a client that had left, want 0", got)
+			}
+			// It still serves (it was not marked bad), and the blackhole is tried again only
+			// because round robin comes back to it.
+			for i := range 2 {
+				if a := dialRaw(t, h).do(rawGet("/")); a.Code == http.StatusOK && a.Body == "good" {
+					break
+				} else if i == 1 {
+					t.Errorf("the healthy endpoint does not answer: %+v", a)
+				}
+			}
+		})
+	}
+}
+
+// An upstream that times out an idle keep-alive connection with a 408 before closing it (as some
+// servers do): the pooled connection, idle for longer than the check interval, is checked before
+// use and dropped, so the next request gets its own answer, not the 408.
+func TestIdleConnectionClosedWith408IsNotUsed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the idle check interval")
+	}
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
+			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
+				s.FastHTTP1 = fast
+			})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = ln.Close() })
+			timedOut := make(chan struct{}, 4)
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						defer c.Close()
+						req, err := http.ReadRequest(bufio.NewReader(c))
+						if err != nil {
+							return
+						}
+						_, _ = io.WriteString(c, okReply("for "+req.URL.Path))
+						time.Sleep(100 * time.Millisecond) // the upstream's idle timeout
+						_, _ = io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+						timedOut <- struct{}{}
+					}()
+				}
+			}()
+			h.src.Set(key("app"), endpointOf(t, "http://"+ln.Addr().String(), ""))
+			if a := dialRaw(t, h).do(rawGet("/first")); a.Code != http.StatusOK || a.Body != "for /first" {
+				t.Fatalf("GET /first: %+v", a)
+			}
+			<-timedOut
+			time.Sleep(time.Second) // idle past the check interval (probeIdle)
+			if a := dialRaw(t, h).do(rawGet("/second")); a.Code != http.StatusOK || a.Body != "for /second" {
+				t.Errorf("GET /second after the idle 408: %+v, want 200 %q", a, "for /second")
 			}
 		})
 	}
