@@ -682,119 +682,104 @@ func TestRawPathHeaderMatchedRoutes(t *testing.T) {
 }
 
 func TestRawPathReplacesStalePooledConnections(t *testing.T) {
-	for _, fast := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
-			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
-				s.FastHTTP1 = fast
-			})
-			// One request per connection, then the backend closes it without a Connection: close:
-			// every pooled connection is stale when the next request takes it.
-			be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("once"), close: true} })
-			h.src.Set(key("app"), be.ep)
-			c := dialRaw(t, h)
-			const n = 6
-			for i := range n {
-				if a := c.do(rawGet("/")); a.Err != "" || a.Code != http.StatusOK || a.Body != "once" {
-					t.Fatalf("request %d: %+v, want 200", i, a)
-				}
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		// One request per connection, then the backend closes it without a Connection: close:
+		// every pooled connection is stale when the next request takes it.
+		be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("once"), close: true} })
+		h.src.Set(key("app"), be.ep)
+		c := dialRaw(t, h)
+		const n = 6
+		for i := range n {
+			if a := c.do(rawGet("/")); a.Err != "" || a.Code != http.StatusOK || a.Body != "once" {
+				t.Fatalf("request %d: %+v, want 200", i, a)
 			}
-			reqs := be.requests()
-			if len(reqs) != n || be.connCount() != n {
-				t.Errorf("the backend got %d requests over %d connections, want each of the %d once, over a connection of its own", len(reqs), be.connCount(), n)
-			}
-			if fast && !reqs[n-1].viaRaw() {
-				t.Error("not served on the raw path")
-			}
-			if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {
-				t.Errorf("upstream errors = %v, want 0", v)
-			}
-		})
-	}
+		}
+		reqs := be.requests()
+		if len(reqs) != n || be.connCount() != n {
+			t.Errorf("the backend got %d requests over %d connections, want each of the %d once, over a connection of its own", len(reqs), be.connCount(), n)
+		}
+		if fast && !reqs[n-1].viaRaw() {
+			t.Error("not served on the raw path")
+		}
+		if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {
+			t.Errorf("upstream errors = %v, want 0", v)
+		}
+	})
 }
 
 func TestRawPathBackendClosingAtOnceIs502(t *testing.T) {
-	for _, fast := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
-			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
-				s.FastHTTP1 = fast
-			})
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = ln.Close() })
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					_ = c.Close()
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
 				}
-			}()
-			h.src.Set(key("app"), endpointOf(t, "http://"+ln.Addr().String(), ""))
-			c := dialRaw(t, h) // its deadline turns a hang into a failure
-			const n = 3
-			for i := range n {
-				a := c.do(rawGet("/"))
-				if a.Err != "" || a.Code != http.StatusBadGateway || a.Body != "Bad Gateway: upstream\n" {
-					t.Fatalf("request %d: %+v, want 502 upstream", i, a)
-				}
+				_ = c.Close()
 			}
-			if v := h.metric("httpscale_interceptor_upstream_errors_total", map[string]string{"app": "ns/app", "reason": "upstream"}); v != n {
-				t.Errorf("upstream errors = %v, want %d", v, n)
+		}()
+		h.src.Set(key("app"), endpointOf(t, "http://"+ln.Addr().String(), ""))
+		c := dialRaw(t, h) // its deadline turns a hang into a failure
+		const n = 3
+		for i := range n {
+			a := c.do(rawGet("/"))
+			if a.Err != "" || a.Code != http.StatusBadGateway || a.Body != "Bad Gateway: upstream\n" {
+				t.Fatalf("request %d: %+v, want 502 upstream", i, a)
 			}
-			if v := h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "5xx"}); v != n {
-				t.Errorf("5xx responses = %v, want %d", v, n)
-			}
-			if in, _, req := h.count("ns/app"); in != 0 || req != n {
-				t.Errorf("in flight %d, requests %d; want 0, %d", in, req, n)
-			}
-		})
-	}
+		}
+		if v := h.metric("httpscale_interceptor_upstream_errors_total", map[string]string{"app": "ns/app", "reason": "upstream"}); v != n {
+			t.Errorf("upstream errors = %v, want %d", v, n)
+		}
+		if v := h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "5xx"}); v != n {
+			t.Errorf("5xx responses = %v, want %d", v, n)
+		}
+		if in, _, req := h.count("ns/app"); in != 0 || req != n {
+			t.Errorf("in flight %d, requests %d; want 0, %d", in, req, n)
+		}
+	})
 }
 
 func TestRawPathUpstreamBreakingMidBody(t *testing.T) {
-	for _, fast := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
-			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
-				s.FastHTTP1 = fast
-			})
-			be := newRawBackend(t, func(i int, _ *http.Request) rawReply {
-				if i == 0 { // 10 bytes promised, 4 sent
-					return rawReply{resp: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\npart", close: true}
-				}
-				return rawReply{resp: okReply("whole")}
-			})
-			h.src.Set(key("app"), be.ep)
-			c := dialRaw(t, h)
-			if a := c.do(rawGet("/broken")); a.Err == "" {
-				t.Fatalf("a broken upstream body was passed on as a complete response: %+v", a)
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		be := newRawBackend(t, func(i int, _ *http.Request) rawReply {
+			if i == 0 { // 10 bytes promised, 4 sent
+				return rawReply{resp: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\npart", close: true}
 			}
-			if !c.closed() {
-				t.Error("the client connection stayed open after a short body")
-			}
-			// The status was sent before the body broke: it is counted as the 200 it was, on both
-			// paths, and nothing is left in flight.
-			eventually(t, "the broken request to be recorded", func() bool {
-				return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "2xx"}) == 1
-			})
-			if v := h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "5xx"}); v != 0 {
-				t.Errorf("5xx responses = %v, want 0", v)
-			}
-			eventually(t, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
-			// The broken upstream connection is not reused.
-			if a := dialRaw(t, h).do(rawGet("/after")); a.Err != "" || a.Code != http.StatusOK || a.Body != "whole" {
-				t.Errorf("request after the break: %+v", a)
-			}
-			if n := be.connCount(); n != 2 {
-				t.Errorf("upstream connections = %d, want 2", n)
-			}
-			if _, _, req := h.count("ns/app"); req != 2 {
-				t.Errorf("requests = %d, want 2", req)
-			}
+			return rawReply{resp: okReply("whole")}
 		})
-	}
+		h.src.Set(key("app"), be.ep)
+		c := dialRaw(t, h)
+		if a := c.do(rawGet("/broken")); a.Err == "" {
+			t.Fatalf("a broken upstream body was passed on as a complete response: %+v", a)
+		}
+		if !c.closed() {
+			t.Error("the client connection stayed open after a short body")
+		}
+		// The status was sent before the body broke: it is counted as the 200 it was, on both
+		// paths, and nothing is left in flight.
+		eventually(t, "the broken request to be recorded", func() bool {
+			return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "2xx"}) == 1
+		})
+		if v := h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "5xx"}); v != 0 {
+			t.Errorf("5xx responses = %v, want 0", v)
+		}
+		eventually(t, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
+		// The broken upstream connection is not reused.
+		if a := dialRaw(t, h).do(rawGet("/after")); a.Err != "" || a.Code != http.StatusOK || a.Body != "whole" {
+			t.Errorf("request after the break: %+v", a)
+		}
+		if n := be.connCount(); n != 2 {
+			t.Errorf("upstream connections = %d, want 2", n)
+		}
+		if _, _, req := h.count("ns/app"); req != 2 {
+			t.Errorf("requests = %d, want 2", req)
+		}
+	})
 }
 
 // hungRequest sends a request the backend never answers and returns once it is in flight.
@@ -1020,123 +1005,108 @@ func TestRawPathDeclines(t *testing.T) {
 // A backend restarted on the same address leaves every pooled connection closed: the next request
 // still gets its answer (the first stale connection drops the others, the retry dials).
 func TestRestartedBackendDoesNotExhaustRetries(t *testing.T) {
-	for _, fast := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
-			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
-				s.FastHTTP1 = fast
-			})
-			release := make(chan struct{})
-			var waiting sync.WaitGroup
-			s, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path == "/slow" {
-					waiting.Done()
-					<-release
-				}
-				_, _ = io.WriteString(w, "ok")
-			})
-			h.src.Set(key("app"), ep)
-			// Eight requests at once leave eight connections in the pool.
-			const n = 8
-			waiting.Add(n)
-			codes := make(chan int, n)
-			for range n {
-				go func() {
-					code, _, _, err := h.get(context.Background(), "app.example.com", "/slow")
-					if err != nil {
-						code = -1
-					}
-					codes <- code
-				}()
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		release := make(chan struct{})
+		var waiting sync.WaitGroup
+		s, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				waiting.Done()
+				<-release
 			}
-			waiting.Wait()
-			close(release)
-			for range n {
-				if code := <-codes; code != http.StatusOK {
-					t.Fatalf("filling the pool: got %d", code)
-				}
-			}
-			s.CloseClientConnections() // the "restart": every upstream connection is closed
-			for i := range 3 {
-				if code, body, _ := h.mustGet("app.example.com", "/"); code != http.StatusOK || body != "ok" {
-					t.Fatalf("request %d after the restart: %d %q, want 200", i, code, body)
-				}
-			}
+			_, _ = io.WriteString(w, "ok")
 		})
-	}
+		h.src.Set(key("app"), ep)
+		// Eight requests at once leave eight connections in the pool.
+		const n = 8
+		waiting.Add(n)
+		codes := make(chan int, n)
+		for range n {
+			go func() {
+				code, _, _, err := h.get(context.Background(), "app.example.com", "/slow")
+				if err != nil {
+					code = -1
+				}
+				codes <- code
+			}()
+		}
+		waiting.Wait()
+		close(release)
+		for range n {
+			if code := <-codes; code != http.StatusOK {
+				t.Fatalf("filling the pool: got %d", code)
+			}
+		}
+		s.CloseClientConnections() // the "restart": every upstream connection is closed
+		for i := range 3 {
+			if code, body, _ := h.mustGet("app.example.com", "/"); code != http.StatusOK || body != "ok" {
+				t.Fatalf("request %d after the restart: %d %q, want 200", i, code, body)
+			}
+		}
+	})
 }
 
 // Bytes an upstream sends beyond its response (more than Content-Length, a body with a HEAD answer)
 // must never become another request's response: the connection is not reused.
 func TestSurplusUpstreamBytesAreNotTheNextResponse(t *testing.T) {
-	for _, fast := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
-			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
-				s.FastHTTP1 = fast
-			})
-			be := newRawBackend(t, func(_ int, r *http.Request) rawReply {
-				switch r.URL.Path {
-				case "/two": // a second response nobody asked for, in the same write
-					return rawReply{resp: okReply("ok") + okReply("EVIL")}
-				case "/head": // a body with the HEAD answer
-					return rawReply{resp: okReply("body of HEAD")}
-				}
-				return rawReply{resp: okReply("for " + r.URL.Path)}
-			})
-			h.src.Set(key("app"), be.ep)
-			if a := dialRaw(t, h).do(rawGet("/two")); a.Code != http.StatusOK || a.Body != "ok" {
-				t.Fatalf("GET /two: %+v", a)
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		be := newRawBackend(t, func(_ int, r *http.Request) rawReply {
+			switch r.URL.Path {
+			case "/two": // a second response nobody asked for, in the same write
+				return rawReply{resp: okReply("ok") + okReply("EVIL")}
+			case "/head": // a body with the HEAD answer
+				return rawReply{resp: okReply("body of HEAD")}
 			}
-			if a := dialRaw(t, h).do(rawReq("HEAD", "/head")); a.Code != http.StatusOK || a.Body != "" {
-				t.Fatalf("HEAD /head: %+v", a)
-			}
-			c := dialRaw(t, h) // another client
-			for _, p := range []string{"/b1", "/b2", "/b3"} {
-				if a := c.do(rawGet(p)); a.Err != "" || a.Code != http.StatusOK || a.Body != "for "+p {
-					t.Errorf("GET %s after the surplus: %+v, want 200 %q", p, a, "for "+p)
-				}
-			}
+			return rawReply{resp: okReply("for " + r.URL.Path)}
 		})
-	}
+		h.src.Set(key("app"), be.ep)
+		if a := dialRaw(t, h).do(rawGet("/two")); a.Code != http.StatusOK || a.Body != "ok" {
+			t.Fatalf("GET /two: %+v", a)
+		}
+		if a := dialRaw(t, h).do(rawReq("HEAD", "/head")); a.Code != http.StatusOK || a.Body != "" {
+			t.Fatalf("HEAD /head: %+v", a)
+		}
+		c := dialRaw(t, h) // another client
+		for _, p := range []string{"/b1", "/b2", "/b3"} {
+			if a := c.do(rawGet(p)); a.Err != "" || a.Code != http.StatusOK || a.Body != "for "+p {
+				t.Errorf("GET %s after the surplus: %+v, want 200 %q", p, a, "for "+p)
+			}
+		}
+	})
 }
 
 // A request that is not replayable (POST without an Idempotency-Key) is never sent twice: when the
 // upstream closes the connection after processing it without answering (here a handler that panics
 // after its side effect), the client gets 502 and the side effect happened once.
 func TestNonReplayableRequestIsNotSentTwice(t *testing.T) {
-	for _, fast := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
-			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
-				s.FastHTTP1 = fast
-			})
-			var charges, gets atomic.Int32
-			s, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodPost {
-					charges.Add(1) // the side effect
-					panic(http.ErrAbortHandler)
-				}
-				gets.Add(1)
-				_, _ = io.WriteString(w, "ok")
-			})
-			s.Config.ErrorLog = log.New(io.Discard, "", 0)
-			h.src.Set(key("app"), ep)
-			c := dialRaw(t, h)
-			if a := c.do(rawGet("/warm")); a.Code != http.StatusOK { // leaves a pooled upstream connection
-				t.Fatalf("GET /warm: %+v", a)
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		var charges, gets atomic.Int32
+		s, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				charges.Add(1) // the side effect
+				panic(http.ErrAbortHandler)
 			}
-			c = dialRaw(t, h)
-			if a := c.do(rawReq("POST", "/charge")); a.Code != http.StatusBadGateway {
-				t.Errorf("POST /charge: %+v, want 502", a)
-			}
-			if n := charges.Load(); n != 1 {
-				t.Errorf("the POST reached the upstream %d times, want once", n)
-			}
-			// A GET is replayable: the same failure on a pooled connection is retried (here the
-			// upstream answers; the retry machinery itself is TestRawPathReplacesStalePooledConnections).
-			if a := c.do(rawGet("/after")); a.Code != http.StatusOK || a.Body != "ok" {
-				t.Errorf("GET /after: %+v", a)
-			}
+			gets.Add(1)
+			_, _ = io.WriteString(w, "ok")
 		})
-	}
+		s.Config.ErrorLog = log.New(io.Discard, "", 0)
+		h.src.Set(key("app"), ep)
+		c := dialRaw(t, h)
+		if a := c.do(rawGet("/warm")); a.Code != http.StatusOK { // leaves a pooled upstream connection
+			t.Fatalf("GET /warm: %+v", a)
+		}
+		c = dialRaw(t, h)
+		if a := c.do(rawReq("POST", "/charge")); a.Code != http.StatusBadGateway {
+			t.Errorf("POST /charge: %+v, want 502", a)
+		}
+		if n := charges.Load(); n != 1 {
+			t.Errorf("the POST reached the upstream %d times, want once", n)
+		}
+		// A GET is replayable: the same failure on a pooled connection is retried (here the
+		// upstream answers; the retry machinery itself is TestRawPathReplacesStalePooledConnections).
+		if a := c.do(rawGet("/after")); a.Code != http.StatusOK || a.Body != "ok" {
+			t.Errorf("GET /after: %+v", a)
+		}
+	})
 }
 
 // A client that gives up while a connect to an unresponsive pod is pending does not get the
@@ -1199,45 +1169,54 @@ func TestIdleConnectionClosedWith408IsNotUsed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for the idle check interval")
 	}
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ln.Close() })
+		timedOut := make(chan struct{}, 4)
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					req, err := http.ReadRequest(bufio.NewReader(c))
+					if err != nil {
+						return
+					}
+					_, _ = io.WriteString(c, okReply("for "+req.URL.Path))
+					time.Sleep(100 * time.Millisecond) // the upstream's idle timeout
+					_, _ = io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+					timedOut <- struct{}{}
+				}()
+			}
+		}()
+		h.src.Set(key("app"), endpointOf(t, "http://"+ln.Addr().String(), ""))
+		if a := dialRaw(t, h).do(rawGet("/first")); a.Code != http.StatusOK || a.Body != "for /first" {
+			t.Fatalf("GET /first: %+v", a)
+		}
+		<-timedOut
+		time.Sleep(time.Second) // idle past the check interval (probeIdle)
+		if a := dialRaw(t, h).do(rawGet("/second")); a.Code != http.StatusOK || a.Body != "for /second" {
+			t.Errorf("GET /second after the idle 408: %+v, want 200 %q", a, "for /second")
+		}
+	})
+}
+
+// onBothPaths runs f twice, as subtests fast=true and fast=false, with a harness routing
+// app.example.com to the app "ns/app" (Service app) on the raw path (Server.FastHTTP1 on) and on
+// the general path (off).
+func onBothPaths(t *testing.T, f func(t *testing.T, h *harness, fast bool)) {
 	for _, fast := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
 			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
 				s.FastHTTP1 = fast
 			})
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = ln.Close() })
-			timedOut := make(chan struct{}, 4)
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					go func() {
-						defer c.Close()
-						req, err := http.ReadRequest(bufio.NewReader(c))
-						if err != nil {
-							return
-						}
-						_, _ = io.WriteString(c, okReply("for "+req.URL.Path))
-						time.Sleep(100 * time.Millisecond) // the upstream's idle timeout
-						_, _ = io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-						timedOut <- struct{}{}
-					}()
-				}
-			}()
-			h.src.Set(key("app"), endpointOf(t, "http://"+ln.Addr().String(), ""))
-			if a := dialRaw(t, h).do(rawGet("/first")); a.Code != http.StatusOK || a.Body != "for /first" {
-				t.Fatalf("GET /first: %+v", a)
-			}
-			<-timedOut
-			time.Sleep(time.Second) // idle past the check interval (probeIdle)
-			if a := dialRaw(t, h).do(rawGet("/second")); a.Code != http.StatusOK || a.Body != "for /second" {
-				t.Errorf("GET /second after the idle 408: %+v, want 200 %q", a, "for /second")
-			}
+			f(t, h, fast)
 		})
 	}
 }
