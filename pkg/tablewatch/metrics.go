@@ -3,9 +3,9 @@ package tablewatch
 import (
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/httpscale/httpscale/pkg/routing"
 )
@@ -100,11 +100,10 @@ func reasonOf(err error) string {
 	}
 }
 
-// olderResourceVersion reports whether resourceVersion a is older than b. Resource versions are
-// opaque by API contract, but every etcd-backed API server issues them as increasing integers; when
-// either does not parse as one, nothing is assumed older and the table is loaded.
+// olderResourceVersion reports whether resourceVersion a is older than b, by apimachinery's
+// comparison (resource versions of one resource are comparable integers since Kubernetes 1.35,
+// KEP-5504). When either is not a valid one, nothing is assumed older and the table is loaded.
 func olderResourceVersion(a, b string) bool {
-	x, errA := strconv.ParseUint(a, 10, 64)
-	y, errB := strconv.ParseUint(b, 10, 64)
-	return errA == nil && errB == nil && x < y
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && c < 0
 }

@@ -17,8 +17,11 @@ func TestOlderResourceVersion(t *testing.T) {
 		{"10", "9", false},
 		{"10", "10", false},
 		{"", "10", false},
-		{"abc", "10", false}, // not an etcd revision: assume nothing
+		{"123456789012345678901234567890", "123456789012345678901234567891", true}, // no length limit
+		{"abc", "10", false}, // not a valid resource version: assume nothing
 		{"10", "abc", false},
+		{"010", "9", false}, // leading zeros are invalid
+		{"0", "10", false},  // 0 is never a live resource version
 	} {
 		if got := olderResourceVersion(tc.a, tc.b); got != tc.want {
 			t.Errorf("olderResourceVersion(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
