@@ -34,7 +34,7 @@ func directEligible(w http.ResponseWriter, b *backend) (*h1Response, bool) {
 // body that fails midway aborts the response (http.ErrAbortHandler) instead of completing it.
 func (p *Proxy) forwardDirect(w *h1Response, r *http.Request) {
 	h := r.Header
-	teTrailers := headerHasToken(h["Te"], "trailers")
+	teTrailers := anyHasToken(h["Te"], "trailers")
 	removeHopByHop(h)
 	if teTrailers {
 		h["Te"] = []string{"trailers"}
@@ -151,15 +151,4 @@ func removeHopByHop(h http.Header) {
 	for _, k := range hopHeaders {
 		delete(h, k)
 	}
-}
-
-func headerHasToken(vs []string, tok string) bool {
-	for _, v := range vs {
-		for f := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(f), tok) {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -256,11 +255,8 @@ func (e staleConnError) Unwrap() error { return e.err }
 
 func (pc *h1Conn) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	// Cancelling the request (client gone, timeouts) closes the connection, which unblocks I/O.
-	var cancelled atomic.Bool
-	stop := context.AfterFunc(ctx, func() {
-		cancelled.Store(true)
-		_ = pc.c.Close()
-	})
+	// stop reports false once this ran, so the body knows not to pool the connection.
+	stop := context.AfterFunc(ctx, func() { _ = pc.c.Close() })
 	if err := req.Write(pc.bw); err != nil {
 		stop()
 		return nil, staleConnError{fmt.Errorf("writing request: %w", err)}
@@ -269,13 +265,13 @@ func (pc *h1Conn) roundTrip(ctx context.Context, req *http.Request) (*http.Respo
 		stop()
 		return nil, staleConnError{fmt.Errorf("writing request: %w", err)}
 	}
-	return pc.readResponse(req, stop, &cancelled)
+	return pc.readResponse(req, stop)
 }
 
 // readResponse reads the response to req (informational responses are dropped). Its body returns
 // pc to the pool once read to its end, when stop (which unregisters whatever would close pc on
 // cancellation) reports that it was not cancelled.
-func (pc *h1Conn) readResponse(req *http.Request, stop func() bool, cancelled *atomic.Bool) (*http.Response, error) {
+func (pc *h1Conn) readResponse(req *http.Request, stop func() bool) (*http.Response, error) {
 	var resp *http.Response
 	for {
 		if _, err := pc.br.Peek(1); err != nil {
@@ -294,18 +290,18 @@ func (pc *h1Conn) readResponse(req *http.Request, stop func() bool, cancelled *a
 		break
 	}
 	keep := !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
-	resp.Body = &h1Body{pc: pc, body: resp.Body, keep: keep, stop: stop, cancelled: cancelled}
+	resp.Body = &h1Body{pc: pc, body: resp.Body, keep: keep, stop: stop}
 	return resp, nil
 }
 
 // h1Body returns the connection to the pool once the body was read to its end.
 type h1Body struct {
-	pc        *h1Conn
-	body      io.ReadCloser
-	keep      bool
-	done      bool
-	stop      func() bool
-	cancelled *atomic.Bool
+	pc   *h1Conn
+	body io.ReadCloser
+	keep bool
+	done bool
+	// stop unregisters what closes the connection on cancellation; false: it was cancelled.
+	stop func() bool
 }
 
 func (b *h1Body) Read(p []byte) (int, error) {
@@ -332,7 +328,7 @@ func (b *h1Body) finish(complete bool) {
 	_ = b.body.Close()
 	// Bytes after the body (a body sent with a HEAD answer, more than Content-Length) would be read
 	// as the next request's response: such a connection is not reused.
-	if complete && b.keep && stopped && !b.cancelled.Load() && b.pc.br.Buffered() == 0 {
+	if complete && b.keep && stopped && b.pc.br.Buffered() == 0 {
 		b.pc.t.put(b.pc)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
@@ -203,8 +204,7 @@ type h1ServerConn struct {
 	deadline time.Time
 	ctx      context.Context
 	cancel   context.CancelFunc
-	ip       string // the client's address without the port (X-Forwarded-For)
-	ipDone   bool
+	ip       string // the client's address without the port (X-Forwarded-For); "" when none
 
 	busyConn atomic.Bool // serving a request, not waiting for one (see setBusy)
 	// reqSeq is odd while a request is served; it counts requests twice. seenSeq is watchLoop's
@@ -214,7 +214,6 @@ type h1ServerConn struct {
 
 	// The client watch (see h1Server): armed by watchLoop once a request runs for watchAfter.
 	mu       sync.Mutex
-	busy     bool          // a request is being served
 	watching chan struct{} // non-nil while the background read runs; closed when it ends
 	aborting bool          // the background read is being stopped on purpose
 	gone     bool          // the client closed its side or the connection failed
@@ -296,6 +295,9 @@ func (sc *h1ServerConn) serve() {
 	sc.cr.c = sc.c
 	sc.br = bufio.NewReaderSize(&sc.cr, h1ReadBuffer)
 	sc.remote = sc.c.RemoteAddr().String()
+	if ip, _, err := net.SplitHostPort(sc.remote); err == nil {
+		sc.ip = ip
+	}
 	for {
 		if s.idleTimeout > 0 {
 			if at := time.Now().Add(s.idleTimeout); sc.deadline.IsZero() || at.Sub(sc.deadline) > s.idleTimeout/4 {
@@ -396,10 +398,8 @@ func fastRequest(block []byte) bool {
 			return false // includes obsolete line folding (leading space)
 		}
 		value = bytes.Trim(value, " \t")
-		for _, b := range value {
-			if b < ' ' && b != '\t' || b == 0x7f {
-				return false
-			}
+		if !fieldValue(value) {
+			return false
 		}
 		switch {
 		case asciiEqualFold(name, "Host"):
@@ -436,11 +436,12 @@ func connectionPlain(v []byte) bool {
 	return true
 }
 
-func asciiEqualFold(b []byte, s string) bool {
+// asciiEqualFold reports whether b equals s, ignoring ASCII case (header names and tokens).
+func asciiEqualFold[T string | []byte](b T, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}
-	for i := range b {
+	for i := 0; i < len(b); i++ {
 		c := b[i]
 		if 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
@@ -527,9 +528,6 @@ func (sc *h1ServerConn) serveOne(n int) bool {
 // startWatch lets the client watch be armed for the request being served: at once when
 // watchAfter is not positive, else by watchLoop.
 func (sc *h1ServerConn) startWatch() {
-	sc.mu.Lock()
-	sc.busy = true
-	sc.mu.Unlock()
 	sc.reqSeq.Add(1) // odd: serving
 	if sc.s.watchAfter <= 0 {
 		sc.watch()
@@ -540,7 +538,9 @@ func (sc *h1ServerConn) startWatch() {
 func (sc *h1ServerConn) watch() {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if !sc.busy || sc.watching != nil || sc.gone {
+	// Serving is reqSeq odd; stopWatch makes it even before it takes mu, so it finds any watch
+	// started here.
+	if sc.reqSeq.Load()&1 == 0 || sc.watching != nil || sc.gone {
 		return
 	}
 	if sc.br.Buffered() > 0 || len(sc.cr.pending) > 0 {
@@ -570,7 +570,6 @@ func (sc *h1ServerConn) watch() {
 func (sc *h1ServerConn) stopWatch() bool {
 	sc.reqSeq.Add(1) // even: done
 	sc.mu.Lock()
-	sc.busy = false
 	done := sc.watching
 	if done != nil {
 		sc.aborting = true
@@ -616,7 +615,6 @@ type h1Response struct {
 	written     int64
 	failed      error
 	trailers    []string
-	dateBuf     [len(http.TimeFormat) + 8]byte
 }
 
 var h1ResponsePool = sync.Pool{New: func() any { return &h1Response{} }}
@@ -750,7 +748,7 @@ func (w *h1Response) sendHead(final bool) {
 	} else {
 		h.Del("Trailer")
 	}
-	if w.req.Close || w.sc.s.shuttingDown() || hasToken(h["Connection"], "close") {
+	if w.req.Close || w.sc.s.shuttingDown() || anyHasToken(h["Connection"], "close") {
 		w.closeAfter = true
 	}
 	bw := w.sc.bw
@@ -771,7 +769,7 @@ func (w *h1Response) sendHead(final bool) {
 		}
 	}
 	if _, ok := h["Date"]; !ok {
-		writeHeaderLine(bw, "Date", string(time.Now().UTC().AppendFormat(w.dateBuf[:0], http.TimeFormat)))
+		writeHeaderLine(bw, "Date", httpDate())
 	}
 	if w.chunked {
 		_, _ = bw.WriteString("Transfer-Encoding: chunked\r\n")
@@ -801,12 +799,23 @@ func writeHeaderLine(bw *bufio.Writer, k, v string) {
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
-func hasToken(vs []string, tok string) bool {
+// hasToken reports whether the comma-separated list v contains tok, ignoring ASCII case.
+func hasToken(v, tok string) bool {
+	for len(v) > 0 {
+		var t string
+		t, v, _ = strings.Cut(v, ",")
+		if asciiEqualFold(textproto.TrimString(t), tok) {
+			return true
+		}
+	}
+	return false
+}
+
+// anyHasToken reports whether one of the header values vs contains tok (see hasToken).
+func anyHasToken(vs []string, tok string) bool {
 	for _, v := range vs {
-		for _, t := range bytes.Split([]byte(v), []byte(",")) {
-			if asciiEqualFold(bytes.TrimSpace(t), tok) {
-				return true
-			}
+		if hasToken(v, tok) {
+			return true
 		}
 	}
 	return false

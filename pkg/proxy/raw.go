@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
+	"net/textproto"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,12 +71,12 @@ type rawHeader struct {
 
 // Values implements routing.Header for header-matched routes.
 func (rq *rawRequest) Values(key string) []string {
-	if asciiEqualFoldString(key, "Host") {
+	if asciiEqualFold(key, "Host") {
 		return nil // net/http moves Host out of the header map: a route cannot match on it
 	}
 	var vs []string
 	for i := range rq.headers {
-		if h := &rq.headers[i]; asciiEqualFoldString(h.name, key) {
+		if h := &rq.headers[i]; asciiEqualFold(h.name, key) {
 			vs = append(vs, h.value)
 		}
 	}
@@ -117,45 +117,45 @@ func (rq *rawRequest) parse(head string) bool {
 		}
 		line, rest, _ = strings.Cut(rest, "\r\n")
 		name, value, _ := strings.Cut(line, ":")
-		value = trimOWS(value)
+		value = textproto.TrimString(value)
 		h := rawHeader{name: name, value: value}
 		switch {
-		case asciiEqualFoldString(name, "Host"):
+		case asciiEqualFold(name, "Host"):
 			rq.host = value
-		case asciiEqualFoldString(name, "Connection"):
+		case asciiEqualFold(name, "Connection"):
 			h.drop = true
-			if hasTokenString(value, "close") {
+			if hasToken(value, "close") {
 				rq.close, closeToken = true, true
 			}
-		case asciiEqualFoldString(name, "Te"):
+		case asciiEqualFold(name, "Te"):
 			h.drop = true
-			if hasTokenString(value, "trailers") {
+			if hasToken(value, "trailers") {
 				rq.teTrailers = true
 			}
-		case asciiEqualFoldString(name, "X-Forwarded-For"):
+		case asciiEqualFold(name, "X-Forwarded-For"):
 			h.drop = true
 			rq.xff = append(rq.xff, value)
-		case asciiEqualFoldString(name, "X-Forwarded-Host"):
+		case asciiEqualFold(name, "X-Forwarded-Host"):
 			rq.hasXFHost = true
-		case asciiEqualFoldString(name, "X-Forwarded-Proto"):
+		case asciiEqualFold(name, "X-Forwarded-Proto"):
 			rq.hasXFProto = true
-		case isHopHeader(name), asciiEqualFoldString(name, "Forwarded"):
+		case isHopHeader(name), asciiEqualFold(name, "Forwarded"):
 			h.drop = true
 		// Request.Write, which sends the general path's requests, writes its own Content-Length
 		// (see write) and only the first User-Agent, when it is not empty.
-		case asciiEqualFoldString(name, "Content-Length"):
+		case asciiEqualFold(name, "Content-Length"):
 			h.drop = true
-		case asciiEqualFoldString(name, "User-Agent"):
+		case asciiEqualFold(name, "User-Agent"):
 			h.drop = seenUA || value == ""
 			seenUA = true
-		case asciiEqualFoldString(name, "Pragma"):
+		case asciiEqualFold(name, "Pragma"):
 			if !seenPragma {
 				rq.noCache = value == "no-cache"
 				seenPragma = true
 			}
-		case asciiEqualFoldString(name, "Cache-Control"):
+		case asciiEqualFold(name, "Cache-Control"):
 			hasCC = true
-		case asciiEqualFoldString(name, "Idempotency-Key"), asciiEqualFoldString(name, "X-Idempotency-Key"):
+		case asciiEqualFold(name, "Idempotency-Key"), asciiEqualFold(name, "X-Idempotency-Key"):
 			rq.idempotencyKey = true
 		}
 		rq.headers = append(rq.headers, h)
@@ -165,7 +165,7 @@ func (rq *rawRequest) parse(head string) bool {
 	}
 	if closeToken { // headers named by Connection are hop-by-hop; the screen allows only these two
 		for i := range rq.headers {
-			if asciiEqualFoldString(rq.headers[i].name, "Close") {
+			if asciiEqualFold(rq.headers[i].name, "Close") {
 				rq.headers[i].drop = true
 			}
 		}
@@ -182,7 +182,7 @@ func (rq *rawRequest) write(pc *h1Conn, clientIP string) error {
 	_, _ = bw.WriteString(" HTTP/1.1\r\n")
 	for i := range rq.headers {
 		if h := &rq.headers[i]; !h.drop {
-			writeRawLine(bw, h.name, h.value)
+			writeHeaderLine(bw, h.name, h.value)
 		}
 	}
 	if rq.teTrailers {
@@ -205,7 +205,7 @@ func (rq *rawRequest) write(pc *h1Conn, clientIP string) error {
 		_, _ = bw.WriteString("\r\n")
 	}
 	if !rq.hasXFHost {
-		writeRawLine(bw, "X-Forwarded-Host", rq.host)
+		writeHeaderLine(bw, "X-Forwarded-Host", rq.host)
 	}
 	if !rq.hasXFProto {
 		_, _ = bw.WriteString("X-Forwarded-Proto: http\r\n")
@@ -222,13 +222,6 @@ func pathByte(c byte) bool {
 		return true
 	}
 	return strings.IndexByte("-._~!$&'()*+,/:;=@[]", c) >= 0
-}
-
-func writeRawLine(bw interface{ WriteString(string) (int, error) }, name, value string) {
-	_, _ = bw.WriteString(name)
-	_, _ = bw.WriteString(": ")
-	_, _ = bw.WriteString(value)
-	_, _ = bw.WriteString("\r\n")
 }
 
 // serveRaw serves a screened request on the raw path, or declines (served false) without having
@@ -325,7 +318,7 @@ func (p *Proxy) rawExchange(sc *h1ServerConn, rq *rawRequest, addr string) (*h1C
 			p.fast.put(pc) // untouched
 			return nil, 0, fmt.Errorf("%w: %w", ErrClientGone, sc.ctx.Err())
 		}
-		err = rq.write(pc, sc.clientIP())
+		err = rq.write(pc, sc.ip)
 		if err != nil {
 			err = staleConnError{fmt.Errorf("writing request: %w", err)}
 		} else {
@@ -428,7 +421,7 @@ func parseRawResponse(head []byte) (rawResponse, bool) {
 			if !connectionPlain(value) {
 				return r, false // it names headers to drop: forwardDirect's rules apply
 			}
-			if hasTokenString(string(value), "close") {
+			if hasToken(string(value), "close") {
 				r.keep = false
 			}
 		case asciiEqualFold(name, "Close"):
@@ -545,8 +538,7 @@ func (p *Proxy) relayParsed(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn
 	// Close stays false while the response is read: the forwarded request did not ask the upstream
 	// to close (as on the general path), so the connection is kept for another request.
 	req := &http.Request{Method: rq.method, Host: rq.host, ProtoMajor: 1, ProtoMinor: 1}
-	var cancelled atomic.Bool
-	res, err := pc.readResponse(req, sc.clearPeer, &cancelled)
+	res, err := pc.readResponse(req, sc.clearPeer)
 	if err != nil {
 		sc.clearPeer()
 		p.fast.discard(pc)
@@ -604,65 +596,9 @@ var dateCache atomic.Pointer[cachedDate]
 // isHopHeader reports whether name is one of hopHeaders, case-insensitively.
 func isHopHeader(name string) bool {
 	for _, h := range hopHeaders {
-		if asciiEqualFoldString(name, h) {
+		if asciiEqualFold(name, h) {
 			return true
 		}
 	}
 	return false
-}
-
-func asciiEqualFoldString(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		c, d := a[i], b[i]
-		if c == d {
-			continue
-		}
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if 'A' <= d && d <= 'Z' {
-			d += 'a' - 'A'
-		}
-		if c != d {
-			return false
-		}
-	}
-	return true
-}
-
-// hasTokenString reports whether the comma-separated list v contains tok, case-insensitively.
-func hasTokenString(v, tok string) bool {
-	for len(v) > 0 {
-		var t string
-		t, v, _ = strings.Cut(v, ",")
-		if asciiEqualFoldString(trimOWS(t), tok) {
-			return true
-		}
-	}
-	return false
-}
-
-func trimOWS(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-// clientIP is the client's address without the port, "" when it has none; computed once per
-// connection.
-func (sc *h1ServerConn) clientIP() string {
-	if !sc.ipDone {
-		sc.ipDone = true
-		if ip, _, err := net.SplitHostPort(sc.remote); err == nil {
-			sc.ip = ip
-		}
-	}
-	return sc.ip
 }
