@@ -177,6 +177,27 @@ type ReplicaBounds struct {
 	Max *int32 `json:"max,omitempty"`
 }
 
+// Replica bounds when spec.replicas leaves them out (the API defaults above; objects read without
+// defaulting, e.g. in the webhook, get the same values through Bounds).
+const (
+	DefaultMinReplicas int32 = 0
+	DefaultMaxReplicas int32 = 100
+)
+
+// Bounds returns the spec's min and max replicas, defaults filled in.
+func (s *HTTPScaledObjectSpec) Bounds() (minReplicas, maxReplicas int32) {
+	minReplicas, maxReplicas = DefaultMinReplicas, DefaultMaxReplicas
+	if r := s.Replicas; r != nil {
+		if r.Min != nil {
+			minReplicas = *r.Min
+		}
+		if r.Max != nil {
+			maxReplicas = *r.Max
+		}
+	}
+	return minReplicas, maxReplicas
+}
+
 // ScalingMetric chooses the per-replica targets the autoscaler tracks.
 // +kubebuilder:validation:XValidation:rule="has(self.concurrency) || has(self.requestRate)",message="scalingMetric needs at least one of concurrency or requestRate"
 type ScalingMetric struct {

@@ -161,8 +161,7 @@ func TestTriggerMetadata(t *testing.T) {
 }
 
 func TestBuildScaledObject(t *testing.T) {
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	got := buildScaledObject(fullObject(), "scaler:9090", now)
+	got := buildScaledObject(fullObject(), "scaler:9090", nil)
 	want := &kedav1alpha1.ScaledObject{
 		ObjectMeta: metav1.ObjectMeta{Name: "front", Namespace: "shop", Labels: map[string]string{LabelManagedBy: "httpscale-operator"}},
 		Spec: kedav1alpha1.ScaledObjectSpec{
@@ -182,7 +181,7 @@ func TestBuildScaledObject(t *testing.T) {
 
 	bare := fullObject()
 	bare.Spec.Replicas, bare.Spec.ScaledownPeriod = nil, nil
-	so := buildScaledObject(bare, "scaler:9090", now)
+	so := buildScaledObject(bare, "scaler:9090", nil)
 	if *so.Spec.MinReplicaCount != 0 || *so.Spec.MaxReplicaCount != 100 || *so.Spec.CooldownPeriod != 300 {
 		t.Errorf("defaults: min %d max %d cooldown %d, want 0 100 300", *so.Spec.MinReplicaCount, *so.Spec.MaxReplicaCount, *so.Spec.CooldownPeriod)
 	}

@@ -53,8 +53,6 @@ type Reconciler struct {
 	Table         *TableWriter
 	Prober        *Prober
 	ScalerAddress string
-	// Now is the clock ScaledObject replica bounds are computed with.
-	Now func() time.Time
 	// Schedules runs spec.schedules; nil disables scheduled scaling.
 	Schedules *schedule.Scheduler
 	Log       logr.Logger
@@ -230,8 +228,7 @@ func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObj
 			"the KEDA ScaledObject is not created or changed while the object is invalid (see condition Valid)")
 		return nil
 	}
-	desired := buildScaledObject(hso, r.ScalerAddress, r.Now())
-	sched.SetBounds(desired) // the most recently fired schedule rule's min/max, if any
+	desired := buildScaledObject(hso, r.ScalerAddress, sched.Active)
 	if err := controllerutil.SetControllerReference(hso, desired, r.Client.Scheme()); err != nil {
 		return fmt.Errorf("owning ScaledObject: %w", err)
 	}

@@ -1,21 +1,20 @@
 package controller
 
 import (
-	"time"
+	"cmp"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	rules "github.com/httpscale/httpscale/pkg/schedule"
 	"github.com/httpscale/httpscale/pkg/trigger"
 )
 
 // Defaults for fields the API server normally fills in (CRD defaults); the builder applies them too so
 // that an object written before a default existed still gets a working ScaledObject.
 const (
-	defaultMinReplicas       = 0
-	defaultMaxReplicas       = 100
 	defaultCooldownSeconds   = 300
 	defaultConcurrencyTarget = 100
 )
@@ -25,22 +24,6 @@ const (
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	managedByValue = "httpscale-operator"
 )
-
-// replicaBounds returns the min/max replicas the ScaledObject carries at time now. It is the one place
-// that decides them: today they come from spec.replicas; time-based rules (schedules) plug in here and
-// override them, which is why it takes now although the spec alone does not need it.
-func replicaBounds(hso *v1.HTTPScaledObject, _ time.Time) (minReplicas, maxReplicas int32) {
-	minReplicas, maxReplicas = defaultMinReplicas, defaultMaxReplicas
-	if r := hso.Spec.Replicas; r != nil {
-		if r.Min != nil {
-			minReplicas = *r.Min
-		}
-		if r.Max != nil {
-			maxReplicas = *r.Max
-		}
-	}
-	return minReplicas, maxReplicas
-}
 
 // TriggerMetadata returns the scaler's view of hso: which app, and its per-replica targets, so that the
 // scaler never reads the HTTPScaledObject itself. With no scalingMetric it scales on a concurrency of
@@ -60,31 +43,18 @@ func TriggerMetadata(hso *v1.HTTPScaledObject) trigger.Metadata {
 	}
 	if rr := sm.RequestRate; rr != nil {
 		m.RequestRateTarget = float64(rr.TargetValue)
-		window := (*v1.Duration)(nil)
-		if rr.Window != "" {
-			window = &rr.Window
-		}
-		granularity := (*v1.Duration)(nil)
-		if rr.Granularity != "" {
-			granularity = &rr.Granularity
-		}
-		m.Window = orDuration(parseDuration(window), trigger.DefaultWindow)
-		m.Granularity = orDuration(parseDuration(granularity), trigger.DefaultGranularity)
+		// Admission only lets positive durations through; "" (unset) parses as 0.
+		m.Window = cmp.Or(parseDuration(&rr.Window), trigger.DefaultWindow)
+		m.Granularity = cmp.Or(parseDuration(&rr.Granularity), trigger.DefaultGranularity)
 	}
 	return m
 }
 
-func orDuration(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
-
 // buildScaledObject returns the KEDA ScaledObject that scales hso's workload on the scaler's metrics,
-// with min/max from replicaBounds at now. The caller sets the owner reference.
-func buildScaledObject(hso *v1.HTTPScaledObject, scalerAddress string, now time.Time) *kedav1alpha1.ScaledObject {
-	minReplicas, maxReplicas := replicaBounds(hso, now)
+// with min/max from spec.replicas, overridden by active, the most recently fired schedule rule (nil:
+// none). The caller sets the owner reference.
+func buildScaledObject(hso *v1.HTTPScaledObject, scalerAddress string, active *rules.Active) *kedav1alpha1.ScaledObject {
+	minReplicas, maxReplicas := active.Bounds(hso.Spec.Bounds())
 	cooldown := int32(defaultCooldownSeconds)
 	if hso.Spec.ScaledownPeriod != nil {
 		cooldown = *hso.Spec.ScaledownPeriod

@@ -183,7 +183,6 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Table:         writer,
 		Prober:        prober,
 		ScalerAddress: o.ScalerAddress,
-		Now:           time.Now,
 		Schedules:     o.Schedules,
 		Log:           log,
 	}

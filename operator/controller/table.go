@@ -358,9 +358,6 @@ func (w *TableWriter) write(ctx context.Context) error {
 // replica serving a version older than that is reported as not (yet) serving the current one.
 const maxKnownVersions = 1024
 
-// record returns the view after writing table. Every write of a new version gets the next sequence
-// number, even when the same content was written before (a table A, then B, then A again): a replica
-// still serving B must not count as serving what the second A introduced.
 // buildTable decides the routing table from the valid objects' candidates: the oldest object (then
 // namespace/name) wins a contested route, losers are left out and reported by key, and so is any
 // entry the table would reject (the reconciler validates entries before handing them over; this
@@ -409,6 +406,9 @@ func buildTable(cands []candidate) (*routing.Table, map[string]routing.Conflict,
 	return table, conflicts, invalid, nil
 }
 
+// record returns the view after writing table. Every write of a new version gets the next sequence
+// number, even when the same content was written before (a table A, then B, then A again): a replica
+// still serving B must not count as serving what the second A introduced.
 func (w *TableWriter) record(prev *Written, table *routing.Table, conflicts map[string]routing.Conflict) *Written {
 	next := &Written{Version: table.Version(), Conflicts: conflicts, versions: prev.versions, introduced: map[string]introduction{}}
 	seq := uint64(0)

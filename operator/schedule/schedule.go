@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -46,24 +45,6 @@ func Apply(now time.Time, hso *v1.HTTPScaledObject, o rules.Options) Outcome {
 	return out
 }
 
-// Overrides returns the min and max replica counts the active rule sets; nil leaves spec.replicas in
-// force for that bound.
-func (o Outcome) Overrides() (minReplicas, maxReplicas *int32) {
-	if o.Active == nil {
-		return nil, nil
-	}
-	return o.Active.Min, o.Active.Max
-}
-
-// SetBounds writes the bounds in force onto a ScaledObject the operator generates from hso: the active
-// rule's over the ones it already carries (taken from spec.replicas). Call it on the desired object
-// before comparing it with the live one.
-func (o Outcome) SetBounds(so *kedav1alpha1.ScaledObject) {
-	specMin, specMax := ptr.Deref(so.Spec.MinReplicaCount, 0), ptr.Deref(so.Spec.MaxReplicaCount, 100)
-	minReplicas, maxReplicas := o.Active.Bounds(specMin, specMax)
-	so.Spec.MinReplicaCount, so.Spec.MaxReplicaCount = ptr.To(minReplicas), ptr.To(maxReplicas)
-}
-
 // Scheduler runs schedules as one step of the HTTPScaledObject reconcile. It is safe for concurrent use
 // by parallel reconciles of different objects.
 type Scheduler struct {
@@ -82,8 +63,8 @@ type Scheduler struct {
 // the user owns the ScaledObject (annotation httpscale.dev/skip-scaledobject: "true") and a rule fired,
 // patches that ScaledObject's min/max. A missing or ambiguous user ScaledObject is recorded as a failed
 // execution; API errors are returned so the reconcile is retried (status is then not written, so the
-// execution is still due on the retry). For an operator-generated ScaledObject call Outcome.SetBounds
-// on the desired object.
+// execution is still due on the retry). An operator-generated ScaledObject takes the bounds of
+// Outcome.Active over spec.replicas when it is built (Active.Bounds).
 func (s *Scheduler) Reconcile(ctx context.Context, hso *v1.HTTPScaledObject) (Outcome, error) {
 	if len(hso.Spec.Schedules) == 0 && len(hso.Status.Schedules) == 0 {
 		return Outcome{}, nil

@@ -71,8 +71,8 @@ func reconcile(ctx context.Context, s *schedule.Scheduler, key client.ObjectKey)
 	out, err := s.Reconcile(ctx, hso)
 	Expect(err).NotTo(HaveOccurred())
 	if hso.Annotations[v1.AnnotationSkipScaledObject] != "true" {
-		desired := kedaObject(hso.Namespace, hso.Name, hso.Spec.ScaleTargetRef.Name, *hso.Spec.Replicas.Min, *hso.Spec.Replicas.Max)
-		out.SetBounds(desired)
+		minR, maxR := out.Active.Bounds(hso.Spec.Bounds()) // as the operator's ScaledObject builder does
+		desired := kedaObject(hso.Namespace, hso.Name, hso.Spec.ScaleTargetRef.Name, minR, maxR)
 		live := &kedav1alpha1.ScaledObject{}
 		err := k8s.Get(ctx, key, live)
 		if apierrors.IsNotFound(err) {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -63,14 +62,6 @@ func (m *CertManager) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, er
 		return c, nil
 	}
 	return nil, errors.New("webhook serving certificate not loaded yet")
-}
-
-// Ready reports whether a certificate is loaded (a healthz.Checker).
-func (m *CertManager) Ready(*http.Request) error {
-	if m.current.Load() == nil {
-		return errors.New("webhook serving certificate not loaded yet")
-	}
-	return nil
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every replica serves the webhook.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
@@ -86,15 +87,7 @@ func Validate(spec *v1.HTTPScaledObjectSpec, loc *time.Location) (field.ErrorLis
 func validateSchedules(path *field.Path, spec *v1.HTTPScaledObjectSpec, loc *time.Location) (field.ErrorList, []string) {
 	var errs field.ErrorList
 	var warnings []string
-	specMin, specMax := int32(0), int32(100)
-	if r := spec.Replicas; r != nil {
-		if r.Min != nil {
-			specMin = *r.Min
-		}
-		if r.Max != nil {
-			specMax = *r.Max
-		}
-	}
+	specMin, specMax := spec.Bounds()
 	names := map[string]int{}
 	for i, r := range spec.Schedules {
 		p := path.Index(i)
@@ -103,10 +96,7 @@ func validateSchedules(path *field.Path, spec *v1.HTTPScaledObjectSpec, loc *tim
 		}
 		names[r.Name] = i
 
-		zoneName := ""
-		if r.TimeZone != nil {
-			zoneName = *r.TimeZone
-		}
+		zoneName := ptr.Deref(r.TimeZone, "")
 		zone, err := rules.LoadLocation(zoneName, loc)
 		if err != nil {
 			errs = append(errs, field.Invalid(p.Child("timeZone"), zoneName, err.Error()))

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 )
@@ -87,7 +88,7 @@ func Evaluate(now time.Time, rules []v1.ScheduleRule, prev []v1.ScheduleStatus, 
 		cursor := st.NextExecutionTime
 		st.NextExecutionTime = nil
 
-		zone, err := LoadLocation(ptrString(rule.TimeZone), loc)
+		zone, err := LoadLocation(ptr.Deref(rule.TimeZone, ""), loc)
 		if err == nil {
 			st.TimeZone = zone.String()
 		}
@@ -238,13 +239,6 @@ func limit(p *int32, def int) int {
 		return def
 	}
 	return max(int(*p), 0)
-}
-
-func ptrString(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
 }
 
 func copyInt(p *int32) *int32 {
