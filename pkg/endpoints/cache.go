@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -170,7 +171,7 @@ func (c *Cache) Track(keys []ServiceKey) {
 		} else {
 			next[k] = newKeyState()
 		}
-		if !c.isTrackedPort(k) {
+		if !slices.Contains(c.ports[serviceName{k.Namespace, k.Service}], k.PortName) { // not tracked before this Track
 			added = append(added, k)
 		}
 	}
@@ -193,16 +194,6 @@ func (c *Cache) Track(keys []ServiceKey) {
 		}
 	}
 	c.checkSynced()
-}
-
-// isTrackedPort reports whether k's port was tracked before the Track in progress. c.mu held.
-func (c *Cache) isTrackedPort(k ServiceKey) bool {
-	for _, p := range c.ports[serviceName{k.Namespace, k.Service}] {
-		if p == k.PortName {
-			return true
-		}
-	}
-	return false
 }
 
 // OnTable tracks every Service port t routes to: each entry's target and cold-start fallback. Its

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 )
 
 // buildSet returns the ready endpoints of k found in slices (all of k's Service), or nil when there
@@ -72,7 +73,7 @@ func slicePort(ports []discoveryv1.EndpointPort, name string) (int32, bool) {
 		return p.Port != nil && (p.Protocol == nil || *p.Protocol == corev1.ProtocolTCP)
 	}
 	for _, p := range ports {
-		if usable(p) && ptrValue(p.Name) == name {
+		if usable(p) && ptr.Deref(p.Name, "") == name {
 			return *p.Port, true
 		}
 	}
@@ -80,13 +81,6 @@ func slicePort(ports []discoveryv1.EndpointPort, name string) (int32, bool) {
 		return *ports[0].Port, true
 	}
 	return 0, false
-}
-
-func ptrValue(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 func sortEndpoints(eps []Endpoint) {
@@ -98,14 +92,6 @@ func sortEndpoints(eps []Endpoint) {
 // dedupe drops endpoints with the address of their predecessor in sorted eps.
 func dedupe(eps []Endpoint) []Endpoint {
 	return slices.CompactFunc(eps, func(a, b Endpoint) bool { return a.IP == b.IP && a.Port == b.Port })
-}
-
-// endpoints returns s's endpoints; nil for a nil Set.
-func (s *Set) endpoints() []Endpoint {
-	if s == nil {
-		return nil
-	}
-	return s.Endpoints
 }
 
 // sameEndpoints reports whether a and b hold equal endpoints in the same order.

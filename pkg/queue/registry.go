@@ -6,6 +6,7 @@ package queue
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,10 +69,7 @@ func (r *Registry) App(key string) *App {
 	if a := cur[key]; a != nil {
 		return a
 	}
-	next := make(map[string]*App, len(cur)+1)
-	for k, v := range cur {
-		next[k] = v
-	}
+	next := maps.Clone(cur)
 	a := r.newApp(key)
 	next[key] = a
 	r.apps.Store(&next)

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,7 @@ type Options struct {
 func Start(opts Options) *Interceptor {
 	ic := &Interceptor{counts: NewCounts(), wake: NewWakes()}
 	h := admin.NewHandler(admin.HandlerOptions{
-		Counts: countsProxy{ic}, Wake: ic.wake, WakeHeartbeat: opts.WakeHeartbeat,
+		Counts: ic.counts, Wake: ic.wake, WakeHeartbeat: opts.WakeHeartbeat,
 		Status: func() admin.Status { return admin.Status{} },
 	})
 	ic.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -98,11 +99,6 @@ func (ic *Interceptor) Close() {
 	ic.Server.CloseClientConnections()
 	ic.Server.Close()
 }
-
-type countsProxy struct{ ic *Interceptor }
-
-func (p countsProxy) Epoch() string                         { return p.ic.counts.Epoch() }
-func (p countsProxy) CountsSince(since uint64) admin.Counts { return p.ic.counts.CountsSince(since) }
 
 var epochs atomic.Uint64
 
@@ -183,14 +179,6 @@ func (c *Counts) CountsSince(since uint64) admin.Counts {
 			out.Apps = append(out.Apps, a)
 		}
 	}
-	slices.SortFunc(out.Apps, func(a, b admin.AppCount) int {
-		switch {
-		case a.Key < b.Key:
-			return -1
-		case a.Key > b.Key:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out.Apps, func(a, b admin.AppCount) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
