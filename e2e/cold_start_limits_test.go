@@ -32,15 +32,7 @@ var _ = Describe("Cold-start limits", Ordered, func() {
 		Expect(f.Client.Update(ctx, &d)).To(Succeed())
 	}
 
-	BeforeAll(func(ctx SpecContext) {
-		var err error
-		h, err = f.HTTPScale(ctx, GinkgoWriter)
-		Expect(err).NotTo(HaveOccurred())
-		skipUnlessProxying(ctx, h)
-		ns, err = f.CreateNamespace(ctx, "limits")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })
-	})
+	BeforeAll(func(ctx SpecContext) { h, ns, _ = scenario(ctx, "limits") })
 
 	It("answers 503 with Retry-After beyond the queue limit and 504 when readiness times out", func(ctx SpecContext) {
 		host := "queue." + ns + ".example"

@@ -15,20 +15,13 @@ import (
 
 var _ = Describe("Routing propagation status", Ordered, func() {
 	var (
-		h   *localcluster.HTTPScale
-		ns  string
-		hso *httpscalev1alpha1.HTTPScaledObject
+		h    *localcluster.HTTPScale
+		ns   string
+		host string
+		hso  *httpscalev1alpha1.HTTPScaledObject
 	)
 
-	BeforeAll(func(ctx SpecContext) {
-		var err error
-		h, err = f.HTTPScale(ctx, GinkgoWriter)
-		Expect(err).NotTo(HaveOccurred())
-		skipUnlessProxying(ctx, h)
-		ns, err = f.CreateNamespace(ctx, "propagation")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })
-	})
+	BeforeAll(func(ctx SpecContext) { h, ns, host = scenario(ctx, "propagation") })
 
 	routing := func(ctx SpecContext) func() (string, error) {
 		return func() (string, error) {
@@ -44,7 +37,7 @@ var _ = Describe("Routing propagation status", Ordered, func() {
 
 	It("reaches every interceptor", func(ctx SpecContext) {
 		// routedApp waits for ready == total == number of interceptors.
-		hso = scaledApp(ctx, ns, "app", ns+".example", 300)
+		hso = scaledApp(ctx, ns, "app", host, 300)
 		Expect(fmtRouting(hso.Status.Routing)).To(Equal("2/2"))
 	})
 

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
 // A schedule rule pre-warms an app before a known peak: at the cron time the operator raises the
@@ -23,20 +22,9 @@ import (
 // status records the execution. Rules the API server's schema cannot judge (cron syntax, time zones)
 // are rejected by the operator's validating webhook.
 var _ = Describe("Schedules", Ordered, func() {
-	var (
-		h  *localcluster.HTTPScale
-		ns string
-	)
+	var ns, host string
 
-	BeforeAll(func(ctx SpecContext) {
-		var err error
-		h, err = f.HTTPScale(ctx, GinkgoWriter)
-		Expect(err).NotTo(HaveOccurred())
-		skipUnlessProxying(ctx, h)
-		ns, err = f.CreateNamespace(ctx, "schedules")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })
-	})
+	BeforeAll(func(ctx SpecContext) { _, ns, host = scenario(ctx, "schedules") })
 
 	It("raises min replicas at the scheduled time, not before, and records the execution", func(ctx SpecContext) {
 		// The next minute boundary at least 40s away: time to set up, and to see nothing happen early.
@@ -48,7 +36,7 @@ var _ = Describe("Schedules", Ordered, func() {
 		cron := fmt.Sprintf("%d %d * * *", at.Minute(), at.Hour())
 		By(fmt.Sprintf("a rule %q (UTC) raising min replicas to 2, due in %s", cron, time.Until(at).Round(time.Second)))
 		hso := routedApp(ctx, ns, "app", 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
-			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(ns + ".example")}
+			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
 			s.Schedules = []httpscalev1alpha1.ScheduleRule{{
 				Name: "morning-peak", Schedule: cron, TimeZone: ptr.To("UTC"), TargetMinReplicas: ptr.To[int32](2),
 			}}
