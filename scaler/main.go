@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,17 +34,15 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("building scheme: %w", err)
 	}
 	cfg := &config.Scaler{}
+	var sel labels.Selector // parsed once, in Options (the config was validated before)
 	return component.Run(ctx, component.Spec{
 		Name: "scaler", Config: cfg, Scheme: scheme,
 		Options: func(o *manager.Options) {
-			sel, _ := cfg.Selector() // validated before Options runs
+			sel, _ = cfg.Selector()
 			o.Cache.ByObject = scaling.CacheByObject(cfg.Namespace, sel)
 		},
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
-			sel, err := cfg.Selector()
-			if err != nil {
-				return err
-			}
+			var err error
 			opts := scaling.Options{
 				Namespace: cfg.Namespace, Selector: sel, PortName: cfg.InterceptorAdminPort,
 				Interval: cfg.PollInterval, Timeout: cfg.PollTimeout, StaleGrace: cfg.StaleGrace, WakeHold: cfg.WakeHold,

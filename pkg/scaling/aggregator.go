@@ -197,7 +197,7 @@ func (a *Aggregator) Build(now time.Time) (*Snapshot, []string) {
 		woken := a.opts.Woken(key, now)
 		if !st.listed && !woken && now.UnixNano()-st.hist.lastAt() > int64(keep) {
 			delete(a.apps, key) // nobody counts it and its requests left every window
-			if a.prev != nil && a.prev.Apps[key] != nil && a.prev.Apps[key].Active {
+			if a.prev.active(key) {
 				changed = append(changed, key)
 			}
 			continue
@@ -207,7 +207,7 @@ func (a *Aggregator) Build(now time.Time) (*Snapshot, []string) {
 		s.Active = st.conc > 0 || woken || st.hist.inWindow(now, w, g) > 0
 		snap.FleetConcurrency += st.conc
 		snap.Apps[key] = s
-		if was := a.prev != nil && a.prev.Apps[key] != nil && a.prev.Apps[key].Active; was != s.Active {
+		if a.prev.active(key) != s.Active {
 			changed = append(changed, key)
 		}
 	}

@@ -61,6 +61,11 @@ func (s *Snapshot) Concurrency(app string) int64 {
 	return 0
 }
 
+// active reports whether app was active in s; false for an unknown app or a nil Snapshot.
+func (s *Snapshot) active(app string) bool {
+	return s != nil && s.Apps[app] != nil && s.Apps[app].Active
+}
+
 // MinReportedRate is the smallest non-zero rate reported: the resolution (one milli-unit) at which
 // KEDA turns metric values into Kubernetes quantities.
 const MinReportedRate = 0.001

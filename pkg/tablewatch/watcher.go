@@ -92,7 +92,6 @@ type Watcher struct {
 
 	// Owned by the Start goroutine.
 	goodHeadRV string
-	lastErrMsg string
 }
 
 // New returns a Watcher reading through a client built from cfg. Add it to a manager (mgr.Add) or call
@@ -318,7 +317,6 @@ func (w *Watcher) load(source string, head *corev1.ConfigMap, cms []*corev1.Conf
 
 func (w *Watcher) publish(t *routing.Table, source string, log logr.Logger) {
 	old := w.table.Load()
-	w.lastErrMsg = ""
 	w.status.Store(&Status{Version: t.Version(), Entries: t.Len(), LoadedAt: time.Now()})
 	w.metrics.loaded(old.Version(), t.Version(), t.Len())
 	if old != nil && old.Version() == t.Version() {
@@ -336,11 +334,10 @@ func (w *Watcher) publish(t *routing.Table, source string, log logr.Logger) {
 
 // succeed records that the stored table is the one served.
 func (w *Watcher) succeed() {
-	if w.lastErrMsg == "" {
+	s := *w.status.Load()
+	if s.LastError == nil {
 		return
 	}
-	w.lastErrMsg = ""
-	s := *w.status.Load()
 	s.LastError = nil
 	w.status.Store(&s)
 	w.metrics.failing.Set(0)
@@ -350,16 +347,16 @@ func (w *Watcher) fail(reason string, err error, log logr.Logger) {
 	w.metrics.loadErrors.WithLabelValues(reason).Inc()
 	w.metrics.failing.Set(1)
 	s := *w.status.Load()
+	prev := s.LastError
 	s.LastError = err
 	w.status.Store(&s)
 	// Log a failure once, and its repetitions at debug level: a broken table is reported on every
 	// event until it is fixed.
 	msg := err.Error()
-	if msg == w.lastErrMsg {
+	if prev != nil && prev.Error() == msg {
 		log.V(1).Info("routing table still not loadable", "reason", reason, "servedVersion", s.Version, "error", msg)
 		return
 	}
-	w.lastErrMsg = msg
 	log.Error(err, "routing table not loaded; keeping the table served", "reason", reason, "servedVersion", s.Version)
 }
 
