@@ -76,8 +76,9 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		out, err := build.CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
 
-		// hack/rbac-proof.sh is what the end-to-end suite runs against the local cluster: helm install,
-		// then one token-only kubeconfig per component.
+		// hack/rbac-proof.sh (also the documented way to check an install, docs/install.md): helm
+		// install, then one token-only kubeconfig per component. The local cluster does the same in
+		// Go (hack/cluster/localcluster/components.go).
 		proofDir := GinkgoT().TempDir()
 		proof := exec.CommandContext(ctx, filepath.Join(testenv.RepoRoot(), "hack", "rbac-proof.sh"), proofDir)
 		proof.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "HELM="+helm(GinkgoT()), "KUBECTL="+filepath.Join(assets, "kubectl"),

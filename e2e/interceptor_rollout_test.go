@@ -128,7 +128,7 @@ var _ = Describe("Interceptor rolled under steady load", Ordered, func() {
 		Expect(exitedAt.Sub(stoppedAt)).To(BeNumerically("<", drainDelay+drainTimeout), "it exited once drained, not at SIGKILL")
 
 		By("it exited cleanly")
-		Expect(lastRunLog(rolled.Name, 2)).To(ContainSubstring("stopped cleanly"))
+		Expect(lastRunLog(old.LogFile, 2)).To(ContainSubstring("stopped cleanly"))
 		if code, err := old.ExitCode(5 * time.Second); err == nil {
 			Expect(code).To(Equal(0), "exit status")
 		} else {
@@ -140,8 +140,8 @@ var _ = Describe("Interceptor rolled under steady load", Ordered, func() {
 
 // lastRunLog returns the log of the component's run before the last n-1 starts (n=1: the current run),
 // split at the "=== " line StartProcess writes at every start.
-func lastRunLog(name string, n int) string {
-	data, err := os.ReadFile(f.Cluster.LogDir() + "/" + name + ".log")
+func lastRunLog(logFile string, n int) string {
+	data, err := os.ReadFile(logFile)
 	Expect(err).NotTo(HaveOccurred())
 	runs := strings.Split(string(data), "\n=== ")
 	Expect(len(runs)).To(BeNumerically(">=", n))

@@ -206,8 +206,8 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 	}
 
 	// Controllers that start before their CRDs are served log errors and retry; avoid the noise.
-	if _, err := c.KubectlRun(ctx, "", "wait", "--for=condition=Established", "crd", "--all",
-		fmt.Sprintf("--timeout=%ds", int(c.ReadyTimeout.Seconds()))); err != nil {
+	timeout := fmt.Sprintf("--timeout=%ds", int(c.ReadyTimeout.Seconds()))
+	if _, err := c.KubectlRun(ctx, "", "wait", "--for=condition=Established", "crd", "--all", timeout); err != nil {
 		return err
 	}
 	if c.KEDA {
@@ -218,7 +218,6 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 	}
 
 	step("waiting for nodes Ready and the default ServiceAccount")
-	timeout := fmt.Sprintf("--timeout=%ds", int(c.ReadyTimeout.Seconds()))
 	if _, err := c.KubectlRun(ctx, "", "wait", "--for=condition=Ready", "node", "--all", timeout); err != nil {
 		return err
 	}
