@@ -209,6 +209,54 @@ func (t *h1Transport) acquireConn(ctx context.Context, addr string) (*h1Conn, bo
 	return nil, false, ctx.Err()
 }
 
+// reserve counts a connection to addr that an event loop dials itself (see evLoop.acquire), when
+// fewer than maxConns are open and no request waits for one; releaseSlot gives the slot back.
+func (t *h1Transport) reserve(addr string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	hp := t.hosts[addr]
+	if hp == nil {
+		hp = &hostPool{}
+		if t.hosts == nil {
+			t.hosts = map[string]*hostPool{}
+		}
+		t.hosts[addr] = hp
+	}
+	if t.maxConns > 0 && hp.open >= t.maxConns || len(hp.waiters) > 0 {
+		return false
+	}
+	hp.open++
+	return true
+}
+
+// takeIdle removes the most recently pooled connection to addr from the pool and returns it, still
+// counted in open, or nil when there is none; an event loop takes it over (see evLoop.acquire).
+func (t *h1Transport) takeIdle(addr string) *h1Conn {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	hp := t.hosts[addr]
+	for hp != nil && len(hp.idle) > 0 {
+		pc := hp.idle[len(hp.idle)-1]
+		hp.idle[len(hp.idle)-1] = nil
+		hp.idle = hp.idle[:len(hp.idle)-1]
+		if now.Sub(pc.idleAt) < t.idleTimeout {
+			return pc
+		}
+		hp.open--
+		_ = pc.c.Close()
+	}
+	return nil
+}
+
+// hasWaiters reports whether requests wait for a connection to addr.
+func (t *h1Transport) hasWaiters(addr string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	hp := t.hosts[addr]
+	return hp != nil && len(hp.waiters) > 0
+}
+
 // dialConn opens a connection in a slot already counted in open.
 func (t *h1Transport) dialConn(ctx context.Context, addr string) (*h1Conn, bool, error) {
 	c, err := t.dial(ctx, "tcp", addr)

@@ -50,6 +50,10 @@ type h1Server struct {
 	shutting bool
 	zero     chan struct{} // closed when conns drops to zero while shutting
 	watching bool          // watchLoop runs
+	// loops, when set, serve the raw path's requests on event loops (see evLoops); loopConns
+	// counts the client connections they own.
+	loops     *evLoops
+	loopConns int
 	// closing mirrors shutting for the connections and the response writer, which read it on
 	// every request.
 	closing atomic.Bool
@@ -79,6 +83,10 @@ func (s *h1Server) serve(ln net.Listener) error {
 			continue
 		}
 		delay = 0
+		if s.loops != nil {
+			s.loops.adopt(c)
+			continue
+		}
 		sc := &h1ServerConn{s: s, c: c}
 		if !s.track(sc) {
 			_ = c.Close()
@@ -88,10 +96,14 @@ func (s *h1Server) serve(ln net.Listener) error {
 	}
 }
 
-func (s *h1Server) track(sc *h1ServerConn) bool {
+func (s *h1Server) track(sc *h1ServerConn) bool { return s.trackConn(sc, false) }
+
+// trackConn adds sc to the connections shutdown waits for; while shutting down only when force is
+// set (a request an event loop started, which is finished).
+func (s *h1Server) trackConn(sc *h1ServerConn, force bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.shutting {
+	if s.shutting && !force {
 		return false
 	}
 	if s.conns == nil {
@@ -133,7 +145,25 @@ func (s *h1Server) untrack(sc *h1ServerConn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.conns, sc)
-	if s.shutting && len(s.conns) == 0 && s.zero != nil {
+	s.checkZeroLocked()
+}
+
+// loopConn counts a client connection an event loop takes (d 1; false: shutting down, it must be
+// closed) or gives up (d -1).
+func (s *h1Server) loopConn(d int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d > 0 && s.shutting {
+		return false
+	}
+	s.loopConns += d
+	s.checkZeroLocked()
+	return true
+}
+
+// checkZeroLocked tells shutdown when the last connection closed.
+func (s *h1Server) checkZeroLocked() {
+	if s.shutting && len(s.conns) == 0 && s.loopConns == 0 && s.zero != nil {
 		close(s.zero)
 		s.zero = nil
 	}
@@ -161,8 +191,11 @@ func (s *h1Server) shutdown(ctx context.Context) error {
 			_ = sc.c.Close()
 		}
 	}
+	if s.loops != nil {
+		s.loops.shutdown()
+	}
 	var zero chan struct{}
-	if len(s.conns) > 0 {
+	if len(s.conns) > 0 || s.loopConns > 0 {
 		if s.zero == nil {
 			s.zero = make(chan struct{})
 		}
@@ -188,6 +221,9 @@ func (s *h1Server) close() {
 	s.closing.Store(true)
 	for sc := range s.conns {
 		_ = sc.c.Close()
+	}
+	if s.loops != nil {
+		s.loops.close()
 	}
 }
 
@@ -277,7 +313,11 @@ func (r *h1ConnReader) Read(p []byte) (int, error) {
 	return r.c.Read(p)
 }
 
-func (sc *h1ServerConn) serve() {
+func (sc *h1ServerConn) serve() { sc.serveFrom(nil) }
+
+// serveFrom serves the connection, first (when set) finishing a request an event loop started;
+// first reports whether the connection can carry another request.
+func (sc *h1ServerConn) serveFrom(first func() bool) {
 	s := sc.s
 	handedOff := false
 	defer func() {
@@ -297,6 +337,12 @@ func (sc *h1ServerConn) serve() {
 	sc.remote = sc.c.RemoteAddr().String()
 	if ip, _, err := net.SplitHostPort(sc.remote); err == nil {
 		sc.ip = ip
+	}
+	if first != nil {
+		sc.ensureCtx()
+		if !first() || sc.ctx.Err() != nil || !s.setBusy(sc, false) {
+			return
+		}
 	}
 	for {
 		if s.idleTimeout > 0 {
@@ -490,11 +536,7 @@ func validHost(b []byte) bool {
 // connection stays open for another request.
 func (sc *h1ServerConn) serveOne(n int) bool {
 	s := sc.s
-	if sc.ctx == nil {
-		sc.ctx, sc.cancel = context.WithCancel(context.WithValue(s.base, http.ServerContextKey, s.srv))
-		sc.bw = bufio.NewWriterSize(sc.c, 4<<10)
-		context.AfterFunc(sc.ctx, sc.abortPeer) // once per connection, not per request
-	}
+	sc.ensureCtx()
 	if rs, ok := s.handler.(rawServer); ok {
 		head, _ := sc.br.Peek(n)
 		if served, keep := rs.serveRaw(sc, head); served {
@@ -523,6 +565,15 @@ func (sc *h1ServerConn) serveOne(n int) bool {
 		keep = false
 	}
 	return keep && sc.ctx.Err() == nil
+}
+
+// ensureCtx sets up what serving a request needs, once per connection.
+func (sc *h1ServerConn) ensureCtx() {
+	if sc.ctx == nil {
+		sc.ctx, sc.cancel = context.WithCancel(context.WithValue(sc.s.base, http.ServerContextKey, sc.s.srv))
+		sc.bw = bufio.NewWriterSize(sc.c, 4<<10)
+		context.AfterFunc(sc.ctx, sc.abortPeer) // once per connection, not per request
+	}
 }
 
 // startWatch lets the client watch be armed for the request being served: at once when
@@ -781,7 +832,7 @@ func (w *h1Response) sendHead(final bool) {
 }
 
 // writeHeaderLine writes one header line; line breaks in the value become spaces, as net/http does.
-func writeHeaderLine(bw *bufio.Writer, k, v string) {
+func writeHeaderLine(bw headWriter, k, v string) {
 	_, _ = bw.WriteString(k)
 	_, _ = bw.WriteString(": ")
 	if strings.ContainsAny(v, "\r\n") {

@@ -57,7 +57,7 @@ func newHarness(t *testing.T, entries []routing.Entry, mod func(*proxy.Options, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.srv = &proxy.Server{Name: "proxy", Listener: ln, H2C: true, FastHTTP1: true, DrainTimeout: 10 * time.Second, Log: testr.New(t)}
+	h.srv = &proxy.Server{Name: "proxy", Listener: ln, H2C: true, FastHTTP1: true, EventLoops: 2, DrainTimeout: 10 * time.Second, Log: testr.New(t)}
 	if mod != nil {
 		mod(&opts, h.srv)
 	}

@@ -173,9 +173,16 @@ func (rq *rawRequest) parse(head string) bool {
 	return rq.host != ""
 }
 
-// write sends the forwarded head; clientIP is "" when the client address has none.
-func (rq *rawRequest) write(pc *h1Conn, clientIP string) error {
-	bw := pc.bw
+// headWriter is what the heads are written to: the connection's bufio.Writer on the raw path, a
+// bytes.Buffer in the event loop (see evloop_linux.go).
+type headWriter interface {
+	Write(p []byte) (int, error)
+	WriteString(s string) (int, error)
+	WriteByte(c byte) error
+}
+
+// write writes the forwarded head to bw; clientIP is "" when the client address has none.
+func (rq *rawRequest) write(bw headWriter, clientIP string) {
 	_, _ = bw.WriteString(rq.method)
 	_ = bw.WriteByte(' ')
 	_, _ = bw.WriteString(rq.target)
@@ -211,7 +218,6 @@ func (rq *rawRequest) write(pc *h1Conn, clientIP string) error {
 		_, _ = bw.WriteString("X-Forwarded-Proto: http\r\n")
 	}
 	_, _ = bw.WriteString("\r\n")
-	return bw.Flush()
 }
 
 // pathByte reports whether net/http sends c in a request path as it is, unescaped ('%' and '?'
@@ -237,25 +243,43 @@ func (p *Proxy) serveRaw(sc *h1ServerConn, head []byte) (served, keep bool) {
 	if !rq.parse(string(head)) {
 		return false, false
 	}
-	rt := p.current()
-	e, ok := rt.table.Match(rq.host, rq.path, rq)
-	if !ok {
+	a, b, set := p.rawRoute(rq)
+	if a == nil {
 		return false, false
 	}
-	a := rt.apps[e]
-	b := a.target
-	if a.entry.ViaService || b.protocol == routing.ProtocolH2C || a.request > 0 || a.responseHeader > 0 {
-		return false, false
-	}
-	set := p.opts.Endpoints.Ready(b.key)
-	if set.Len() == 0 {
-		return false, false // cold: the general path holds it
-	}
-
 	_, _ = sc.br.Discard(len(head)) // rq holds a copy
 	start := p.opts.Now()
 	a.counts.Received()
 	done := a.counts.StartForward()
+	return true, p.rawComplete(sc, a, done, start, func() (int, bool) {
+		return p.rawForward(sc, rq, a, b, set)
+	})
+}
+
+// rawRoute returns the app of a parsed request, or nil when the raw path leaves it to the general
+// one: no route (404), a cold app (hold), a Service-addressed or h2c backend, an app with a request
+// or response-header timeout.
+func (p *Proxy) rawRoute(rq *rawRequest) (*app, *backend, *endpoints.Set) {
+	rt := p.current()
+	e, ok := rt.table.Match(rq.host, rq.path, rq)
+	if !ok {
+		return nil, nil, nil
+	}
+	a := rt.apps[e]
+	b := a.target
+	if a.entry.ViaService || b.protocol == routing.ProtocolH2C || a.request > 0 || a.responseHeader > 0 {
+		return nil, nil, nil
+	}
+	set := p.opts.Endpoints.Ready(b.key)
+	if set.Len() == 0 {
+		return nil, nil, nil // cold: the general path holds it
+	}
+	return a, b, set
+}
+
+// rawComplete runs forward for a counted request (done ends its count) under the client watch,
+// records it and sends the response. It reports whether the connection can carry another request.
+func (p *Proxy) rawComplete(sc *h1ServerConn, a *app, done func(), start time.Time, forward func() (int, bool)) bool {
 	code, recorded := 0, false
 	defer func() { // when a broken upstream body aborts the response (a panic)
 		if !recorded {
@@ -263,7 +287,7 @@ func (p *Proxy) serveRaw(sc *h1ServerConn, head []byte) (served, keep bool) {
 		}
 	}()
 	sc.startWatch()
-	code, keep = p.rawForward(sc, rq, a, b, set)
+	code, keep := forward()
 	if !sc.stopWatch() {
 		keep = false
 	}
@@ -274,7 +298,7 @@ func (p *Proxy) serveRaw(sc *h1ServerConn, head []byte) (served, keep bool) {
 	if err := sc.bw.Flush(); err != nil {
 		keep = false
 	}
-	return true, keep
+	return keep
 }
 
 func (p *Proxy) rawDone(a *app, done func(), code int, start time.Time) {
@@ -318,8 +342,8 @@ func (p *Proxy) rawExchange(sc *h1ServerConn, rq *rawRequest, addr string) (*h1C
 			p.fast.put(pc) // untouched
 			return nil, 0, fmt.Errorf("%w: %w", ErrClientGone, sc.ctx.Err())
 		}
-		err = rq.write(pc, sc.ip)
-		if err != nil {
+		rq.write(pc.bw, sc.ip)
+		if err = pc.bw.Flush(); err != nil {
 			err = staleConnError{fmt.Errorf("writing request: %w", err)}
 		} else {
 			var n int
@@ -470,7 +494,47 @@ func (p *Proxy) rawRelay(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn, h
 	}
 	head, _ := pc.br.Peek(headLen)
 	closeAfter := rq.close || sc.s.shuttingDown()
-	bw := sc.bw
+	writeRawResponseHead(sc.bw, head, res, closeAfter)
+	_, _ = pc.br.Discard(headLen)
+
+	remaining := res.length
+	if rq.method == http.MethodHead {
+		remaining = 0
+	}
+	var readErr, writeErr error
+	for remaining > 0 && writeErr == nil {
+		if pc.br.Buffered() == 0 {
+			if _, readErr = pc.br.Peek(1); readErr != nil {
+				break
+			}
+		}
+		chunk, _ := pc.br.Peek(int(min(int64(pc.br.Buffered()), remaining)))
+		_, writeErr = sc.bw.Write(chunk)
+		_, _ = pc.br.Discard(len(chunk))
+		remaining -= int64(len(chunk))
+	}
+	// Bytes after the body (a body sent with a HEAD answer, more than Content-Length) would be read
+	// as the next request's response: such a connection is not reused.
+	if cleared := sc.clearPeer(); cleared && remaining == 0 && res.keep && pc.br.Buffered() == 0 {
+		p.fast.put(pc)
+	} else {
+		p.fast.discard(pc)
+	}
+	if readErr != nil {
+		// The upstream broke off the body: the client must not take a short body for a whole one.
+		p.log.V(1).Info("copying the response body failed; aborting the response", "host", rq.host, "error", readErr.Error())
+		return res.code, false
+	}
+	if writeErr != nil {
+		return res.code, false // the client went away
+	}
+	return res.code, !closeAfter
+}
+
+// writeRawResponseHead writes the head of a response parseRawResponse accepted as the client gets
+// it: hop-by-hop lines dropped, Cache-Control and Date added as net/http would, and
+// "Connection: close" when the connection closes after it.
+func writeRawResponseHead(bw headWriter, head []byte, res rawResponse, closeAfter bool) {
 	status, rest, _ := bytes.Cut(head, []byte("\r\n"))
 	_, _ = bw.Write(status)
 	_, _ = bw.WriteString("\r\n")
@@ -496,40 +560,6 @@ func (p *Proxy) rawRelay(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn, h
 		_, _ = bw.WriteString("Connection: close\r\n")
 	}
 	_, _ = bw.WriteString("\r\n")
-	_, _ = pc.br.Discard(headLen)
-
-	remaining := res.length
-	if rq.method == http.MethodHead {
-		remaining = 0
-	}
-	var readErr, writeErr error
-	for remaining > 0 && writeErr == nil {
-		if pc.br.Buffered() == 0 {
-			if _, readErr = pc.br.Peek(1); readErr != nil {
-				break
-			}
-		}
-		chunk, _ := pc.br.Peek(int(min(int64(pc.br.Buffered()), remaining)))
-		_, writeErr = bw.Write(chunk)
-		_, _ = pc.br.Discard(len(chunk))
-		remaining -= int64(len(chunk))
-	}
-	// Bytes after the body (a body sent with a HEAD answer, more than Content-Length) would be read
-	// as the next request's response: such a connection is not reused.
-	if cleared := sc.clearPeer(); cleared && remaining == 0 && res.keep && pc.br.Buffered() == 0 {
-		p.fast.put(pc)
-	} else {
-		p.fast.discard(pc)
-	}
-	if readErr != nil {
-		// The upstream broke off the body: the client must not take a short body for a whole one.
-		p.log.V(1).Info("copying the response body failed; aborting the response", "host", rq.host, "error", readErr.Error())
-		return res.code, false
-	}
-	if writeErr != nil {
-		return res.code, false // the client went away
-	}
-	return res.code, !closeAfter
 }
 
 // relayParsed relays a response rawRelay does not pass on itself: net/http reads it and it is

@@ -337,10 +337,10 @@ type parityRun struct {
 	Fresh clientAnswer
 }
 
-func runParityCase(t *testing.T, tc parityCase, fast bool) parityRun {
+func runParityCase(t *testing.T, tc parityCase, fast bool, loops int) parityRun {
 	t.Helper()
 	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
-		s.FastHTTP1 = fast
+		s.FastHTTP1, s.EventLoops = fast, loops
 	})
 	probe := rawReply{resp: okReply("probe")}
 	be := newRawBackend(t, func(i int, _ *http.Request) rawReply {
@@ -603,10 +603,19 @@ func TestRawPathMatchesGeneralPath(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			raw := runParityCase(t, tc, true)
-			general := runParityCase(t, tc, false)
+			raw := runParityCase(t, tc, true, 0)
+			// One loop: with more, the fresh connection may be served by another loop, which has
+			// its own idle upstream connections.
+			loops := runParityCase(t, tc, true, 1)
+			general := runParityCase(t, tc, false, 0)
 			if d := cmp.Diff(general, raw, cmpopts.IgnoreUnexported(seenRequest{}, clientAnswer{}), cmpopts.EquateEmpty()); d != "" {
 				t.Errorf("raw path (FastHTTP1 on) differs from the general path (-general +raw):\n%s", d)
+			}
+			if d := cmp.Diff(general, loops, cmpopts.IgnoreUnexported(seenRequest{}, clientAnswer{}), cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("event loops differ from the general path (-general +loops):\n%s", d)
+			}
+			if len(loops.Backend) > 0 && loops.Backend[0].viaRaw() == tc.general {
+				t.Errorf("event loops: served on the raw path: %v, want %v (head %q)", loops.Backend[0].viaRaw(), !tc.general, loops.Backend[0].head)
 			}
 			for _, r := range general.Backend {
 				if r.viaRaw() {
@@ -1207,16 +1216,20 @@ func TestIdleConnectionClosedWith408IsNotUsed(t *testing.T) {
 	})
 }
 
-// onBothPaths runs f twice, as subtests fast=true and fast=false, with a harness routing
-// app.example.com to the app "ns/app" (Service app) on the raw path (Server.FastHTTP1 on) and on
-// the general path (off).
+// onBothPaths runs f as subtests with a harness routing app.example.com to the app "ns/app"
+// (Service app) on the raw path (Server.FastHTTP1 on) served by event loops (fast=true) and by
+// the connection's goroutine (fast=true,loops=false), and on the general path (fast=false).
 func onBothPaths(t *testing.T, f func(t *testing.T, h *harness, fast bool)) {
-	for _, fast := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
+	for _, m := range []struct {
+		name  string
+		fast  bool
+		loops int
+	}{{"fast=true", true, 2}, {"fast=true,loops=0", true, 0}, {"fast=false", false, 0}} {
+		t.Run(m.name, func(t *testing.T) {
 			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
-				s.FastHTTP1 = fast
+				s.FastHTTP1, s.EventLoops = m.fast, m.loops
 			})
-			f(t, h, fast)
+			f(t, h, m.fast)
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,9 @@ type Server struct {
 	// them from the connection directly and hands every other connection to net/http (see
 	// h1Server).
 	FastHTTP1 bool
+	// EventLoops, with FastHTTP1 and a *Proxy handler on Linux, is how many event loops serve the
+	// raw path's requests (see evLoops): 0 none, negative one per GOMAXPROCS.
+	EventLoops int
 	// WatchClientAfter is how long a fast-path request runs before the server starts watching for
 	// the client going away (default 50ms; negative watches from the start).
 	WatchClientAfter time.Duration
@@ -116,6 +120,18 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		fast = &h1Server{handler: s.Handler, base: hard, srv: srv, handoff: newHandoffListener(ln.Addr()),
 			idleTimeout: srv.IdleTimeout, headerTimeout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log}
+		if p, ok := s.Handler.(*Proxy); ok && s.EventLoops != 0 {
+			n := s.EventLoops
+			if n < 0 {
+				n = runtime.GOMAXPROCS(0)
+			}
+			loops, err := newEvLoops(fast, p, n)
+			if err != nil {
+				_ = ln.Close()
+				return fmt.Errorf("%s: starting event loops: %w", s.Name, err)
+			}
+			fast.loops = loops
+		}
 		go func() { serveErr <- srv.Serve(fast.handoff) }()
 		go func() { serveErr <- fast.serve(ln) }()
 	} else {

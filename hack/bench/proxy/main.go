@@ -37,6 +37,7 @@ func main() {
 	coldBackend := flag.String("cold-backend", "", "host:port the cold app gets on /control/ready (default: -backend)")
 	queueLimit := flag.Int("queue-limit", 20000, "hold queue limit")
 	fast := flag.Bool("fast-http1", true, "serve simple HTTP/1.1 requests on the server-side fast path")
+	loops := flag.Int("event-loops", -1, "event loops serving the fast path's raw requests (0: none, -1: one per GOMAXPROCS)")
 	gcPercent := flag.Int("gc-percent", 400, "GC target, as the interceptor's --gc-percent (GOGC wins)")
 	flag.Parse()
 
@@ -90,7 +91,7 @@ func main() {
 	mux.HandleFunc("POST /control/cold", func(w http.ResponseWriter, _ *http.Request) { src.Set(cold) })
 	go func() { log.Fatal(http.ListenAndServe(*adminAddr, mux)) }()
 
-	srv := &proxy.Server{Name: "proxy", Addr: *listen, Handler: px, H2C: true, FastHTTP1: *fast, DrainTimeout: 5 * time.Second,
+	srv := &proxy.Server{Name: "proxy", Addr: *listen, Handler: px, H2C: true, FastHTTP1: *fast, EventLoops: *loops, DrainTimeout: 5 * time.Second,
 		WaitIdle: px.WaitUpgrades, Log: logr.Discard()}
 	if err := srv.Start(ctx); err != nil {
 		log.Fatal(err)

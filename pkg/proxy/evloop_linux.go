@@ -1,0 +1,1130 @@
+//go:build linux
+
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/httpscale/httpscale/pkg/endpoints"
+)
+
+// evLoops serve the raw path's requests (see raw.go) on event loops: a few goroutines, one per
+// GOMAXPROCS, each waiting in epoll_wait on many client and upstream sockets, as nginx's workers
+// do. On the goroutine-per-connection raw path a request costs two reads that find nothing
+// (the runtime's poller reads before it waits), and a park and a wake-up of the connection's
+// goroutine on each side; on loopback those, not the proxying, are most of its CPU. An edge-
+// triggered loop reads a socket only once epoll said it is readable, and a short read means the
+// socket is drained, so an exchange is four socket calls (see docs/benchmarks/interceptor.md).
+//
+// The loops are an accelerator for the common request, not a second implementation: a loop only
+// reads request heads, forwards the screened body-less requests to warm apps over its own pooled
+// upstream connections, and passes on Content-Length responses. Everything else goes back, with
+// the bytes read so far, to the goroutine-per-connection path (h1ServerConn), for the rest of the
+// connection:
+//   - a request the raw path declines (fastRequest, rawRoute): before anything is counted or sent;
+//   - a new upstream connection that could not be made: the endpoint is marked bad and the request
+//     goes back uncounted, so the goroutine path tries the next endpoint;
+//   - a response the loop does not pass on itself (chunked, 1xx, 204/304, …): the upstream
+//     connection goes along and rawRelay relays it;
+//   - an upstream failure after the request was sent: rawFail answers it.
+//
+// Counts and metrics are recorded before the response is sent, as on the other paths. Upstream
+// connections count against MaxConnsPerEndpoint with h1Transport's; a loop's idle connection is
+// closed at once when the upstream closes it or writes to it (epoll reports it), so it is never
+// used stale unless that happens while the request is being sent.
+type evLoops struct {
+	s     *h1Server
+	p     *Proxy
+	loops []*evLoop
+	next  atomic.Uint32
+}
+
+// evClientBuffer is the request head buffer (as h1ReadBuffer); evUpBuffer the response buffer, as
+// large as h1Conn's reader so that a head the loop saw whole fits there when handed over.
+const (
+	evClientBuffer = h1ReadBuffer
+	evUpBuffer     = 8 << 10
+	evSweepEvery   = time.Second
+)
+
+// newEvLoops starts n loops serving s's connections for p.
+func newEvLoops(s *h1Server, p *Proxy, n int) (*evLoops, error) {
+	ls := &evLoops{s: s, p: p}
+	for range n {
+		l, err := newEvLoop(ls)
+		if err != nil {
+			for _, l := range ls.loops {
+				l.post(evMsg{kind: evClose})
+			}
+			return nil, err
+		}
+		ls.loops = append(ls.loops, l)
+	}
+	for _, l := range ls.loops {
+		go l.run()
+	}
+	return ls, nil
+}
+
+// adopt takes an accepted connection: its socket moves to a loop, out of the runtime's poller.
+func (ls *evLoops) adopt(c net.Conn) {
+	remote := c.RemoteAddr().String()
+	fd, err := takeFD(c)
+	if err != nil {
+		ls.s.log.Error(err, "moving a connection to an event loop; closing it", "remote", remote)
+		return
+	}
+	if !ls.s.loopConn(1) {
+		_ = syscall.Close(fd)
+		return
+	}
+	l := ls.loops[int(ls.next.Add(1))%len(ls.loops)]
+	l.post(evMsg{kind: evAdopt, fd: fd, remote: remote})
+}
+
+// shutdown closes idle connections; the others close after their current response, and the loops
+// end once they have none.
+func (ls *evLoops) shutdown() {
+	for _, l := range ls.loops {
+		l.post(evMsg{kind: evShutdown})
+	}
+}
+
+// close closes every connection and ends the loops.
+func (ls *evLoops) close() {
+	for _, l := range ls.loops {
+		l.post(evMsg{kind: evClose})
+	}
+}
+
+// takeFD returns a duplicate of c's socket and closes c (which takes it out of the runtime's
+// poller); the duplicate stays non-blocking.
+func takeFD(c net.Conn) (int, error) {
+	defer func() { _ = c.Close() }()
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return -1, fmt.Errorf("%T has no socket", c)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1, fmt.Errorf("reaching the socket: %w", err)
+	}
+	fd, dupErr := -1, error(nil)
+	if err := rc.Control(func(s uintptr) { fd, dupErr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, fmt.Errorf("reaching the socket: %w", err)
+	}
+	if dupErr != nil {
+		return -1, fmt.Errorf("duplicating the socket: %w", dupErr)
+	}
+	return fd, nil
+}
+
+// fdConn turns a socket the loop gives up into a net.Conn of the runtime's poller.
+func fdConn(fd int) (net.Conn, error) {
+	f := os.NewFile(uintptr(fd), "")
+	defer func() { _ = f.Close() }()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("handing a socket back to the runtime: %w", err)
+	}
+	return c, nil
+}
+
+type evMsgKind int
+
+const (
+	evAdopt    evMsgKind = iota // a client connection (fd, remote)
+	evDialed                    // a new upstream connection for c (fd, addr), or err
+	evShutdown                  // close idle connections; end once none is left
+	evSweep                     // close connections idle for too long
+	evClose                     // close everything and end
+)
+
+type evMsg struct {
+	kind   evMsgKind
+	fd     int
+	remote string
+	c      *evClient
+	addr   string
+	err    error
+}
+
+// evLoop is one event loop. Everything but the inbox belongs to its goroutine.
+type evLoop struct {
+	ls     *evLoops
+	p      *Proxy
+	epfd   int
+	epf    *os.File // epfd in the runtime's poller
+	wakefd int      // eventfd: the inbox has messages
+
+	inboxMu sync.Mutex
+	inbox   []evMsg
+	spare   []evMsg
+	ended   bool // the loop returned; guarded by inboxMu
+
+	fds       []any // *evClient or *evUp by descriptor
+	clients   int
+	dialing   int
+	idle      map[string][]*evUp
+	idleCount int
+	quitting  bool
+}
+
+func newEvLoop(ls *evLoops) (*evLoop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("creating an epoll instance: %w", err)
+	}
+	wakefd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		_ = unix.Close(epfd)
+		return nil, fmt.Errorf("creating an eventfd: %w", err)
+	}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}); err != nil {
+		_ = unix.Close(epfd)
+		_ = unix.Close(wakefd)
+		return nil, fmt.Errorf("watching the eventfd: %w", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil { // so that os.NewFile puts it in the poller
+		_ = unix.Close(epfd)
+		_ = unix.Close(wakefd)
+		return nil, fmt.Errorf("setting up the epoll descriptor: %w", err)
+	}
+	return &evLoop{ls: ls, p: ls.p, epfd: epfd, epf: os.NewFile(uintptr(epfd), "epoll"), wakefd: wakefd, idle: map[string][]*evUp{}}, nil
+}
+
+// post queues m for the loop and wakes it. A loop that has ended no longer reads its inbox: what
+// m carries is closed here.
+func (l *evLoop) post(m evMsg) {
+	l.inboxMu.Lock()
+	defer l.inboxMu.Unlock()
+	if l.ended {
+		switch {
+		case m.kind == evAdopt:
+			_ = unix.Close(m.fd)
+			l.ls.s.loopConn(-1)
+		case m.kind == evDialed && m.err == nil:
+			_ = unix.Close(m.fd)
+			l.p.fast.releaseSlot(m.addr)
+		case m.kind == evDialed:
+			l.p.fast.releaseSlot(m.addr)
+		}
+		return
+	}
+	l.inbox = append(l.inbox, m)
+	one := [8]byte{1}
+	_, _ = unix.Write(l.wakefd, one[:])
+}
+
+func (l *evLoop) run() {
+	// The loop waits in the runtime's poller, which watches the epoll descriptor like a socket,
+	// not in a blocking epoll_wait: a P blocked in a system call is taken over by sysmon after
+	// 20µs, and a loop doing that tens of thousands of times a second keeps sysmon polling every
+	// 20µs and hands Ps between threads, which costs more than the wait.
+	rc, err := l.epf.SyscallConn()
+	if err != nil {
+		l.ls.s.log.Error(err, "reaching the epoll descriptor; closing the event loop's connections")
+		l.closeAll()
+		return
+	}
+	stopTick := make(chan struct{})
+	defer close(stopTick)
+	go func() { // sweeps (see sweep) while the loop has connections
+		t := time.NewTicker(evSweepEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				l.post(evMsg{kind: evSweep})
+			case <-stopTick:
+				return
+			}
+		}
+	}()
+	events := make([]unix.EpollEvent, 128)
+	for {
+		var n int
+		err := rc.Read(func(uintptr) bool {
+			n, err = epollNow(l.epfd, events)
+			return n > 0 || err != nil && !errors.Is(err, unix.EINTR)
+		})
+		if err != nil {
+			l.ls.s.log.Error(err, "waiting for socket events; closing the event loop's connections")
+			l.closeAll()
+			return
+		}
+		for i := range n {
+			ev := &events[i]
+			fd := int(ev.Fd)
+			if fd == l.wakefd {
+				var b [8]byte
+				_, _ = unix.Read(l.wakefd, b[:])
+				if l.drainInbox() {
+					return
+				}
+				continue
+			}
+			if fd >= len(l.fds) {
+				continue
+			}
+			switch h := l.fds[fd].(type) {
+			case *evClient:
+				l.clientEvent(h, ev.Events)
+			case *evUp:
+				l.upEvent(h, ev.Events)
+			}
+		}
+		if l.quitting && l.clients == 0 && l.dialing == 0 {
+			l.closeAll()
+			return
+		}
+	}
+}
+
+// drainInbox handles the queued messages; it returns true when the loop has ended.
+func (l *evLoop) drainInbox() bool {
+	l.inboxMu.Lock()
+	msgs := l.inbox
+	l.inbox = l.spare[:0]
+	l.inboxMu.Unlock()
+	defer func() {
+		clear(msgs)
+		l.spare = msgs[:0]
+	}()
+	for i, m := range msgs {
+		switch m.kind {
+		case evAdopt:
+			l.addClient(m.fd, m.remote)
+		case evDialed:
+			l.dialed(m)
+		case evShutdown:
+			l.quitting = true
+			for _, h := range l.fds {
+				if c, ok := h.(*evClient); ok && !c.busy && len(c.in) == 0 && c.out.Len() == 0 {
+					l.closeClient(c)
+				}
+			}
+		case evSweep:
+			l.sweep(time.Now())
+		case evClose:
+			l.closeAll()
+			for _, m := range msgs[i+1:] {
+				if m.kind == evAdopt || m.kind == evDialed {
+					l.post(m) // closed there
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// setFD registers h for fd's events (edge-triggered: each new arrival is reported once).
+func (l *evLoop) setFD(fd int, h any) error {
+	for fd >= len(l.fds) {
+		l.fds = append(l.fds, nil)
+	}
+	l.fds[fd] = h
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(fd)}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		l.fds[fd] = nil
+		return fmt.Errorf("watching a socket: %w", err)
+	}
+	return nil
+}
+
+// dropFD forgets fd; the caller closes it or hands it on.
+func (l *evLoop) dropFD(fd int) {
+	_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	l.fds[fd] = nil
+}
+
+// closeAll closes every connection and the loop's own descriptors.
+func (l *evLoop) closeAll() {
+	for _, h := range l.fds {
+		switch h := h.(type) {
+		case *evClient:
+			l.clientGone(h)
+		case *evUp:
+			if h.c == nil {
+				l.closeUp(h)
+			}
+		}
+	}
+	l.quitting = true
+	l.inboxMu.Lock()
+	l.ended = true
+	msgs := l.inbox
+	l.inbox = nil
+	_ = l.epf.Close()
+	_ = unix.Close(l.wakefd)
+	l.inboxMu.Unlock()
+	for _, m := range msgs { // what arrived since the last look: closed as post does from now on
+		if m.kind == evAdopt || m.kind == evDialed {
+			l.post(m)
+		}
+	}
+}
+
+// sweep closes connections idle for too long: clients past the idle timeout (or the header timeout
+// with part of a head read), upstream connections past the pool's idle timeout.
+func (l *evLoop) sweep(now time.Time) {
+	s := l.ls.s
+	for _, h := range l.fds {
+		switch h := h.(type) {
+		case *evClient:
+			if h.busy || h.out.Len() > 0 {
+				continue
+			}
+			if len(h.in) == 0 && s.idleTimeout > 0 && now.Sub(h.since) > s.idleTimeout ||
+				len(h.in) > 0 && s.headerTimeout > 0 && now.Sub(h.since) > s.headerTimeout {
+				l.closeClient(h)
+			}
+		case *evUp:
+			if h.c == nil && now.Sub(h.idleAt) >= l.p.fast.idleTimeout {
+				l.closeUp(h)
+			}
+		}
+	}
+}
+
+// evClient is a client connection owned by a loop.
+type evClient struct {
+	fd       int
+	ip       string // X-Forwarded-For; "" when the address has none
+	in       []byte // request bytes not yet served
+	out      bytes.Buffer
+	readable bool // an arrival was reported and the socket not read empty since
+	writable bool
+	eof      bool // a read found the end of the stream (or failed)
+	hup      bool // epoll reported the client's side closed (or the connection failed)
+	since    time.Time
+	closed   bool
+
+	// The request being forwarded.
+	busy       bool
+	hupBefore  bool // the client had closed its side when the request started: serve it, then close
+	rq         *rawRequest
+	headLen    int
+	a          *app
+	b          *backend
+	set        *endpoints.Set
+	cand       *candidate
+	zone       string
+	done       func() // ends the count; nil until counted
+	start      time.Time
+	up         *evUp
+	attempts   int
+	relaying   bool // the response head was written
+	res        rawResponse
+	remaining  int64
+	closeAfter bool
+}
+
+// evUp is an upstream connection owned by a loop: in use by c, or idle.
+type evUp struct {
+	fd       int
+	addr     string
+	in       []byte
+	out      bytes.Buffer
+	readable bool
+	writable bool
+	hup      bool
+	c        *evClient
+	idleAt   time.Time
+	reused   bool
+}
+
+func (l *evLoop) addClient(fd int, remote string) {
+	if l.quitting {
+		_ = unix.Close(fd)
+		l.ls.s.loopConn(-1)
+		return
+	}
+	c := &evClient{fd: fd, in: make([]byte, 0, evClientBuffer), since: time.Now(), writable: true}
+	if ip, _, err := net.SplitHostPort(remote); err == nil {
+		c.ip = ip
+	}
+	if err := l.setFD(fd, c); err != nil {
+		l.ls.s.log.Error(err, "serving a connection on an event loop; closing it", "remote", remote)
+		_ = unix.Close(fd)
+		l.ls.s.loopConn(-1)
+		return
+	}
+	l.clients++
+}
+
+// closeClient closes an idle client connection (see clientGone for one with a request).
+func (l *evLoop) closeClient(c *evClient) {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	l.dropFD(c.fd)
+	_ = unix.Close(c.fd)
+	l.clients--
+	l.ls.s.loopConn(-1)
+}
+
+// clientGone ends a connection whose client went away (or that is being closed), with its
+// request: the upstream connection is closed and the request recorded as the raw path does.
+func (l *evLoop) clientGone(c *evClient) {
+	if c.closed {
+		return
+	}
+	if c.busy {
+		if up := c.up; up != nil {
+			c.up, up.c = nil, nil
+			l.closeUp(up)
+		}
+		if c.done != nil {
+			code := StatusClientClosedRequest
+			if c.relaying {
+				code = c.res.code
+			}
+			l.p.rawDone(c.a, c.done, code, c.start)
+			l.p.log.V(1).Info("client went away", "host", c.rq.host, "path", c.rq.path)
+		}
+		l.endRequest(c)
+	}
+	l.closeClient(c)
+}
+
+// endRequest forgets the request (its counts were ended by the caller).
+func (l *evLoop) endRequest(c *evClient) {
+	if c.rq != nil {
+		c.rq.reset()
+		rawRequests.Put(c.rq)
+	}
+	c.busy, c.hupBefore, c.rq, c.a, c.b, c.set, c.cand, c.done, c.up = false, false, nil, nil, nil, nil, nil, nil, nil
+	c.attempts, c.relaying, c.res, c.remaining, c.closeAfter = 0, false, rawResponse{}, 0, false
+}
+
+func (l *evLoop) clientEvent(c *evClient, ev uint32) {
+	if ev&unix.EPOLLIN != 0 {
+		c.readable = true
+	}
+	if ev&unix.EPOLLOUT != 0 {
+		c.writable = true
+	}
+	if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		// As net/http's background read: a client that closes its side while its request runs
+		// has gone away. One that closed it after sending the request is answered, then closed.
+		c.readable, c.hup = true, true
+		if c.busy && !c.hupBefore {
+			l.clientGone(c)
+			return
+		}
+	}
+	if !l.flushClient(c) {
+		return
+	}
+	if !c.busy {
+		l.serveNext(c)
+	}
+}
+
+// flushClient writes what is pending; false: the connection was closed.
+func (l *evLoop) flushClient(c *evClient) bool {
+	for c.out.Len() > 0 && c.writable {
+		n, err := sysWrite(c.fd, c.out.Bytes())
+		if n > 0 {
+			c.out.Next(n)
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, unix.EAGAIN):
+			c.writable = false
+		case errors.Is(err, unix.EINTR):
+		default:
+			l.clientGone(c)
+			return false
+		}
+	}
+	if c.out.Len() == 0 && !c.busy && c.closeAfter {
+		l.closeClient(c)
+		return false
+	}
+	return true
+}
+
+// fill reads once into the free part of *buf. It reports whether bytes arrived; eof is set at the
+// end of the stream or on an error (err, nil at the end). A short read means the socket is empty:
+// readable is cleared, and the next arrival is reported again.
+func fill(fd int, buf *[]byte, readable *bool) (got, eof bool, err error) {
+	b := *buf
+	for {
+		n, err := sysRead(fd, b[len(b):cap(b)])
+		switch {
+		case n > 0:
+			*buf = b[:len(b)+n]
+			if len(b)+n < cap(b) {
+				*readable = false
+			}
+			return true, false, nil
+		case n == 0 && err == nil:
+			*readable = false
+			return false, true, nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			*readable = false
+			return false, false, nil
+		default:
+			*readable = false
+			return false, true, err
+		}
+	}
+}
+
+// serveNext starts the next request once the previous response is out.
+func (l *evLoop) serveNext(c *evClient) {
+	for !c.busy && !c.closed && c.out.Len() == 0 {
+		end := headerEnd(c.in)
+		if end < 0 {
+			if len(c.in) == cap(c.in) || bytes.Contains(c.in, []byte("\n\n")) {
+				l.handOff(c, nil) // too large, or bare LF: net/http decides
+				return
+			}
+			if (c.readable || c.hup) && !c.eof {
+				had := len(c.in)
+				got, eof, _ := fill(c.fd, &c.in, &c.readable)
+				if eof {
+					c.eof = true
+				}
+				if got && had == 0 {
+					c.since = time.Now() // the header timeout runs from the first byte
+				}
+				continue
+			}
+			if c.eof || len(c.in) == 0 && l.ls.s.shuttingDown() {
+				l.closeClient(c)
+			}
+			return
+		}
+		if !fastRequest(c.in[:end]) || l.ls.s.shuttingDown() {
+			l.handOff(c, nil) // the goroutine path serves it or, shutting down, closes
+			return
+		}
+		l.startRequest(c, end)
+	}
+}
+
+// startRequest routes a screened request head (the first end bytes of c.in).
+func (l *evLoop) startRequest(c *evClient, end int) {
+	rq := rawRequests.Get().(*rawRequest)
+	if !rq.parse(string(c.in[:end])) {
+		rawRequests.Put(rq)
+		l.handOff(c, nil)
+		return
+	}
+	a, b, set := l.p.rawRoute(rq)
+	if a == nil {
+		rq.reset()
+		rawRequests.Put(rq)
+		l.handOff(c, nil)
+		return
+	}
+	c.busy, c.hupBefore, c.rq, c.headLen, c.a, c.b, c.set = true, c.hup, rq, end, a, b, set
+	c.zone = ""
+	if a.zoneAware {
+		c.zone = l.p.opts.Zone
+	}
+	view := b.candidates(set, c.zone)
+	var now time.Time
+	if b.hasBad() {
+		now = l.p.opts.Now()
+	}
+	cand, ok := b.pick(view.cands, nil, now)
+	if !ok {
+		cand, ok = b.pick(view.all, nil, now)
+	}
+	if !ok {
+		l.giveBack(c) // no endpoint after all: the goroutine path answers
+		return
+	}
+	c.cand = cand
+	l.acquire(c)
+}
+
+// acquire finds c an upstream connection to its endpoint: an idle one of the loop, else a new one
+// (dialled by a goroutine), else — every connection to the endpoint in use — c goes back to the
+// goroutine path, which waits for one in line.
+func (l *evLoop) acquire(c *evClient) {
+	addr := c.cand.addr
+	if idle := l.idle[addr]; len(idle) > 0 {
+		up := idle[len(idle)-1]
+		idle[len(idle)-1] = nil
+		l.idle[addr] = idle[:len(idle)-1]
+		l.idleCount--
+		up.reused = true
+		l.send(c, up)
+		return
+	}
+	// One the goroutine path pooled (a connection handed over with its request returns there).
+	for pc := l.p.fast.takeIdle(addr); pc != nil; pc = l.p.fast.takeIdle(addr) {
+		if !pc.quiet() {
+			l.p.fast.discard(pc)
+			continue
+		}
+		fd, err := takeFD(pc.c)
+		if err != nil {
+			l.p.fast.releaseSlot(addr)
+			continue
+		}
+		up := &evUp{fd: fd, addr: addr, in: make([]byte, 0, evUpBuffer), writable: true, reused: true}
+		if err := l.setFD(fd, up); err != nil {
+			_ = unix.Close(fd)
+			l.p.fast.releaseSlot(addr)
+			continue
+		}
+		l.send(c, up)
+		return
+	}
+	if !l.p.fast.reserve(addr) {
+		if c.done == nil {
+			l.giveBack(c)
+		} else {
+			l.continueForward(c)
+		}
+		return
+	}
+	l.dialing++
+	dial, ctx := l.p.fast.dial, l.ls.s.base
+	go func() {
+		m := evMsg{kind: evDialed, c: c, addr: addr, fd: -1}
+		nc, err := dial(ctx, "tcp", addr)
+		if err == nil {
+			m.fd, err = takeFD(nc)
+		}
+		m.err = err
+		l.post(m)
+	}()
+}
+
+// dialed takes the result of a dial started by acquire.
+func (l *evLoop) dialed(m evMsg) {
+	l.dialing--
+	c := m.c
+	if m.err != nil {
+		l.p.fast.releaseSlot(m.addr)
+		if c.closed {
+			return
+		}
+		if isDialError(m.err) {
+			now := l.p.opts.Now()
+			c.b.markBad(m.addr, now, now.Add(l.p.opts.BadEndpointFor))
+			l.p.log.V(1).Info("endpoint refused connection; trying another", "app", c.a.key, "endpoint", m.addr, "error", m.err.Error())
+		}
+		if c.done == nil {
+			l.giveBack(c) // nothing counted or sent: the goroutine path tries the next endpoint
+		} else {
+			l.continueForward(c)
+		}
+		return
+	}
+	up := &evUp{fd: m.fd, addr: m.addr, in: make([]byte, 0, evUpBuffer), writable: true}
+	if err := l.setFD(m.fd, up); err != nil {
+		_ = unix.Close(m.fd)
+		l.p.fast.releaseSlot(m.addr)
+		if !c.closed {
+			l.fail(c, err)
+		}
+		return
+	}
+	if c.closed {
+		l.putIdle(up)
+		return
+	}
+	l.send(c, up)
+}
+
+// send counts the request (the first time) and writes its head to up.
+func (l *evLoop) send(c *evClient, up *evUp) {
+	c.up, up.c = up, c
+	if c.done == nil {
+		c.start = l.p.opts.Now()
+		c.a.counts.Received()
+		c.done = c.a.counts.StartForward()
+	}
+	up.out.Reset()
+	c.rq.write(&up.out, c.ip)
+	l.flushUp(up)
+}
+
+// flushUp writes up's pending request bytes.
+func (l *evLoop) flushUp(up *evUp) {
+	for up.out.Len() > 0 && up.writable {
+		n, err := sysWrite(up.fd, up.out.Bytes())
+		if n > 0 {
+			up.out.Next(n)
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, unix.EAGAIN):
+			up.writable = false
+		case errors.Is(err, unix.EINTR):
+		default:
+			l.upFailed(up.c, staleConnError{fmt.Errorf("writing request: %w", err)})
+			return
+		}
+	}
+}
+
+func (l *evLoop) upEvent(up *evUp, ev uint32) {
+	if ev&unix.EPOLLIN != 0 {
+		up.readable = true
+	}
+	if ev&unix.EPOLLOUT != 0 {
+		up.writable = true
+	}
+	if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		up.readable, up.hup = true, true
+	}
+	c := up.c
+	if c == nil {
+		if up.readable {
+			l.closeUp(up) // closed by the upstream, or bytes nobody asked for: not reusable
+		}
+		return
+	}
+	if up.out.Len() > 0 {
+		l.flushUp(up)
+		if up.c != c {
+			return
+		}
+	}
+	l.relay(c)
+}
+
+// relay reads the response and passes it on, as far as the sockets allow.
+func (l *evLoop) relay(c *evClient) {
+	up := c.up
+	for c.up == up && !c.closed {
+		if !c.relaying {
+			if i := bytes.Index(up.in, crlfcrlf); i >= 0 {
+				l.passHead(c, i+4)
+				continue
+			}
+			if len(up.in) == cap(up.in) || bytes.Contains(up.in, []byte("\n\n")) {
+				l.handOffRelay(c, 0) // too large or bare LF: net/http's parser reads it
+				return
+			}
+		} else {
+			if take := min(int64(len(up.in)), c.remaining); take > 0 {
+				_, _ = c.out.Write(up.in[:take])
+				up.in = up.in[:copy(up.in, up.in[take:])]
+				c.remaining -= take
+			}
+			if c.remaining == 0 {
+				l.finish(c)
+				return
+			}
+			if !l.flushClient(c) || c.out.Len() > 0 {
+				return // the client's socket is full: read on once it is writable
+			}
+		}
+		if !up.readable && !up.hup { // after a hang-up, read on to the end of the stream
+			return
+		}
+		had := len(up.in)
+		_, eof, err := fill(up.fd, &up.in, &up.readable)
+		if !eof {
+			continue
+		}
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		switch {
+		case c.relaying:
+			// The upstream broke off the body: the client must not take a short body for a whole one.
+			l.p.log.V(1).Info("copying the response body failed; aborting the response", "host", c.rq.host, "error", err.Error())
+			c.closeAfter = true
+			l.finish(c)
+		case had == 0 && len(up.in) == 0:
+			l.upFailed(c, staleConnError{fmt.Errorf("reading response: %w", err)})
+		default:
+			l.upFailed(c, fmt.Errorf("reading response: %w", err))
+		}
+		return
+	}
+}
+
+// passHead writes the response head (headLen bytes of up.in) when the loop passes the response on
+// itself, else hands the request over.
+func (l *evLoop) passHead(c *evClient, headLen int) {
+	up := c.up
+	res, ok := parseRawResponse(up.in[:headLen])
+	if !ok {
+		l.handOffRelay(c, headLen)
+		return
+	}
+	l.crossZone(c)
+	c.closeAfter = c.rq.close || c.hupBefore || l.ls.s.shuttingDown()
+	writeRawResponseHead(&c.out, up.in[:headLen], res, c.closeAfter)
+	up.in = up.in[:copy(up.in, up.in[headLen:])]
+	c.res, c.relaying, c.remaining = res, true, res.length
+	if c.rq.method == http.MethodHead {
+		c.remaining = 0
+	}
+}
+
+// crossZone counts a forward to another zone, as forEndpoint does.
+func (l *evLoop) crossZone(c *evClient) {
+	if c.zone != "" && c.cand.ep.Zone != "" && c.cand.ep.Zone != c.zone {
+		c.a.m.crossZone.Inc()
+	}
+}
+
+// finish ends a relayed response: the upstream connection goes back to the pool when it can carry
+// another request, the request is recorded, and then the response is sent.
+func (l *evLoop) finish(c *evClient) {
+	up := c.up
+	c.up, up.c = nil, nil
+	// Bytes after the body would be read as the next request's response: not reusable.
+	if c.remaining == 0 && c.res.keep && len(up.in) == 0 && !up.hup {
+		l.putIdle(up)
+	} else {
+		l.closeUp(up)
+	}
+	l.p.rawDone(c.a, c.done, c.res.code, c.start)
+	c.in = c.in[:copy(c.in, c.in[c.headLen:])]
+	closeAfter := c.closeAfter
+	l.endRequest(c)
+	c.closeAfter = closeAfter
+	c.since = time.Now()
+	if !l.flushClient(c) {
+		return
+	}
+	if c.out.Len() == 0 {
+		l.serveNext(c)
+	}
+}
+
+// upFailed handles an upstream connection that failed before the response head: a pooled one the
+// upstream had closed is replaced for a replayable request, at most twice, as h1Transport does;
+// otherwise rawFail answers on the goroutine path.
+func (l *evLoop) upFailed(c *evClient, err error) {
+	up := c.up
+	c.up, up.c = nil, nil
+	l.closeUp(up)
+	var stale staleConnError
+	if up.reused && errors.As(err, &stale) {
+		l.dropIdle(up.addr)
+		l.p.fast.dropIdle(up.addr)
+		if replayable(c.rq.method, c.rq.idempotencyKey) && c.attempts < 2 {
+			c.attempts++
+			l.acquire(c)
+			return
+		}
+	}
+	l.fail(c, fmt.Errorf("forwarding to %s: %w", up.addr, err))
+}
+
+// fail hands a request that could not be forwarded to the goroutine path: from the start when it
+// was not counted yet, else to rawFail.
+func (l *evLoop) fail(c *evClient, err error) {
+	if c.done == nil {
+		l.giveBack(c)
+		return
+	}
+	l.handOffFailed(c, err)
+}
+
+// putIdle pools an upstream connection, unless requests of the goroutine path wait for a
+// connection to its address: then it is closed, which gives them its slot.
+func (l *evLoop) putIdle(up *evUp) {
+	if l.quitting || l.p.fast.hasWaiters(up.addr) {
+		l.closeUp(up)
+		return
+	}
+	up.idleAt = time.Now()
+	l.idle[up.addr] = append(l.idle[up.addr], up)
+	l.idleCount++
+}
+
+// closeUp closes an upstream connection that is idle or was detached from its client.
+func (l *evLoop) closeUp(up *evUp) {
+	if up.fd < 0 {
+		return
+	}
+	if idle := l.idle[up.addr]; up.c == nil {
+		for i, u := range idle {
+			if u == up {
+				l.idle[up.addr] = append(idle[:i], idle[i+1:]...)
+				idle[len(idle)-1] = nil
+				l.idleCount--
+				break
+			}
+		}
+		if len(l.idle[up.addr]) == 0 {
+			delete(l.idle, up.addr)
+		}
+	}
+	l.dropFD(up.fd)
+	_ = unix.Close(up.fd)
+	up.fd = -1
+	l.p.fast.releaseSlot(up.addr)
+}
+
+// dropIdle closes the loop's idle connections to addr (see h1Transport.dropIdle).
+func (l *evLoop) dropIdle(addr string) {
+	for len(l.idle[addr]) > 0 {
+		idle := l.idle[addr]
+		l.closeUp(idle[len(idle)-1])
+	}
+}
+
+// giveBack hands an uncounted request back to the goroutine path, which serves it from the start.
+func (l *evLoop) giveBack(c *evClient) {
+	rq := c.rq
+	c.rq = nil
+	l.endRequest(c)
+	if rq != nil {
+		rq.reset()
+		rawRequests.Put(rq)
+	}
+	l.handOff(c, nil)
+}
+
+// continueForward hands a counted request that has not been sent (a retry that could not get a
+// connection) to the goroutine path's forward, which tries the endpoints.
+func (l *evLoop) continueForward(c *evClient) {
+	rq, a, b, set := c.rq, c.a, c.b, c.set
+	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) { return l.p.rawForward(sc, rq, a, b, set) })
+}
+
+// handOffFailed hands a counted request whose forward failed to rawFail.
+func (l *evLoop) handOffFailed(c *evClient, err error) {
+	rq, a := c.rq, c.a
+	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) { return l.p.rawFail(sc, rq, a, err) })
+}
+
+// handOffRelay hands a request with a response the loop does not pass on itself to rawRelay, with
+// the upstream connection (headLen as readHeadLen reports it).
+func (l *evLoop) handOffRelay(c *evClient, headLen int) {
+	up := c.up
+	c.up, up.c = nil, nil
+	pending := bytes.Clone(up.in)
+	fd := up.fd
+	up.fd = -1
+	l.dropFD(fd)
+	nc, err := fdConn(fd)
+	if err != nil {
+		l.p.fast.releaseSlot(up.addr)
+		l.handOffFailed(c, err)
+		return
+	}
+	l.crossZone(c)
+	// The connection keeps its slot in h1Transport's count; rawRelay pools or discards it there.
+	pc := &h1Conn{t: l.p.fast, addr: up.addr, c: nc, bw: bufio.NewWriterSize(nc, 4<<10),
+		br: bufio.NewReaderSize(&h1ConnReader{c: nc, pending: pending}, evUpBuffer)}
+	rq, a := c.rq, c.a
+	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) {
+		if !sc.setPeer(pc.c) {
+			l.p.fast.discard(pc)
+			return l.p.rawFail(sc, rq, a, fmt.Errorf("%w: %w", ErrClientGone, sc.ctx.Err()))
+		}
+		return l.p.rawRelay(sc, rq, a, pc, headLen)
+	})
+}
+
+// handOffCounted hands c to the goroutine path with its counted request, which forward finishes
+// there (see rawComplete).
+func (l *evLoop) handOffCounted(c *evClient, forward func(sc *h1ServerConn) (int, bool)) {
+	rq, a, done, start := c.rq, c.a, c.done, c.start
+	c.in = c.in[:copy(c.in, c.in[c.headLen:])]
+	c.rq = nil
+	l.endRequest(c)
+	l.handOff(c, func(sc *h1ServerConn) bool {
+		defer func() {
+			rq.reset()
+			rawRequests.Put(rq)
+		}()
+		return l.p.rawComplete(sc, a, done, start, func() (int, bool) { return forward(sc) })
+	})
+}
+
+// handOff moves c, with the request bytes it read, to the goroutine-per-connection path for the
+// rest of the connection; first, when set, finishes the request the loop started.
+func (l *evLoop) handOff(c *evClient, first func(sc *h1ServerConn) bool) {
+	s := l.ls.s
+	pending := bytes.Clone(c.in)
+	c.closed = true
+	l.dropFD(c.fd)
+	l.clients--
+	nc, err := fdConn(c.fd)
+	if err != nil {
+		_ = unix.Close(c.fd)
+		s.log.Error(err, "handing a connection to the goroutine path; closing it")
+		s.loopConn(-1)
+		return
+	}
+	sc := &h1ServerConn{s: s, c: nc}
+	sc.cr.pending = pending
+	var run func() bool
+	if first != nil {
+		sc.busyConn.Store(true)
+		run = func() bool { return first(sc) }
+	}
+	// Tracked before the loop's count drops, so that a shutdown never sees zero in between; a
+	// started request is finished even when the server is shutting down.
+	tracked := s.trackConn(sc, first != nil)
+	s.loopConn(-1)
+	if !tracked {
+		_ = nc.Close()
+		return
+	}
+	go sc.serveFrom(run)
+}
+
+// The loops' socket calls on non-blocking sockets never wait, so they are made as raw system calls:
+// a P that enters the runtime's syscall state is, after 20µs, handed off by sysmon to another
+// thread, and on a loop making a few hundred thousand calls a second that hand-off, the thread
+// wake-ups it causes and sysmon's own polling cost more than the calls. Only the epoll wait that
+// blocks goes through the runtime (see run).
+
+func sysRead(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
+func sysWrite(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
+// epollNow returns the events ready now, without waiting.
+func epollNow(epfd int, events []unix.EpollEvent) (int, error) {
+	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
