@@ -151,6 +151,7 @@ const (
 	evDialed                    // a new upstream connection for c (fd, addr), or err
 	evShutdown                  // close idle connections; end once none is left
 	evSweep                     // close connections idle for too long
+	evHungUp                    // c's request reqID, whose client closed its side, has run for watchAfter
 	evClose                     // close everything and end
 )
 
@@ -161,6 +162,7 @@ type evMsg struct {
 	c      *evClient
 	addr   string
 	err    error
+	reqID  uint64
 }
 
 // evLoop is one event loop. Everything but the inbox belongs to its goroutine.
@@ -320,6 +322,10 @@ func (l *evLoop) drainInbox() bool {
 			}
 		case evSweep:
 			l.sweep(time.Now())
+		case evHungUp:
+			if c := m.c; !c.closed && c.busy && c.reqID == m.reqID {
+				l.clientGone(c)
+			}
 		case evClose:
 			l.closeAll()
 			for _, m := range msgs[i+1:] {
@@ -418,6 +424,8 @@ type evClient struct {
 	// The request being forwarded.
 	busy       bool
 	hupBefore  bool // the client had closed its side when the request started: serve it, then close
+	reqID      uint64
+	begun      time.Time // when the request started (monotonic; start is the metrics clock's)
 	rq         *rawRequest
 	headLen    int
 	a          *app
@@ -521,14 +529,22 @@ func (l *evLoop) clientEvent(c *evClient, ev uint32) {
 	if ev&unix.EPOLLOUT != 0 {
 		c.writable = true
 	}
-	if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-		// As net/http's background read: a client that closes its side while its request runs
-		// has gone away. One that closed it after sending the request is answered, then closed.
-		c.readable, c.hup = true, true
-		if c.busy && !c.hupBefore {
-			l.clientGone(c)
+	if ev&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		if c.busy {
+			l.clientGone(c) // reset, or closed both ways: no response can reach it
 			return
 		}
+		c.readable, c.hup = true, true
+	}
+	if ev&unix.EPOLLRDHUP != 0 {
+		c.readable = true // read what is left, then the end
+		if c.busy && !c.hup {
+			l.hungUp(c)
+			if c.closed {
+				return
+			}
+		}
+		c.hup = true
 	}
 	if !l.flushClient(c) {
 		return
@@ -536,6 +552,21 @@ func (l *evLoop) clientEvent(c *evClient, ev uint32) {
 	if !c.busy {
 		l.serveNext(c)
 	}
+}
+
+// hungUp handles a client that closed its sending side while its request runs. Like the
+// goroutine path's client watch (see h1Server), which is only armed once a request has run for
+// watchAfter, a request running that long has lost its client, and a quicker one gets until then
+// to be answered (then the connection is closed): a client may close its side once it sent its
+// request.
+func (l *evLoop) hungUp(c *evClient) {
+	after := l.ls.s.watchAfter
+	if ran := time.Since(c.begun); after <= 0 || ran >= after {
+		l.clientGone(c)
+		return
+	}
+	id := c.reqID
+	time.AfterFunc(after-time.Since(c.begun), func() { l.post(evMsg{kind: evHungUp, c: c, reqID: id}) })
 }
 
 // flushClient writes what is pending; false: the connection was closed.
@@ -640,6 +671,8 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 		return
 	}
 	c.busy, c.hupBefore, c.rq, c.headLen, c.a, c.b, c.set = true, c.hup, rq, end, a, b, set
+	c.reqID++
+	c.begun = time.Now()
 	c.zone = ""
 	if a.zoneAware {
 		c.zone = l.p.opts.Zone
@@ -874,7 +907,7 @@ func (l *evLoop) passHead(c *evClient, headLen int) {
 		return
 	}
 	l.crossZone(c)
-	c.closeAfter = c.rq.close || c.hupBefore || l.ls.s.shuttingDown()
+	c.closeAfter = c.rq.close || c.hup || l.ls.s.shuttingDown()
 	writeRawResponseHead(&c.out, up.in[:headLen], res, c.closeAfter)
 	up.in = up.in[:copy(up.in, up.in[headLen:])]
 	c.res, c.relaying, c.remaining = res, true, res.length

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -34,6 +35,9 @@ type h1Transport struct {
 	mu        sync.Mutex
 	hosts     map[string]*hostPool
 	lastSweep time.Time
+	// waiting counts the waiters of every hostPool (changed under mu), so that hasWaiters, asked
+	// on every event-loop request, takes no lock while nobody waits.
+	waiting atomic.Int32
 }
 
 // hostPool is the connections of one address. Requests beyond maxConns wait in FIFO order for a
@@ -181,6 +185,7 @@ func (t *h1Transport) acquireConn(ctx context.Context, addr string) (*h1Conn, bo
 	}
 	ch := make(chan *h1Conn, 1)
 	hp.waiters = append(hp.waiters, ch)
+	t.waiting.Add(1)
 	t.mu.Unlock()
 	select {
 	case pc := <-ch:
@@ -195,6 +200,7 @@ func (t *h1Transport) acquireConn(ctx context.Context, addr string) (*h1Conn, bo
 	for i, w := range hp.waiters {
 		if w == ch {
 			hp.waiters = append(hp.waiters[:i], hp.waiters[i+1:]...)
+			t.waiting.Add(-1)
 			t.mu.Unlock()
 			return nil, false, ctx.Err()
 		}
@@ -251,6 +257,9 @@ func (t *h1Transport) takeIdle(addr string) *h1Conn {
 
 // hasWaiters reports whether requests wait for a connection to addr.
 func (t *h1Transport) hasWaiters(addr string) bool {
+	if t.waiting.Load() == 0 {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	hp := t.hosts[addr]
@@ -278,6 +287,7 @@ func (t *h1Transport) releaseSlot(addr string) {
 	if len(hp.waiters) > 0 {
 		ch := hp.waiters[0]
 		hp.waiters = hp.waiters[1:]
+		t.waiting.Add(-1)
 		t.mu.Unlock()
 		ch <- nil
 		return
@@ -397,6 +407,7 @@ func (t *h1Transport) put(pc *h1Conn) {
 	if len(hp.waiters) > 0 {
 		ch := hp.waiters[0]
 		hp.waiters = hp.waiters[1:]
+		t.waiting.Add(-1)
 		t.mu.Unlock()
 		ch <- pc
 		return

@@ -67,7 +67,10 @@ func (b *backend) pick(cands []candidate, tried []string, now time.Time) (c *can
 	if n == 0 {
 		return nil, false
 	}
-	start := int(b.next.Add(1) - 1)
+	start := 0
+	if n > 1 { // one endpoint: no shared counter to touch
+		start = int(b.next.Add(1) - 1)
+	}
 	bad := b.bad.Load()
 	fallback := -1
 	for i := range n {

@@ -1,0 +1,214 @@
+package proxy_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/httpscale/httpscale/pkg/proxy"
+	"github.com/httpscale/httpscale/pkg/routing"
+)
+
+// loopHarness is a harness whose raw path runs on n event loops.
+func loopHarness(t *testing.T, n int, mod func(*proxy.Options)) *harness {
+	t.Helper()
+	return newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(o *proxy.Options, s *proxy.Server) {
+		s.FastHTTP1, s.EventLoops = true, n
+		if mod != nil {
+			mod(o)
+		}
+	})
+}
+
+// Pipelined requests, one arriving in pieces, are answered in order on the connection.
+func TestEventLoopsPipelining(t *testing.T) {
+	h := loopHarness(t, 2, nil)
+	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
+	h.src.Set(key("app"), be.ep)
+	c := dialRaw(t, h)
+	third := rawGet("/3")
+	if _, err := io.WriteString(c.c, rawGet("/1")+rawGet("/2")+third[:10]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // the rest of the third head comes later
+	if _, err := io.WriteString(c.c, third[10:]); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c.c)
+	for _, want := range []string{"for /1", "for /2", "for /3"} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("reading the response with %q: %v", want, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || string(body) != want {
+			t.Errorf("got %d %q, want 200 %q", resp.StatusCode, body, want)
+		}
+	}
+	if got := len(be.requests()); got != 3 {
+		t.Errorf("backend got %d requests, want 3", got)
+	}
+	for _, r := range be.requests() {
+		if !r.viaRaw() {
+			t.Errorf("%s was not forwarded on the raw path: %q", r.RequestURI, r.head)
+		}
+	}
+}
+
+// Many clients at once over two loops: every request answered with its own body, counted once,
+// over upstream connections the loops reuse.
+func TestEventLoopsManyConnections(t *testing.T) {
+	h := loopHarness(t, 2, nil)
+	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
+	h.src.Set(key("app"), be.ep)
+	const clients, each = 32, 25
+	var wg sync.WaitGroup
+	var bad atomic.Int32
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dialRaw(t, h)
+			for j := range each {
+				path := fmt.Sprintf("/c%d/r%d", i, j)
+				if a := c.do(rawGet(path)); a.Err != "" || a.Code != http.StatusOK || a.Body != "for "+path {
+					bad.Add(1)
+					t.Errorf("%s: %+v", path, a)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if bad.Load() > 0 {
+		return
+	}
+	if _, _, req := h.count("ns/app"); req != clients*each {
+		t.Errorf("requests counted = %d, want %d", req, clients*each)
+	}
+	eventually(t, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
+	if v := h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "2xx"}); v != clients*each {
+		t.Errorf("2xx responses = %v, want %d", v, clients*each)
+	}
+	// At most one upstream connection per client at a time; kept and reused, not one per request.
+	if n := be.connCount(); n > clients {
+		t.Errorf("upstream connections = %d, want at most %d", n, clients)
+	}
+}
+
+// A client that closes its sending side after its request still gets the response, then the
+// connection is closed.
+func TestEventLoopsHalfClosedClientIsAnswered(t *testing.T) {
+	h := loopHarness(t, 1, nil)
+	be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("answered")} })
+	h.src.Set(key("app"), be.ep)
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, rawGet("/")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	all, err := io.ReadAll(c) // to the end: the proxy closes after answering
+	if err != nil {
+		t.Fatalf("reading to the end: %v (got %q)", err, all)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(all))), nil)
+	if err != nil {
+		t.Fatalf("response %q: %v", all, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(body) != "answered" || !resp.Close {
+		t.Errorf("got %d %q close=%v, want 200 %q with Connection: close", resp.StatusCode, body, resp.Close, "answered")
+	}
+}
+
+// Loops share MaxConnsPerEndpoint with the goroutine path: requests beyond it wait for a
+// connection instead of opening more, and every one is answered.
+func TestEventLoopsRespectMaxConnsPerEndpoint(t *testing.T) {
+	const limit, clients = 2, 12
+	h := loopHarness(t, 2, func(o *proxy.Options) { o.MaxConnsPerEndpoint = limit })
+	var open, peak atomic.Int32
+	be := newRawBackend(t, func(int, *http.Request) rawReply {
+		if n := open.Add(1); n > peak.Load() {
+			peak.Store(n)
+		}
+		time.Sleep(5 * time.Millisecond)
+		open.Add(-1)
+		return rawReply{resp: okReply("ok")}
+	})
+	h.src.Set(key("app"), be.ep)
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dialRaw(t, h)
+			for range 5 {
+				if a := c.do(rawGet("/")); a.Err != "" || a.Code != http.StatusOK {
+					t.Errorf("got %+v, want 200", a)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if p := peak.Load(); p > limit {
+		t.Errorf("requests at the backend at once = %d, want at most %d", p, limit)
+	}
+}
+
+// On drain, an idle loop connection is closed at once, a busy one after its response (which says
+// Connection: close), and the server stops.
+func TestEventLoopsDrain(t *testing.T) {
+	h := loopHarness(t, 2, nil)
+	release := make(chan struct{})
+	be := newRawBackend(t, func(_ int, r *http.Request) rawReply {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+		return rawReply{resp: okReply("done " + r.URL.Path)}
+	})
+	h.src.Set(key("app"), be.ep)
+	idle := dialRaw(t, h)
+	if a := idle.do(rawGet("/first")); a.Code != http.StatusOK {
+		t.Fatalf("first request: %+v", a)
+	}
+	busy := dialRaw(t, h)
+	answer := make(chan clientAnswer, 1)
+	go func() { answer <- busy.do(rawGet("/slow")) }()
+	eventually(t, "the slow request in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 1 })
+	h.stop()
+	// The idle connection is closed without a response.
+	buf := make([]byte, 1)
+	_ = idle.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := idle.c.Read(buf); err == nil || n > 0 {
+		t.Errorf("idle connection: read %d bytes, %v; want it closed", n, err)
+	}
+	close(release)
+	a := <-answer
+	if a.Err != "" || a.Code != http.StatusOK || a.Body != "done /slow" || !a.Close {
+		t.Errorf("busy request: %+v, want 200 %q with Connection: close", a, "done /slow")
+	}
+	select {
+	case err := <-h.stopped:
+		if err != nil {
+			t.Errorf("server stopped with %v", err)
+		}
+		h.stopped <- err // for the harness's cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not stop after its last connection closed")
+	}
+}
