@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Loopback benchmark of the interceptor's request path (pkg/proxy), side by side in one run:
-#   1. wrk -t2 -c64, tiny response: backend direct vs through the proxy vs through the proxy with
-#      its server-side fast path off (proxy-std, net/http serves every request) vs through nginx
+#   1. wrk -t2 -c64, tiny response: backend direct vs through the proxy (its raw path on event
+#      loops, the default) vs through the proxy with the raw path on a goroutine per connection
+#      (proxy-g, --event-loops=0) vs through the proxy with its server-side fast path off
+#      (proxy-std, net/http serves every request) vs through nginx
 #      (2 workers, upstream keepalive) vs through nginx also setting the X-Forwarded-* headers the
 #      proxy sets (nginx-xf: the same work) vs through hack/bench/relay (a Go relay with no HTTP
 #      logic at all, as a reference), interleaved for ROUNDS rounds, with each one's CPU per request;
@@ -37,7 +39,7 @@ wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 
 go build -o "$work/" ./hack/bench/backend ./hack/bench/proxy ./hack/bench/relay ./hack/bench/rate ./hack/bench/coldstart
 BE=$(free_port); PX=$(free_port); AD=$(free_port); NG=$(free_port); CB=$(free_port); RL=$(free_port)
-PS=$(free_port); AS=$(free_port); NX=$(free_port)
+PS=$(free_port); AS=$(free_port); NX=$(free_port); PG=$(free_port); AG=$(free_port)
 
 "$work/backend" -listen "127.0.0.1:$BE" &
 backend_pid=$!; pids+=($backend_pid)
@@ -45,6 +47,8 @@ backend_pid=$!; pids+=($backend_pid)
 proxy_pid=$!; pids+=($proxy_pid)
 "$work/proxy" -fast-http1=false -listen "127.0.0.1:$PS" -admin "127.0.0.1:$AS" -backend "127.0.0.1:$BE" &
 proxystd_pid=$!; pids+=($proxystd_pid)
+"$work/proxy" -event-loops=0 -listen "127.0.0.1:$PG" -admin "127.0.0.1:$AG" -backend "127.0.0.1:$BE" &
+proxyg_pid=$!; pids+=($proxyg_pid)
 "$work/relay" -listen "127.0.0.1:$RL" -backend "127.0.0.1:$BE" &
 relay_pid=$!; pids+=($relay_pid)
 mkdir -p "$work/nginx/logs"
@@ -80,7 +84,7 @@ http {
 CONF
 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/logs/error.log" &
 nginx_pid=$!; pids+=($nginx_pid)
-for p in "$BE" "$PX" "$AD" "$NG" "$NX" "$RL" "$PS" "$AS"; do wait_port "$p"; done
+for p in "$BE" "$PX" "$AD" "$NG" "$NX" "$RL" "$PS" "$AS" "$PG" "$AG"; do wait_port "$p"; done
 
 # cpu_ticks PID...: user+system clock ticks used so far by the processes (and nginx's workers).
 cpu_ticks() {
@@ -94,13 +98,13 @@ cpu_ticks() {
 nginx_pids() { echo "$nginx_pid" $(ps --ppid "$nginx_pid" -o pid= 2>/dev/null); }
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 trap 'echo "load average at the end: $(cut -d" " -f1-3 /proc/loadavg)"; cleanup' EXIT
-targets="direct proxy proxy-std nginx nginx-xf relay"
-declare -A port=([direct]=$BE [proxy]=$PX [proxy-std]=$PS [nginx]=$NG [nginx-xf]=$NX [relay]=$RL)
+targets="direct proxy proxy-g proxy-std nginx nginx-xf relay"
+declare -A port=([direct]=$BE [proxy]=$PX [proxy-g]=$PG [proxy-std]=$PS [nginx]=$NG [nginx-xf]=$NX [relay]=$RL)
 declare -A sum=() cpu=() reqs=()
 echo "== wrk -t2 -c64 -d$DUR, $ROUNDS interleaved rounds"
 for r in $(seq "$ROUNDS"); do
 	for t in $targets; do
-		case $t in proxy) procs="$proxy_pid" ;; proxy-std) procs="$proxystd_pid" ;; nginx | nginx-xf) procs=$(nginx_pids) ;; relay) procs="$relay_pid" ;; *) procs="$backend_pid" ;; esac
+		case $t in proxy) procs="$proxy_pid" ;; proxy-g) procs="$proxyg_pid" ;; proxy-std) procs="$proxystd_pid" ;; nginx | nginx-xf) procs=$(nginx_pids) ;; relay) procs="$relay_pid" ;; *) procs="$backend_pid" ;; esac
 		before=$(cpu_ticks $procs)
 		out=$(wrk -t2 -c64 -d"$DUR" --latency "http://127.0.0.1:${port[$t]}/")
 		used=$(( $(cpu_ticks $procs) - before ))
@@ -114,9 +118,9 @@ for r in $(seq "$ROUNDS"); do
 		sum[$t]=$(awk -v a="${sum[$t]:-0}" -v b="$rps" 'BEGIN {print a+b}')
 	done
 done
-awk -v d="${sum[direct]}" -v p="${sum[proxy]}" -v s="${sum[proxy-std]}" -v n="${sum[nginx]}" -v x="${sum[nginx-xf]}" -v f="${sum[relay]}" -v r="$ROUNDS" 'BEGIN {
-	printf "mean req/s: direct %.0f  proxy %.0f  proxy-std %.0f  nginx %.0f  nginx-xf %.0f  relay %.0f\n", d/r, p/r, s/r, n/r, x/r, f/r
-	printf "proxy/direct %.2f  proxy/nginx %.2f  proxy/nginx-xf %.2f  proxy-std/direct %.2f  proxy-std/nginx %.2f  nginx/direct %.2f  relay/nginx %.2f\n", p/d, p/n, p/x, s/d, s/n, n/d, f/n }'
+awk -v d="${sum[direct]}" -v p="${sum[proxy]}" -v g="${sum[proxy-g]}" -v s="${sum[proxy-std]}" -v n="${sum[nginx]}" -v x="${sum[nginx-xf]}" -v f="${sum[relay]}" -v r="$ROUNDS" 'BEGIN {
+	printf "mean req/s: direct %.0f  proxy %.0f  proxy-g %.0f  proxy-std %.0f  nginx %.0f  nginx-xf %.0f  relay %.0f\n", d/r, p/r, g/r, s/r, n/r, x/r, f/r
+	printf "proxy/direct %.2f  proxy/nginx %.2f  proxy/nginx-xf %.2f  proxy-g/direct %.2f  proxy-g/nginx %.2f  proxy-std/direct %.2f  proxy-std/nginx %.2f  nginx/direct %.2f  relay/nginx %.2f\n", p/d, p/n, p/x, g/d, g/n, s/d, s/n, n/d, f/n }'
 tck=$(getconf CLK_TCK)
 for t in $targets; do
 	awk -v c="${cpu[$t]}" -v n="${reqs[$t]}" -v tck="$tck" -v t="$t" 'BEGIN {

@@ -48,6 +48,9 @@ type Interceptor struct {
 	// HTTP1FastPath serves plain body-less HTTP/1.1 requests on the proxy server's fast path; the
 	// rest is handed to net/http. Off, net/http serves every request.
 	HTTP1FastPath bool
+	// EventLoops is how many event loops serve the fast path's common requests: 0 none (every
+	// connection on its own goroutine), negative one per CPU the process may use (GOMAXPROCS).
+	EventLoops int
 
 	// DrainDelay is how long the replica keeps serving after SIGTERM with readiness failing.
 	DrainDelay time.Duration
@@ -76,6 +79,7 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&i.MaxConnsPerEndpoint, "max-conns-per-endpoint", envInt("HTTPSCALE_MAX_CONNS_PER_ENDPOINT", 512), "Connections open at once to one pod; more requests wait for one.")
 	fs.IntVar(&i.GCPercent, "gc-percent", envInt("HTTPSCALE_GC_PERCENT", 400), "Go GC target percentage (ignored when GOGC is set).")
 	fs.BoolVar(&i.HTTP1FastPath, "http1-fast-path", envBool("HTTPSCALE_HTTP1_FAST_PATH", true), "Serve plain body-less HTTP/1.1 requests on the proxy's fast path (the rest goes to net/http).")
+	fs.IntVar(&i.EventLoops, "event-loops", envInt("HTTPSCALE_EVENT_LOOPS", -1), "Event loops serving the fast path's plain requests to warm apps on Linux (0: a goroutine per connection; -1: one per GOMAXPROCS).")
 	fs.DurationVar(&i.DrainDelay, "drain-delay", envDuration("HTTPSCALE_DRAIN_DELAY", 5*time.Second), "After SIGTERM, keep serving this long with readiness failing.")
 	fs.DurationVar(&i.DrainTimeout, "drain-timeout", envDuration("HTTPSCALE_DRAIN_TIMEOUT", 60*time.Second), "After the delay, wait this long for in-flight and held requests and WebSockets.")
 }
