@@ -178,7 +178,9 @@ type evLoop struct {
 	spare   []evMsg
 	ended   bool // the loop returned; guarded by inboxMu
 
-	fds       []any // *evClient or *evUp by descriptor
+	fds       []evSlot // by descriptor
+	free      [][]byte // request buffers not in use (see releaseIn)
+	gen       int32
 	clients   int
 	dialing   int
 	idle      map[string][]*evUp
@@ -280,10 +282,10 @@ func (l *evLoop) run() {
 				}
 				continue
 			}
-			if fd >= len(l.fds) {
-				continue
+			if fd >= len(l.fds) || l.fds[fd].gen != ev.Pad {
+				continue // closed (and maybe reused) since the event was reported
 			}
-			switch h := l.fds[fd].(type) {
+			switch h := l.fds[fd].h.(type) {
 			case *evClient:
 				l.clientEvent(h, ev.Events)
 			case *evUp:
@@ -315,8 +317,8 @@ func (l *evLoop) drainInbox() bool {
 			l.dialed(m)
 		case evShutdown:
 			l.quitting = true
-			for _, h := range l.fds {
-				if c, ok := h.(*evClient); ok && !c.busy && len(c.in) == 0 && c.out.Len() == 0 {
+			for _, slot := range l.fds {
+				if c, ok := slot.h.(*evClient); ok && !c.busy && len(c.in) == 0 && c.out.Len() == 0 {
 					l.closeClient(c)
 				}
 			}
@@ -339,15 +341,24 @@ func (l *evLoop) drainInbox() bool {
 	return false
 }
 
+// evSlot is what a descriptor is registered for: h is an *evClient or *evUp. gen tells a
+// registration from an earlier one of the same descriptor number, whose events may still be in the
+// batch being handled when the number is reused.
+type evSlot struct {
+	h   any
+	gen int32
+}
+
 // setFD registers h for fd's events (edge-triggered: each new arrival is reported once).
 func (l *evLoop) setFD(fd int, h any) error {
 	for fd >= len(l.fds) {
-		l.fds = append(l.fds, nil)
+		l.fds = append(l.fds, evSlot{})
 	}
-	l.fds[fd] = h
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(fd)}
+	l.gen++
+	l.fds[fd] = evSlot{h: h, gen: l.gen}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(fd), Pad: l.gen}
 	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-		l.fds[fd] = nil
+		l.fds[fd] = evSlot{}
 		return fmt.Errorf("watching a socket: %w", err)
 	}
 	return nil
@@ -356,13 +367,13 @@ func (l *evLoop) setFD(fd int, h any) error {
 // dropFD forgets fd; the caller closes it or hands it on.
 func (l *evLoop) dropFD(fd int) {
 	_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil)
-	l.fds[fd] = nil
+	l.fds[fd] = evSlot{}
 }
 
 // closeAll closes every connection and the loop's own descriptors.
 func (l *evLoop) closeAll() {
-	for _, h := range l.fds {
-		switch h := h.(type) {
+	for _, slot := range l.fds {
+		switch h := slot.h.(type) {
 		case *evClient:
 			l.clientGone(h)
 		case *evUp:
@@ -390,8 +401,8 @@ func (l *evLoop) closeAll() {
 // with part of a head read), upstream connections past the pool's idle timeout.
 func (l *evLoop) sweep(now time.Time) {
 	s := l.ls.s
-	for _, h := range l.fds {
-		switch h := h.(type) {
+	for _, slot := range l.fds {
+		switch h := slot.h.(type) {
 		case *evClient:
 			if h.busy || h.out.Len() > 0 {
 				continue
@@ -463,7 +474,7 @@ func (l *evLoop) addClient(fd int, remote string) {
 		l.ls.s.loopConn(-1)
 		return
 	}
-	c := &evClient{fd: fd, in: make([]byte, 0, evClientBuffer), since: time.Now(), writable: true}
+	c := &evClient{fd: fd, since: time.Now(), writable: true}
 	if ip, _, err := net.SplitHostPort(remote); err == nil {
 		c.ip = ip
 	}
@@ -486,6 +497,8 @@ func (l *evLoop) closeClient(c *evClient) {
 	_ = unix.Close(c.fd)
 	l.clients--
 	l.ls.s.loopConn(-1)
+	c.in = c.in[:0]
+	l.releaseIn(c)
 }
 
 // clientGone ends a connection whose client went away (or that is being closed), with its
@@ -549,8 +562,11 @@ func (l *evLoop) clientEvent(c *evClient, ev uint32) {
 	if !l.flushClient(c) {
 		return
 	}
-	if !c.busy {
+	switch {
+	case !c.busy:
 		l.serveNext(c)
+	case c.relaying && c.out.Len() == 0:
+		l.relay(c) // the client took what was pending: pass on more of the body
 	}
 }
 
@@ -596,7 +612,7 @@ func (l *evLoop) flushClient(c *evClient) bool {
 // fill reads once into the free part of *buf. It reports whether bytes arrived; eof is set at the
 // end of the stream or on an error (err, nil at the end). A short read means the socket is empty:
 // readable is cleared, and the next arrival is reported again.
-func fill(fd int, buf *[]byte, readable *bool) (got, eof bool, err error) {
+func fill(fd int, buf *[]byte, readable, hup *bool) (got, eof bool, err error) {
 	b := *buf
 	for {
 		n, err := sysRead(fd, b[len(b):cap(b)])
@@ -613,7 +629,9 @@ func fill(fd int, buf *[]byte, readable *bool) (got, eof bool, err error) {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.EAGAIN):
-			*readable = false
+			// Nothing to read, not even the end: whatever reported a hang-up, the stream has not
+			// ended (waiting for an arrival is right, reading again is not).
+			*readable, *hup = false, false
 			return false, false, nil
 		default:
 			*readable = false
@@ -622,18 +640,48 @@ func fill(fd int, buf *[]byte, readable *bool) (got, eof bool, err error) {
 	}
 }
 
+// A client connection holds a request buffer only while it has request bytes: a kept-alive
+// connection waiting for its next request, or one whose request went to the goroutine path to be
+// held, holds none (10,000 held requests would otherwise keep 40 MiB of them).
+func (l *evLoop) getBuf() []byte {
+	if n := len(l.free); n > 0 {
+		b := l.free[n-1]
+		l.free[n-1] = nil
+		l.free = l.free[:n-1]
+		return b
+	}
+	return make([]byte, 0, evClientBuffer)
+}
+
+// releaseIn gives c's request buffer back when it is empty; a large response buffer goes too.
+func (l *evLoop) releaseIn(c *evClient) {
+	if c.in != nil && len(c.in) == 0 {
+		if len(l.free) < 256 {
+			l.free = append(l.free, c.in)
+		}
+		c.in = nil
+	}
+	if c.out.Len() == 0 && c.out.Cap() > evClientBuffer {
+		c.out = bytes.Buffer{}
+	}
+}
+
 // serveNext starts the next request once the previous response is out.
 func (l *evLoop) serveNext(c *evClient) {
 	for !c.busy && !c.closed && c.out.Len() == 0 {
 		end := headerEnd(c.in)
 		if end < 0 {
-			if len(c.in) == cap(c.in) || bytes.Contains(c.in, []byte("\n\n")) {
+			if c.in != nil && (len(c.in) == cap(c.in) || bytes.Contains(c.in, []byte("\n\n"))) {
 				l.handOff(c, nil) // too large, or bare LF: net/http decides
 				return
 			}
 			if (c.readable || c.hup) && !c.eof {
 				had := len(c.in)
-				got, eof, _ := fill(c.fd, &c.in, &c.readable)
+				if c.in == nil {
+					c.in = l.getBuf()
+				}
+				got, eof, _ := fill(c.fd, &c.in, &c.readable, &c.hup)
+				l.releaseIn(c)
 				if eof {
 					c.eof = true
 				}
@@ -647,8 +695,12 @@ func (l *evLoop) serveNext(c *evClient) {
 			}
 			return
 		}
-		if !fastRequest(c.in[:end]) || l.ls.s.shuttingDown() {
-			l.handOff(c, nil) // the goroutine path serves it or, shutting down, closes
+		if l.ls.s.shuttingDown() {
+			l.closeClient(c) // as the goroutine path does with a request that comes after the drain began
+			return
+		}
+		if !fastRequest(c.in[:end]) {
+			l.handOff(c, nil) // the goroutine path serves it
 			return
 		}
 		l.startRequest(c, end)
@@ -875,7 +927,7 @@ func (l *evLoop) relay(c *evClient) {
 			return
 		}
 		had := len(up.in)
-		_, eof, err := fill(up.fd, &up.in, &up.readable)
+		_, eof, err := fill(up.fd, &up.in, &up.readable, &up.hup)
 		if !eof {
 			continue
 		}
@@ -936,6 +988,7 @@ func (l *evLoop) finish(c *evClient) {
 	}
 	l.p.rawDone(c.a, c.done, c.res.code, c.start)
 	c.in = c.in[:copy(c.in, c.in[c.headLen:])]
+	l.releaseIn(c)
 	closeAfter := c.closeAfter
 	l.endRequest(c)
 	c.closeAfter = closeAfter
@@ -1097,6 +1150,8 @@ func (l *evLoop) handOffCounted(c *evClient, forward func(sc *h1ServerConn) (int
 func (l *evLoop) handOff(c *evClient, first func(sc *h1ServerConn) bool) {
 	s := l.ls.s
 	pending := bytes.Clone(c.in)
+	c.in = c.in[:0]
+	l.releaseIn(c)
 	c.closed = true
 	l.dropFD(c.fd)
 	l.clients--

@@ -212,3 +212,43 @@ func TestEventLoopsDrain(t *testing.T) {
 		t.Fatal("the server did not stop after its last connection closed")
 	}
 }
+
+// A large body to a client that reads slowly is passed on as the client takes it (the loop stops
+// reading the upstream while the client's socket is full), whole.
+func TestEventLoopsSlowClientLargeBody(t *testing.T) {
+	h := loopHarness(t, 1, nil)
+	body := strings.Repeat("0123456789abcdef", 1<<20) // 16 MiB: more than the sockets buffer
+	be := newRawBackend(t, func(int, *http.Request) rawReply {
+		return rawReply{resp: fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(body), body)}
+	})
+	h.src.Set(key("app"), be.ep)
+	c := dialRaw(t, h)
+	_ = c.c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c.c, rawGet("/big")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the sockets fill up meanwhile
+	resp, err := http.ReadResponse(bufio.NewReader(c.c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		got.Write(buf[:n])
+		if err != nil {
+			break
+		}
+		if got.Len()%(4<<20) < n {
+			time.Sleep(20 * time.Millisecond) // slow, in steps
+		}
+	}
+	if got.Len() != len(body) || got.String() != body {
+		t.Fatalf("body: %d bytes, want %d (equal: %v)", got.Len(), len(body), got.String() == body)
+	}
+	// The connection carries the next request.
+	if a := c.do(rawGet("/next")); a.Code != http.StatusOK || a.Err != "" {
+		t.Errorf("next request: code %d %s", a.Code, a.Err)
+	}
+}
