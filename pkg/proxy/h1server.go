@@ -257,6 +257,8 @@ type h1ServerConn struct {
 	// (client gone, drain cut-off) so that a read from it returns; aborted records that.
 	peer    net.Conn
 	aborted bool
+	// rawServed: the last request was served on the raw path, which an event loop could have done.
+	rawServed bool
 }
 
 // setPeer registers the upstream connection of the request being served. It returns false, and
@@ -364,7 +366,11 @@ func (sc *h1ServerConn) serveFrom(first func() bool) {
 			handedOff = sc.handOff()
 			return
 		}
+		sc.rawServed = false
 		if !sc.serveOne(n) {
+			return
+		}
+		if sc.rawServed && s.loops != nil && sc.backToLoop() {
 			return
 		}
 		if !s.setBusy(sc, false) {
@@ -540,6 +546,7 @@ func (sc *h1ServerConn) serveOne(n int) bool {
 	if rs, ok := s.handler.(rawServer); ok {
 		head, _ := sc.br.Peek(n)
 		if served, keep := rs.serveRaw(sc, head); served {
+			sc.rawServed = true
 			return keep && sc.ctx.Err() == nil
 		}
 	}
@@ -638,6 +645,18 @@ func (sc *h1ServerConn) stopWatch() bool {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	return !sc.gone
+}
+
+// backToLoop moves an idle connection to an event loop once it carried a request the loops serve:
+// a connection an event loop handed over (a held request, a chunked response, …) goes back to
+// them, so that a client's long-lived connection does not stay on the slower path for good. It
+// reports whether the connection left (moved, or lost if its socket could not be taken).
+func (sc *h1ServerConn) backToLoop() bool {
+	if sc.br.Buffered() > 0 || len(sc.cr.pending) > 0 || sc.s.shuttingDown() {
+		return false
+	}
+	sc.s.loops.adopt(sc.c) // closes sc.c
+	return true
 }
 
 // handOff passes the connection, with the bytes read so far, to the net/http server.

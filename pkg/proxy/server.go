@@ -57,6 +57,19 @@ type Server struct {
 
 	draining atomic.Bool
 	addr     atomic.Pointer[string]
+	fast     atomic.Pointer[h1Server]
+}
+
+// FastConnections reports how many client connections the fast path serves on event loops and on
+// their own goroutines (not counting those handed to net/http), for diagnostics.
+func (s *Server) FastConnections() (loops, goroutines int) {
+	f := s.fast.Load()
+	if f == nil {
+		return 0, 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.loopConns, len(f.conns)
 }
 
 // NeedLeaderElection is false: every replica serves.
@@ -132,6 +145,7 @@ func (s *Server) Start(ctx context.Context) error {
 			}
 			fast.loops = loops
 		}
+		s.fast.Store(fast)
 		go func() { serveErr <- srv.Serve(fast.handoff) }()
 		go func() { serveErr <- fast.serve(ln) }()
 	} else {
