@@ -751,11 +751,18 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 // goroutine path, which waits for one in line.
 func (l *evLoop) acquire(c *evClient) {
 	addr := c.cand.addr
-	if idle := l.idle[addr]; len(idle) > 0 {
+	// A non-replayable request takes an idle connection only after a peek (as h1Transport does):
+	// one the upstream closed or wrote to whose event is not handled yet is not used.
+	check := !replayable(c.rq.method, c.rq.idempotencyKey)
+	for idle := l.idle[addr]; len(idle) > 0; idle = l.idle[addr] {
 		up := idle[len(idle)-1]
 		idle[len(idle)-1] = nil
 		l.idle[addr] = idle[:len(idle)-1]
 		l.idleCount--
+		if check && !quietFD(up.fd) {
+			l.closeUp(up)
+			continue
+		}
 		up.reused = true
 		l.send(c, up)
 		return
@@ -1206,6 +1213,13 @@ func sysWrite(fd int, p []byte) (int, error) {
 		return -1, e
 	}
 	return int(n), nil
+}
+
+// quietFD reports whether an idle socket is open with nothing to read (see h1Conn.quiet).
+func quietFD(fd int) bool {
+	var b [1]byte
+	_, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	return errors.Is(err, unix.EAGAIN)
 }
 
 // epollNow returns the events ready now, without waiting.
