@@ -135,15 +135,14 @@ func (r *Registry) CountsSince(since uint64) admin.Counts {
 	return out
 }
 
-// Snapshot returns every app's counters sorted by key without advancing the counts sequence (for
-// metrics scrapes).
+// Snapshot returns every app's counters, in no particular order, without advancing the counts
+// sequence (for metrics scrapes).
 func (r *Registry) Snapshot() []admin.AppCount {
 	apps := *r.apps.Load()
 	out := make([]admin.AppCount, 0, len(apps))
 	for _, a := range apps {
 		out = append(out, a.Count())
 	}
-	slices.SortFunc(out, func(x, y admin.AppCount) int { return strings.Compare(x.Key, y.Key) })
 	return out
 }
 
@@ -159,9 +158,6 @@ type App struct {
 	// lastWake is the unix-nano time of the latest wake event published for this app.
 	lastWake atomic.Int64
 }
-
-// Key returns the app's "namespace/name".
-func (a *App) Key() string { return a.key }
 
 // Count returns the app's current counters.
 func (a *App) Count() admin.AppCount {
