@@ -68,7 +68,7 @@ func newEvLoops(s *h1Server, p *Proxy, n int) (*evLoops, error) {
 		l, err := newEvLoop(ls)
 		if err != nil {
 			for _, l := range ls.loops {
-				l.post(evMsg{kind: evClose})
+				l.closeAll() // not running yet
 			}
 			return nil, err
 		}
@@ -77,7 +77,17 @@ func newEvLoops(s *h1Server, p *Proxy, n int) (*evLoops, error) {
 	for _, l := range ls.loops {
 		go l.run()
 	}
+	release := ls.releaseIdle
+	p.fast.onWait.Store(&release)
 	return ls, nil
+}
+
+// releaseIdle asks every loop to give its idle connections to addr to the requests waiting for
+// one on the goroutine path: the loops' idle connections count against MaxConnsPerEndpoint too.
+func (ls *evLoops) releaseIdle(addr string) {
+	for _, l := range ls.loops {
+		l.post(evMsg{kind: evRelease, addr: addr})
+	}
 }
 
 // adopt takes an accepted connection: its socket moves to a loop, out of the runtime's poller.
@@ -92,7 +102,14 @@ func (ls *evLoops) adopt(c net.Conn) {
 		_ = syscall.Close(fd)
 		return
 	}
-	l := ls.loops[int(ls.next.Add(1))%len(ls.loops)]
+	// A loop that ended on an error is skipped; post closes the connection when every one has.
+	start := int(ls.next.Add(1))
+	var l *evLoop
+	for i := range ls.loops {
+		if l = ls.loops[(start+i)%len(ls.loops)]; !l.dead.Load() {
+			break
+		}
+	}
 	l.post(evMsg{kind: evAdopt, fd: fd, remote: remote})
 }
 
@@ -152,6 +169,7 @@ const (
 	evShutdown                  // close idle connections; end once none is left
 	evSweep                     // close connections idle for too long
 	evHungUp                    // c's request reqID, whose client closed its side, has run for watchAfter
+	evRelease                   // requests wait for a connection to addr: give them the idle ones
 	evClose                     // close everything and end
 )
 
@@ -176,7 +194,8 @@ type evLoop struct {
 	inboxMu sync.Mutex
 	inbox   []evMsg
 	spare   []evMsg
-	ended   bool // the loop returned; guarded by inboxMu
+	ended   bool        // the loop returned; guarded by inboxMu
+	dead    atomic.Bool // ended, so adopt passes it over
 
 	fds       []evSlot // by descriptor
 	free      [][]byte // request buffers not in use (see releaseIn)
@@ -215,8 +234,16 @@ func newEvLoop(ls *evLoops) (*evLoop, error) {
 // m carries is closed here.
 func (l *evLoop) post(m evMsg) {
 	l.inboxMu.Lock()
-	defer l.inboxMu.Unlock()
-	if l.ended {
+	if !l.ended {
+		l.inbox = append(l.inbox, m)
+		one := [8]byte{1}
+		_, _ = unix.Write(l.wakefd, one[:]) // under the lock: closeAll closes it under the lock
+		l.inboxMu.Unlock()
+		return
+	}
+	l.inboxMu.Unlock()
+	// Not under inboxMu: loopConn takes the server's lock, which is held while posting to loops.
+	{
 		switch {
 		case m.kind == evAdopt:
 			_ = unix.Close(m.fd)
@@ -227,11 +254,7 @@ func (l *evLoop) post(m evMsg) {
 		case m.kind == evDialed:
 			l.p.fast.releaseSlot(m.addr)
 		}
-		return
 	}
-	l.inbox = append(l.inbox, m)
-	one := [8]byte{1}
-	_, _ = unix.Write(l.wakefd, one[:])
 }
 
 func (l *evLoop) run() {
@@ -262,10 +285,14 @@ func (l *evLoop) run() {
 	events := make([]unix.EpollEvent, 128)
 	for {
 		var n int
+		var werr error
 		err := rc.Read(func(uintptr) bool {
-			n, err = epollNow(l.epfd, events)
-			return n > 0 || err != nil && !errors.Is(err, unix.EINTR)
+			n, werr = epollNow(l.epfd, events)
+			return n > 0 || werr != nil && !errors.Is(werr, unix.EINTR)
 		})
+		if err == nil && werr != nil && !errors.Is(werr, unix.EINTR) {
+			err = werr
+		}
 		if err != nil {
 			l.ls.s.log.Error(err, "waiting for socket events; closing the event loop's connections")
 			l.closeAll()
@@ -324,6 +351,8 @@ func (l *evLoop) drainInbox() bool {
 			}
 		case evSweep:
 			l.sweep(time.Now())
+		case evRelease:
+			l.releaseIdle(m.addr)
 		case evHungUp:
 			if c := m.c; !c.closed && c.busy && c.reqID == m.reqID {
 				l.clientGone(c)
@@ -383,6 +412,7 @@ func (l *evLoop) closeAll() {
 		}
 	}
 	l.quitting = true
+	l.dead.Store(true)
 	l.inboxMu.Lock()
 	l.ended = true
 	msgs := l.inbox
@@ -434,7 +464,6 @@ type evClient struct {
 
 	// The request being forwarded.
 	busy       bool
-	hupBefore  bool // the client had closed its side when the request started: serve it, then close
 	reqID      uint64
 	begun      time.Time // when the request started (monotonic; start is the metrics clock's)
 	rq         *rawRequest
@@ -531,7 +560,7 @@ func (l *evLoop) endRequest(c *evClient) {
 		c.rq.reset()
 		rawRequests.Put(c.rq)
 	}
-	c.busy, c.hupBefore, c.rq, c.a, c.b, c.set, c.cand, c.done, c.up = false, false, nil, nil, nil, nil, nil, nil, nil
+	c.busy, c.rq, c.a, c.b, c.set, c.cand, c.done, c.up = false, nil, nil, nil, nil, nil, nil, nil
 	c.attempts, c.relaying, c.res, c.remaining, c.closeAfter = 0, false, rawResponse{}, 0, false
 }
 
@@ -576,6 +605,9 @@ func (l *evLoop) clientEvent(c *evClient, ev uint32) {
 // to be answered (then the connection is closed): a client may close its side once it sent its
 // request.
 func (l *evLoop) hungUp(c *evClient) {
+	if len(c.in) > c.headLen {
+		return // it sent its next request: it is still there (as the client watch assumes)
+	}
 	after := l.ls.s.watchAfter
 	if ran := time.Since(c.begun); after <= 0 || ran >= after {
 		l.clientGone(c)
@@ -672,7 +704,7 @@ func (l *evLoop) serveNext(c *evClient) {
 		end := headerEnd(c.in)
 		if end < 0 {
 			if c.in != nil && (len(c.in) == cap(c.in) || bytes.Contains(c.in, []byte("\n\n"))) {
-				l.handOff(c, nil) // too large, or bare LF: net/http decides
+				l.handOff(c, false, nil, nil) // too large, or bare LF: net/http decides
 				return
 			}
 			if (c.readable || c.hup) && !c.eof {
@@ -700,7 +732,7 @@ func (l *evLoop) serveNext(c *evClient) {
 			return
 		}
 		if !fastRequest(c.in[:end]) {
-			l.handOff(c, nil) // the goroutine path serves it
+			l.handOff(c, false, nil, nil) // the goroutine path serves it
 			return
 		}
 		l.startRequest(c, end)
@@ -712,19 +744,25 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 	rq := rawRequests.Get().(*rawRequest)
 	if !rq.parse(string(c.in[:end])) {
 		rawRequests.Put(rq)
-		l.handOff(c, nil)
+		l.handOff(c, false, nil, nil)
 		return
 	}
 	a, b, set := l.p.rawRoute(rq)
 	if a == nil {
 		rq.reset()
 		rawRequests.Put(rq)
-		l.handOff(c, nil)
+		l.handOff(c, false, nil, nil)
 		return
 	}
-	c.busy, c.hupBefore, c.rq, c.headLen, c.a, c.b, c.set = true, c.hup, rq, end, a, b, set
+	c.busy, c.rq, c.headLen, c.a, c.b, c.set = true, rq, end, a, b, set
 	c.reqID++
 	c.begun = time.Now()
+	if c.hup {
+		l.hungUp(c) // closed its side with (or before) the request: watchAfter to answer it
+		if c.closed {
+			return
+		}
+	}
 	c.zone = ""
 	if a.zoneAware {
 		c.zone = l.p.opts.Zone
@@ -817,16 +855,29 @@ func (l *evLoop) dialed(m evMsg) {
 		if c.closed {
 			return
 		}
-		if isDialError(m.err) {
+		if !isDialError(m.err) {
+			if c.done == nil {
+				l.giveBack(c) // e.g. a dialer whose connections have no socket: the goroutine path dials
+			} else {
+				l.handOffFailed(c, fmt.Errorf("forwarding to %s: %w", m.addr, m.err))
+			}
+			return
+		}
+		// As forEndpoint: with another endpoint to try, this one is marked bad and the goroutine path
+		// tries the next (from the start: nothing was counted or sent); without, the request fails.
+		if l.p.opts.MaxDialAttempts > 1 && len(c.b.candidates(c.set, c.zone).all) > 1 {
 			now := l.p.opts.Now()
 			c.b.markBad(m.addr, now, now.Add(l.p.opts.BadEndpointFor))
 			l.p.log.V(1).Info("endpoint refused connection; trying another", "app", c.a.key, "endpoint", m.addr, "error", m.err.Error())
+			if c.done == nil {
+				l.giveBack(c)
+			} else {
+				l.continueForward(c)
+			}
+			return
 		}
-		if c.done == nil {
-			l.giveBack(c) // nothing counted or sent: the goroutine path tries the next endpoint
-		} else {
-			l.continueForward(c)
-		}
+		l.count(c)
+		l.handOffFailed(c, fmt.Errorf("forwarding to %s: %w", m.addr, m.err))
 		return
 	}
 	up := &evUp{fd: m.fd, addr: m.addr, in: make([]byte, 0, evUpBuffer), writable: true}
@@ -848,14 +899,19 @@ func (l *evLoop) dialed(m evMsg) {
 // send counts the request (the first time) and writes its head to up.
 func (l *evLoop) send(c *evClient, up *evUp) {
 	c.up, up.c = up, c
+	l.count(c)
+	up.out.Reset()
+	c.rq.write(&up.out, c.ip)
+	l.flushUp(up)
+}
+
+// count counts c's request once (see serveRaw).
+func (l *evLoop) count(c *evClient) {
 	if c.done == nil {
 		c.start = l.p.opts.Now()
 		c.a.counts.Received()
 		c.done = c.a.counts.StartForward()
 	}
-	up.out.Reset()
-	c.rq.write(&up.out, c.ip)
-	l.flushUp(up)
 }
 
 // flushUp writes up's pending request bytes.
@@ -871,7 +927,12 @@ func (l *evLoop) flushUp(up *evUp) {
 			up.writable = false
 		case errors.Is(err, unix.EINTR):
 		default:
-			l.upFailed(up.c, staleConnError{fmt.Errorf("writing request: %w", err)})
+			if c := up.c; c.relaying { // answered already (before the whole request was read)
+				c.closeAfter = true
+				l.finish(c)
+			} else {
+				l.upFailed(c, staleConnError{fmt.Errorf("writing request: %w", err)})
+			}
 			return
 		}
 	}
@@ -1074,6 +1135,28 @@ func (l *evLoop) closeUp(up *evUp) {
 	l.p.fast.releaseSlot(up.addr)
 }
 
+// releaseIdle hands the loop's idle connections to addr to h1Transport, which gives each to a
+// waiting request (or pools it, where the loops take it back from).
+func (l *evLoop) releaseIdle(addr string) {
+	for len(l.idle[addr]) > 0 {
+		idle := l.idle[addr]
+		up := idle[len(idle)-1]
+		idle[len(idle)-1] = nil
+		l.idle[addr] = idle[:len(idle)-1]
+		l.idleCount--
+		fd := up.fd
+		up.fd = -1
+		l.dropFD(fd)
+		nc, err := fdConn(fd)
+		if err != nil {
+			l.p.fast.releaseSlot(addr) // a slot for a waiter to dial
+			continue
+		}
+		l.p.fast.put(&h1Conn{t: l.p.fast, addr: addr, c: nc, br: bufio.NewReaderSize(nc, 8<<10), bw: bufio.NewWriterSize(nc, 4<<10)})
+	}
+	delete(l.idle, addr)
+}
+
 // dropIdle closes the loop's idle connections to addr (see h1Transport.dropIdle).
 func (l *evLoop) dropIdle(addr string) {
 	for len(l.idle[addr]) > 0 {
@@ -1091,20 +1174,20 @@ func (l *evLoop) giveBack(c *evClient) {
 		rq.reset()
 		rawRequests.Put(rq)
 	}
-	l.handOff(c, nil)
+	l.handOff(c, true, nil, nil)
 }
 
 // continueForward hands a counted request that has not been sent (a retry that could not get a
 // connection) to the goroutine path's forward, which tries the endpoints.
 func (l *evLoop) continueForward(c *evClient) {
 	rq, a, b, set := c.rq, c.a, c.b, c.set
-	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) { return l.p.rawForward(sc, rq, a, b, set) })
+	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) { return l.p.rawForward(sc, rq, a, b, set) }, nil)
 }
 
 // handOffFailed hands a counted request whose forward failed to rawFail.
 func (l *evLoop) handOffFailed(c *evClient, err error) {
 	rq, a := c.rq, c.a
-	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) { return l.p.rawFail(sc, rq, a, err) })
+	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) { return l.p.rawFail(sc, rq, a, err) }, nil)
 }
 
 // handOffRelay hands a request with a response the loop does not pass on itself to rawRelay, with
@@ -1133,28 +1216,38 @@ func (l *evLoop) handOffRelay(c *evClient, headLen int) {
 			return l.p.rawFail(sc, rq, a, fmt.Errorf("%w: %w", ErrClientGone, sc.ctx.Err()))
 		}
 		return l.p.rawRelay(sc, rq, a, pc, headLen)
-	})
+	}, func() { l.p.fast.discard(pc) })
 }
 
 // handOffCounted hands c to the goroutine path with its counted request, which forward finishes
-// there (see rawComplete).
-func (l *evLoop) handOffCounted(c *evClient, forward func(sc *h1ServerConn) (int, bool)) {
+// there (see rawComplete). When the connection cannot be handed over, release (if set) frees what
+// forward would have used and the request is recorded as failed.
+func (l *evLoop) handOffCounted(c *evClient, forward func(sc *h1ServerConn) (int, bool), release func()) {
 	rq, a, done, start := c.rq, c.a, c.done, c.start
 	c.in = c.in[:copy(c.in, c.in[c.headLen:])]
 	c.rq = nil
 	l.endRequest(c)
-	l.handOff(c, func(sc *h1ServerConn) bool {
-		defer func() {
-			rq.reset()
-			rawRequests.Put(rq)
-		}()
+	putRQ := func() {
+		rq.reset()
+		rawRequests.Put(rq)
+	}
+	l.handOff(c, true, func(sc *h1ServerConn) bool {
+		defer putRQ()
 		return l.p.rawComplete(sc, a, done, start, func() (int, bool) { return forward(sc) })
+	}, func() {
+		if release != nil {
+			release()
+		}
+		l.p.rawDone(a, done, http.StatusBadGateway, start)
+		putRQ()
 	})
 }
 
-// handOff moves c, with the request bytes it read, to the goroutine-per-connection path for the
-// rest of the connection; first, when set, finishes the request the loop started.
-func (l *evLoop) handOff(c *evClient, first func(sc *h1ServerConn) bool) {
+// handOff moves c, with the request bytes it read, to the goroutine-per-connection path (see
+// h1ServerConn.backToLoop for the way back). started: the loop took the request, which is served
+// even when the server began to drain since; first, when set, finishes it. When the connection
+// cannot be handed over it is closed, and failed (if set) runs.
+func (l *evLoop) handOff(c *evClient, started bool, first func(sc *h1ServerConn) bool, failed func()) {
 	s := l.ls.s
 	pending := bytes.Clone(c.in)
 	c.in = c.in[:0]
@@ -1162,11 +1255,13 @@ func (l *evLoop) handOff(c *evClient, first func(sc *h1ServerConn) bool) {
 	c.closed = true
 	l.dropFD(c.fd)
 	l.clients--
-	nc, err := fdConn(c.fd)
+	nc, err := fdConn(c.fd) // closes c.fd
 	if err != nil {
-		_ = unix.Close(c.fd)
 		s.log.Error(err, "handing a connection to the goroutine path; closing it")
 		s.loopConn(-1)
+		if failed != nil {
+			failed()
+		}
 		return
 	}
 	sc := &h1ServerConn{s: s, c: nc}
@@ -1178,10 +1273,13 @@ func (l *evLoop) handOff(c *evClient, first func(sc *h1ServerConn) bool) {
 	}
 	// Tracked before the loop's count drops, so that a shutdown never sees zero in between; a
 	// started request is finished even when the server is shutting down.
-	tracked := s.trackConn(sc, first != nil)
+	tracked := s.trackConn(sc, started)
 	s.loopConn(-1)
 	if !tracked {
 		_ = nc.Close()
+		if failed != nil {
+			failed()
+		}
 		return
 	}
 	go sc.serveFrom(run)

@@ -286,3 +286,49 @@ func TestEventLoopsTakeBackAConnectionAfterAColdStart(t *testing.T) {
 		t.Errorf("requests counted = %d, want 5", req)
 	}
 }
+
+// The loops' idle upstream connections count against MaxConnsPerEndpoint: a request waiting for a
+// connection on the goroutine path gets one of them, instead of waiting until they time out.
+func TestEventLoopsGiveIdleConnectionsToWaiters(t *testing.T) {
+	h := loopHarness(t, 2, func(o *proxy.Options) { o.MaxConnsPerEndpoint = 1 })
+	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
+	h.src.Set(key("app"), be.ep)
+	// Each on its own connection, so on both loops: the first one's upstream connection stays idle
+	// on its loop.
+	for _, path := range []string{"/a", "/b", "/c"} {
+		if a := dialRaw(t, h).do(rawGet(path)); a.Code != http.StatusOK || a.Body != "for "+path {
+			t.Fatalf("%s: %+v", path, a)
+		}
+	}
+	// A head over 4 KiB goes to net/http, whose forward waits for a connection in h1Transport.
+	big := rawGet("/big", "X-Pad: "+strings.Repeat("p", 5000))
+	if a := dialRaw(t, h).do(big); a.Code != http.StatusOK || a.Body != "for /big" {
+		t.Fatalf("/big: %+v", a)
+	}
+	if n := be.connCount(); n != 1 {
+		t.Errorf("upstream connections = %d, want 1 (MaxConnsPerEndpoint)", n)
+	}
+}
+
+// A client that closes its sending side with its request, to an upstream that does not answer, is
+// gone once the request has run for watchAfter, as on the goroutine path: the upstream connection
+// is closed and the request recorded as 499.
+func TestEventLoopsHalfClosedClientOfAHungRequestIsGone(t *testing.T) {
+	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
+		s.FastHTTP1, s.EventLoops, s.WatchClientAfter = true, 1, 30*time.Millisecond
+	})
+	be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{hang: true} })
+	h.src.Set(key("app"), be.ep)
+	c := dialRaw(t, h)
+	if _, err := io.WriteString(c.c, rawGet("/hang")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	upstreamClosed(t, be)
+	eventually(t, "the request recorded as 499", func() bool {
+		return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "499"}) == 1
+	})
+	eventually(t, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
+}

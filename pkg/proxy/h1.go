@@ -38,6 +38,9 @@ type h1Transport struct {
 	// waiting counts the waiters of every hostPool (changed under mu), so that hasWaiters, asked
 	// on every event-loop request, takes no lock while nobody waits.
 	waiting atomic.Int32
+	// onWait, when set, runs (outside mu) when a request starts waiting for a connection to an
+	// address: event loops give up their idle connections to it (see evLoops).
+	onWait atomic.Pointer[func(addr string)]
 }
 
 // hostPool is the connections of one address. Requests beyond maxConns wait in FIFO order for a
@@ -187,6 +190,9 @@ func (t *h1Transport) acquireConn(ctx context.Context, addr string) (*h1Conn, bo
 	hp.waiters = append(hp.waiters, ch)
 	t.waiting.Add(1)
 	t.mu.Unlock()
+	if f := t.onWait.Load(); f != nil {
+		(*f)(addr)
+	}
 	select {
 	case pc := <-ch:
 		if pc != nil {

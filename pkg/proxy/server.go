@@ -143,7 +143,7 @@ func (s *Server) Start(ctx context.Context) error {
 				_ = ln.Close()
 				return fmt.Errorf("%s: starting event loops: %w", s.Name, err)
 			}
-			fast.loops = loops
+			fast.loops = loops // nil where there are none (not Linux)
 		}
 		s.fast.Store(fast)
 		go func() { serveErr <- srv.Serve(fast.handoff) }()
