@@ -51,21 +51,23 @@ func BenchmarkServer(b *testing.B) {
 		_, _ = io.WriteString(w, "ok")
 	})
 	for _, fast := range []bool{true, false} {
-		b.Run(fmt.Sprintf("fast=%v", fast), func(b *testing.B) { benchKeepAlive(b, h, fast) })
+		b.Run(fmt.Sprintf("fast=%v", fast), func(b *testing.B) { benchKeepAlive(b, h, fast, 0) })
 	}
 }
 
 // BenchmarkProxy is one keep-alive GET through a real Server and Proxy to a loopback backend, on the
-// raw path (fast=true) and with every request served by net/http and the ReverseProxy (fast=false).
-// The client's and the backend's work are included; compare the two, and allocs/op.
+// raw path on event loops (loops), on the raw path on the connection's goroutine (fast=true) and
+// with every request served by net/http and the ReverseProxy (fast=false). The client's and the
+// backend's work are included; compare them, and allocs/op.
 func BenchmarkProxy(b *testing.B) {
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Length", "2")
 		_, _ = io.WriteString(w, "ok")
 	}))
 	defer be.Close()
+	b.Run("loops", func(b *testing.B) { benchKeepAlive(b, benchProxy(b, be.URL), true, -1) })
 	for _, fast := range []bool{true, false} {
-		b.Run(fmt.Sprintf("fast=%v", fast), func(b *testing.B) { benchKeepAlive(b, benchProxy(b, be.URL), fast) })
+		b.Run(fmt.Sprintf("fast=%v", fast), func(b *testing.B) { benchKeepAlive(b, benchProxy(b, be.URL), fast, 0) })
 	}
 }
 
@@ -84,14 +86,14 @@ func benchProxy(b *testing.B, url string) *proxy.Proxy {
 	return p
 }
 
-// benchKeepAlive serves h on a Server and sends it GETs over one keep-alive connection, checking
-// each answer is 200 "ok".
-func benchKeepAlive(b *testing.B, h http.Handler, fast bool) {
+// benchKeepAlive serves h on a Server (with loops event loops) and sends it GETs over one
+// keep-alive connection, checking each answer is 200 "ok".
+func benchKeepAlive(b *testing.B, h http.Handler, fast bool, loops int) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := &proxy.Server{Name: "bench", Listener: ln, Handler: h, FastHTTP1: fast, DrainTimeout: 5 * time.Second, Log: logr.Discard()}
+	s := &proxy.Server{Name: "bench", Listener: ln, Handler: h, FastHTTP1: fast, EventLoops: loops, DrainTimeout: 5 * time.Second, Log: logr.Discard()}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Start(ctx) }()

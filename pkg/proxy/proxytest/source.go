@@ -4,7 +4,9 @@ package proxytest
 
 import (
 	"context"
+	"maps"
 	"sync"
+	"sync/atomic"
 
 	"github.com/httpscale/httpscale/pkg/endpoints"
 )
@@ -12,8 +14,10 @@ import (
 // Source is an in-memory endpoints.Source with the same wake contract as the EndpointSlice cache:
 // one channel per key, closed when the key gets its first ready endpoint.
 type Source struct {
-	mu    sync.Mutex
-	sets  map[endpoints.ServiceKey]*endpoints.Set
+	mu sync.Mutex
+	// sets is replaced, not changed (under mu), and read without a lock, as endpoints.Cache does:
+	// benchmarks through a Source measure the proxy, not a lock every request takes.
+	sets  atomic.Pointer[map[endpoints.ServiceKey]*endpoints.Set]
 	wakes map[endpoints.ServiceKey]chan struct{}
 	// waiting counts blocked WaitReady calls per key.
 	waiting map[endpoints.ServiceKey]int
@@ -22,23 +26,27 @@ type Source struct {
 
 // NewSource returns an empty Source.
 func NewSource() *Source {
-	return &Source{
-		sets:    map[endpoints.ServiceKey]*endpoints.Set{},
+	s := &Source{
 		wakes:   map[endpoints.ServiceKey]chan struct{}{},
 		waiting: map[endpoints.ServiceKey]int{},
 		changed: make(chan struct{}),
 	}
+	s.sets.Store(&map[endpoints.ServiceKey]*endpoints.Set{})
+	return s
 }
 
 // Set replaces k's ready endpoints; waiters of k wake when eps is not empty.
 func (s *Source) Set(k endpoints.ServiceKey, eps ...endpoints.Endpoint) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	sets := maps.Clone(*s.sets.Load())
 	if len(eps) == 0 {
-		delete(s.sets, k)
+		delete(sets, k)
+		s.sets.Store(&sets)
 		return
 	}
-	s.sets[k] = &endpoints.Set{Key: k, Endpoints: append([]endpoints.Endpoint(nil), eps...)}
+	sets[k] = &endpoints.Set{Key: k, Endpoints: append([]endpoints.Endpoint(nil), eps...)}
+	s.sets.Store(&sets) // before the waiters wake
 	if ch := s.wakes[k]; ch != nil {
 		close(ch)
 		delete(s.wakes, k)
@@ -47,16 +55,14 @@ func (s *Source) Set(k endpoints.ServiceKey, eps ...endpoints.Endpoint) {
 
 // Ready implements endpoints.Source.
 func (s *Source) Ready(k endpoints.ServiceKey) *endpoints.Set {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sets[k]
+	return (*s.sets.Load())[k]
 }
 
 // WaitReady implements endpoints.Source.
 func (s *Source) WaitReady(ctx context.Context, k endpoints.ServiceKey) (*endpoints.Set, error) {
 	for {
 		s.mu.Lock()
-		if set := s.sets[k]; set.Len() > 0 {
+		if set := (*s.sets.Load())[k]; set.Len() > 0 {
 			s.mu.Unlock()
 			return set, nil
 		}
