@@ -205,6 +205,7 @@ type evLoop struct {
 	idle      map[string][]*evUp
 	idleCount int
 	quitting  bool
+	now       time.Time // when the batch of events being handled arrived
 }
 
 func newEvLoop(ls *evLoops) (*evLoop, error) {
@@ -293,6 +294,9 @@ func (l *evLoop) run() {
 		if err == nil && werr != nil && !errors.Is(werr, unix.EINTR) {
 			err = werr
 		}
+		// One clock reading per batch of events serves the timeouts (see sweep) and hungUp, instead
+		// of readings per request.
+		l.now = time.Now()
 		if err != nil {
 			l.ls.s.log.Error(err, "waiting for socket events; closing the event loop's connections")
 			l.closeAll()
@@ -503,7 +507,7 @@ func (l *evLoop) addClient(fd int, remote string) {
 		l.ls.s.loopConn(-1)
 		return
 	}
-	c := &evClient{fd: fd, since: time.Now(), writable: true}
+	c := &evClient{fd: fd, since: l.now, writable: true}
 	if ip, _, err := net.SplitHostPort(remote); err == nil {
 		c.ip = ip
 	}
@@ -718,7 +722,7 @@ func (l *evLoop) serveNext(c *evClient) {
 					c.eof = true
 				}
 				if got && had == 0 {
-					c.since = time.Now() // the header timeout runs from the first byte
+					c.since = l.now // the header timeout runs from the first byte
 				}
 				continue
 			}
@@ -756,7 +760,7 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 	}
 	c.busy, c.rq, c.headLen, c.a, c.b, c.set = true, rq, end, a, b, set
 	c.reqID++
-	c.begun = time.Now()
+	c.begun = l.now
 	if c.hup {
 		l.hungUp(c) // closed its side with (or before) the request: watchAfter to answer it
 		if c.closed {
@@ -1060,7 +1064,7 @@ func (l *evLoop) finish(c *evClient) {
 	closeAfter := c.closeAfter
 	l.endRequest(c)
 	c.closeAfter = closeAfter
-	c.since = time.Now()
+	c.since = l.now
 	if !l.flushClient(c) {
 		return
 	}
@@ -1106,7 +1110,7 @@ func (l *evLoop) putIdle(up *evUp) {
 		l.closeUp(up)
 		return
 	}
-	up.idleAt = time.Now()
+	up.idleAt = l.now
 	l.idle[up.addr] = append(l.idle[up.addr], up)
 	l.idleCount++
 }
