@@ -23,29 +23,31 @@ import (
 )
 
 // evLoops serve the raw path's requests (see raw.go) on event loops: a few goroutines, one per
-// GOMAXPROCS, each waiting in epoll_wait on many client and upstream sockets, as nginx's workers
-// do. On the goroutine-per-connection raw path a request costs two reads that find nothing
-// (the runtime's poller reads before it waits), and a park and a wake-up of the connection's
-// goroutine on each side; on loopback those, not the proxying, are most of its CPU. An edge-
-// triggered loop reads a socket only once epoll said it is readable, and a short read means the
-// socket is drained, so an exchange is four socket calls (see docs/benchmarks/interceptor.md).
+// GOMAXPROCS, each watching many client and upstream sockets in an edge-triggered epoll set, as
+// nginx's workers do. On the goroutine-per-connection raw path a request costs two reads that find
+// nothing (the runtime's poller reads before it waits), and a park and a wake-up of the
+// connection's goroutine on each side; on loopback those, not the proxying, are most of its CPU. A
+// loop reads a socket only once epoll said it is readable, and a short read means the socket is
+// drained, so an exchange is four socket calls (see docs/benchmarks/interceptor.md).
 //
 // The loops are an accelerator for the common request, not a second implementation: a loop only
 // reads request heads, forwards the screened body-less requests to warm apps over its own pooled
-// upstream connections, and passes on Content-Length responses. Everything else goes back, with
-// the bytes read so far, to the goroutine-per-connection path (h1ServerConn), for the rest of the
-// connection:
+// upstream connections, and passes on Content-Length responses. Everything else goes, with the
+// bytes read so far, to the goroutine-per-connection path (h1ServerConn):
 //   - a request the raw path declines (fastRequest, rawRoute): before anything is counted or sent;
-//   - a new upstream connection that could not be made: the endpoint is marked bad and the request
-//     goes back uncounted, so the goroutine path tries the next endpoint;
+//   - a new upstream connection that could not be made: with another endpoint to try, the endpoint
+//     is marked bad and the request goes uncounted, so the goroutine path tries the next one;
 //   - a response the loop does not pass on itself (chunked, 1xx, 204/304, …): the upstream
 //     connection goes along and rawRelay relays it;
 //   - an upstream failure after the request was sent: rawFail answers it.
 //
+// The connection comes back once it carries a request the raw path serves (backToLoop).
+//
 // Counts and metrics are recorded before the response is sent, as on the other paths. Upstream
-// connections count against MaxConnsPerEndpoint with h1Transport's; a loop's idle connection is
-// closed at once when the upstream closes it or writes to it (epoll reports it), so it is never
-// used stale unless that happens while the request is being sent.
+// connections count against MaxConnsPerEndpoint with h1Transport's, and the loops give their idle
+// ones to requests waiting there (releaseIdle). An idle connection is closed at once when the
+// upstream closes it or writes to it (epoll reports it), and peeked at before a non-replayable
+// request uses it.
 type evLoops struct {
 	s     *h1Server
 	p     *Proxy
