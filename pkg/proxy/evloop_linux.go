@@ -625,20 +625,9 @@ func (l *evLoop) hungUp(c *evClient) {
 
 // flushClient writes what is pending; false: the connection was closed.
 func (l *evLoop) flushClient(c *evClient) bool {
-	for c.out.Len() > 0 && c.writable {
-		n, err := sysWrite(c.fd, c.out.Bytes())
-		if n > 0 {
-			c.out.Next(n)
-		}
-		switch {
-		case err == nil:
-		case errors.Is(err, unix.EAGAIN):
-			c.writable = false
-		case errors.Is(err, unix.EINTR):
-		default:
-			l.clientGone(c)
-			return false
-		}
+	if err := flushOut(c.fd, &c.out, &c.writable); err != nil {
+		l.clientGone(c)
+		return false
 	}
 	if c.out.Len() == 0 && !c.busy && c.closeAfter {
 		l.closeClient(c)
@@ -922,26 +911,33 @@ func (l *evLoop) count(c *evClient) {
 
 // flushUp writes up's pending request bytes.
 func (l *evLoop) flushUp(up *evUp) {
-	for up.out.Len() > 0 && up.writable {
-		n, err := sysWrite(up.fd, up.out.Bytes())
-		if n > 0 {
-			up.out.Next(n)
-		}
-		switch {
-		case err == nil:
-		case errors.Is(err, unix.EAGAIN):
-			up.writable = false
-		case errors.Is(err, unix.EINTR):
-		default:
-			if c := up.c; c.relaying { // answered already (before the whole request was read)
-				c.closeAfter = true
-				l.finish(c)
-			} else {
-				l.upFailed(c, staleConnError{fmt.Errorf("writing request: %w", err)})
-			}
-			return
+	if err := flushOut(up.fd, &up.out, &up.writable); err != nil {
+		if c := up.c; c.relaying { // answered already (before the whole request was read)
+			c.closeAfter = true
+			l.finish(c)
+		} else {
+			l.upFailed(c, staleConnError{fmt.Errorf("writing request: %w", err)})
 		}
 	}
+}
+
+// flushOut writes out to fd while the socket takes it; a full socket clears writable (the next
+// writable edge is reported). It returns the error of a failed write.
+func flushOut(fd int, out *bytes.Buffer, writable *bool) error {
+	for out.Len() > 0 && *writable {
+		n, err := sysWrite(fd, out.Bytes())
+		if n > 0 {
+			out.Next(n)
+		}
+		switch {
+		case err == nil, errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.EAGAIN):
+			*writable = false
+		default:
+			return err
+		}
+	}
+	return nil
 }
 
 func (l *evLoop) upEvent(up *evUp, ev uint32) {

@@ -161,14 +161,7 @@ func (t *h1Transport) acquire(ctx context.Context, addr string, check bool) (*h1
 func (t *h1Transport) acquireConn(ctx context.Context, addr string) (*h1Conn, bool, error) {
 	now := t.now()
 	t.mu.Lock()
-	hp := t.hosts[addr]
-	if hp == nil {
-		hp = &hostPool{}
-		if t.hosts == nil {
-			t.hosts = map[string]*hostPool{}
-		}
-		t.hosts[addr] = hp
-	}
+	hp := t.hostLocked(addr)
 	for len(hp.idle) > 0 {
 		pc := hp.idle[len(hp.idle)-1]
 		hp.idle[len(hp.idle)-1] = nil
@@ -221,11 +214,8 @@ func (t *h1Transport) acquireConn(ctx context.Context, addr string) (*h1Conn, bo
 	return nil, false, ctx.Err()
 }
 
-// reserve counts a connection to addr that an event loop dials itself (see evLoop.acquire), when
-// fewer than maxConns are open and no request waits for one; releaseSlot gives the slot back.
-func (t *h1Transport) reserve(addr string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+// hostLocked returns addr's pool, creating it; t.mu is held.
+func (t *h1Transport) hostLocked(addr string) *hostPool {
 	hp := t.hosts[addr]
 	if hp == nil {
 		hp = &hostPool{}
@@ -234,6 +224,15 @@ func (t *h1Transport) reserve(addr string) bool {
 		}
 		t.hosts[addr] = hp
 	}
+	return hp
+}
+
+// reserve counts a connection to addr that an event loop dials itself (see evLoop.acquire), when
+// fewer than maxConns are open and no request waits for one; releaseSlot gives the slot back.
+func (t *h1Transport) reserve(addr string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	hp := t.hostLocked(addr)
 	if t.maxConns > 0 && hp.open >= t.maxConns || len(hp.waiters) > 0 {
 		return false
 	}
