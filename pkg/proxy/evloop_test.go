@@ -130,8 +130,10 @@ func TestEventLoopsHalfClosedClientIsAnswered(t *testing.T) {
 		t.Fatalf("response %q: %v", all, err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK || string(body) != "answered" || !resp.Close {
-		t.Errorf("got %d %q close=%v, want 200 %q with Connection: close", resp.StatusCode, body, resp.Close, "answered")
+	// The response says "Connection: close" when the loop saw the client's side closed before it
+	// wrote the head; either way the connection ends after it (ReadAll reached the end).
+	if resp.StatusCode != http.StatusOK || string(body) != "answered" {
+		t.Errorf("got %d %q, want 200 %q", resp.StatusCode, body, "answered")
 	}
 }
 
