@@ -40,14 +40,14 @@ var _ = Describe("Routing propagation", func() {
 		Eventually(condition(h, v1.ConditionRoutingPropagated)).Should(And(haveCondition(False, "Propagating"),
 			HaveField("Message", ContainSubstring("1 of 2 ready interceptors")), HaveField("ObservedGeneration", int64(2))))
 		Eventually(condition(h, v1.ConditionReady)).Should(haveCondition(False, "Propagating"))
-		Eventually(events(h)).Should(ContainElement("Normal ReadyFalse"))
+		Eventually(events(h), eventWait).Should(ContainElement("Normal ReadyFalse"))
 
 		By("not counting a replica whose endpoint is not ready")
 		publishFleet("fleet", []*fakeInterceptor{a, b}, b)
 		Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }).Should(And(
 			HaveField("InterceptorsReady", int32(1)), HaveField("InterceptorsTotal", int32(1))))
 		Eventually(condition(h, v1.ConditionReady)).Should(haveCondition(True, "Ready"))
-		Eventually(events(h)).Should(ContainElement("Normal ReadyTrue"))
+		Eventually(events(h), eventWait).Should(ContainElement("Normal ReadyTrue"))
 
 		By("counting a replica once it catches up")
 		b.follow()

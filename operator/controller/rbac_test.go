@@ -69,7 +69,7 @@ var _ = Describe("The operator's generated RBAC", func() {
 		Eventually(entryOf(ns+"/sts"), 2*time.Minute).ShouldNot(BeNil())
 		Eventually(scaledObject(h)).ShouldNot(BeNil())
 		Eventually(condition(h, v1.ConditionReady)).Should(haveCondition(True, "Ready"))
-		Eventually(events(h)).Should(ContainElement("Normal ScaledObjectCreated"))
+		Eventually(events(h), eventWait).Should(ContainElement("Normal ScaledObjectCreated"))
 
 		Expect(k8s.Delete(ctx, h)).To(Succeed())
 		Eventually(isNotFound(h)).Should(BeTrue())
