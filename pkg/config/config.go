@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -99,4 +100,28 @@ func envDuration(name string, def time.Duration) time.Duration {
 		return d
 	}
 	return def
+}
+
+// InterceptorAdmin is how the operator and the scaler find every interceptor replica's admin port.
+type InterceptorAdmin struct {
+	// InterceptorSelector selects the interceptor admin Service's EndpointSlices in the install
+	// namespace.
+	InterceptorSelector string
+	// InterceptorAdminPort names the admin port in those EndpointSlices; empty takes the first port.
+	InterceptorAdminPort string
+}
+
+// Bind registers the two flags on fs.
+func (a *InterceptorAdmin) Bind(fs *flag.FlagSet) {
+	fs.StringVar(&a.InterceptorSelector, "interceptor-admin-selector", env("HTTPSCALE_INTERCEPTOR_ADMIN_SELECTOR", "kubernetes.io/service-name=httpscale-interceptor-admin"), "Label selector of the interceptor admin Service's EndpointSlices.")
+	fs.StringVar(&a.InterceptorAdminPort, "interceptor-admin-port-name", env("HTTPSCALE_INTERCEPTOR_ADMIN_PORT_NAME", "admin"), "Name of the admin port in those EndpointSlices; empty takes the first port.")
+}
+
+// Selector parses InterceptorSelector.
+func (a *InterceptorAdmin) Selector() (labels.Selector, error) {
+	sel, err := labels.Parse(a.InterceptorSelector)
+	if err != nil {
+		return nil, fmt.Errorf("--interceptor-admin-selector %q: %w", a.InterceptorSelector, err)
+	}
+	return sel, nil
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Operator configures the operator binary.
@@ -23,10 +21,7 @@ type Operator struct {
 	TableName string
 	// ScalerAddress is written into every ScaledObject's external-push trigger.
 	ScalerAddress string
-	// InterceptorSelector selects the interceptor admin Service's EndpointSlices in Namespace.
-	InterceptorSelector string
-	// InterceptorAdminPort names the admin port in those EndpointSlices.
-	InterceptorAdminPort string
+	InterceptorAdmin
 	// ProbeInterval and ProbeTimeout pace the routing-propagation probes.
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
@@ -54,8 +49,7 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	o.WatchNamespaces = splitList(env("HTTPSCALE_WATCH_NAMESPACES", ""))
 	fs.StringVar(&o.TableName, "routing-table-name", env("HTTPSCALE_ROUTING_TABLE_NAME", "httpscale-routing-table"), "Name of the routing table's head ConfigMap.")
 	fs.StringVar(&o.ScalerAddress, "scaler-address", env("HTTPSCALE_SCALER_ADDRESS", "httpscale-scaler.httpscale-system.svc.cluster.local:9090"), "host:port of the scaler's gRPC service, written into ScaledObject triggers.")
-	fs.StringVar(&o.InterceptorSelector, "interceptor-admin-selector", env("HTTPSCALE_INTERCEPTOR_ADMIN_SELECTOR", "kubernetes.io/service-name=httpscale-interceptor-admin"), "Label selector of the interceptor admin Service's EndpointSlices.")
-	fs.StringVar(&o.InterceptorAdminPort, "interceptor-admin-port-name", env("HTTPSCALE_INTERCEPTOR_ADMIN_PORT_NAME", "admin"), "Name of the admin port in those EndpointSlices; empty takes the first port.")
+	o.InterceptorAdmin.Bind(fs)
 	fs.DurationVar(&o.ProbeInterval, "propagation-probe-interval", envDuration("HTTPSCALE_PROPAGATION_PROBE_INTERVAL", 2*time.Second), "How often interceptors are asked which routing table they serve.")
 	fs.DurationVar(&o.ProbeTimeout, "propagation-probe-timeout", envDuration("HTTPSCALE_PROPAGATION_PROBE_TIMEOUT", time.Second), "Timeout of one such question.")
 	fs.DurationVar(&o.TableDebounce, "routing-table-debounce", envDuration("HTTPSCALE_ROUTING_TABLE_DEBOUNCE", 250*time.Millisecond), "Quiet time that ends a burst of changes before the routing table is written.")
@@ -63,15 +57,6 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", envInt("HTTPSCALE_MAX_CONCURRENT_RECONCILES", 4), "Parallel reconciles.")
 	o.Webhook.Bind(fs)
 	o.Schedules.Bind(fs)
-}
-
-// Selector parses InterceptorSelector.
-func (o *Operator) Selector() (labels.Selector, error) {
-	sel, err := labels.Parse(o.InterceptorSelector)
-	if err != nil {
-		return nil, fmt.Errorf("--interceptor-admin-selector %q: %w", o.InterceptorSelector, err)
-	}
-	return sel, nil
 }
 
 // Validate reports every invalid setting at once.

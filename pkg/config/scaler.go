@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"time"
-
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Scaler configures the scaler binary.
@@ -16,10 +14,7 @@ type Scaler struct {
 	GRPCAddr string
 	// Namespace is where the interceptor admin Service lives (the install namespace).
 	Namespace string
-	// InterceptorSelector selects the interceptor admin Service's EndpointSlices in Namespace.
-	InterceptorSelector string
-	// InterceptorAdminPort names the admin port in those EndpointSlices; empty takes the first port.
-	InterceptorAdminPort string
+	InterceptorAdmin
 	// PollInterval paces the counts polls; PollTimeout bounds one poll of one replica.
 	PollInterval, PollTimeout time.Duration
 	// StaleGrace is how long an unreachable replica keeps contributing its last counts.
@@ -36,8 +31,7 @@ func (s *Scaler) Bind(fs *flag.FlagSet) {
 	s.bind(fs, ":9191", ":9190")
 	fs.StringVar(&s.GRPCAddr, "grpc-bind-address", env("HTTPSCALE_GRPC_BIND_ADDRESS", ":9090"), "Address serving KEDA's external scaler gRPC API and gRPC health.")
 	fs.StringVar(&s.Namespace, "namespace", env("POD_NAMESPACE", "httpscale-system"), "Namespace of the interceptor admin Service (the install namespace).")
-	fs.StringVar(&s.InterceptorSelector, "interceptor-admin-selector", env("HTTPSCALE_INTERCEPTOR_ADMIN_SELECTOR", "kubernetes.io/service-name=httpscale-interceptor-admin"), "Label selector of the interceptor admin Service's EndpointSlices.")
-	fs.StringVar(&s.InterceptorAdminPort, "interceptor-admin-port-name", env("HTTPSCALE_INTERCEPTOR_ADMIN_PORT_NAME", "admin"), "Name of the admin port in those EndpointSlices; empty takes the first port.")
+	s.InterceptorAdmin.Bind(fs)
 	fs.DurationVar(&s.PollInterval, "poll-interval", envDuration("HTTPSCALE_POLL_INTERVAL", 200*time.Millisecond), "How often every interceptor replica's counts are polled.")
 	fs.DurationVar(&s.PollTimeout, "poll-timeout", envDuration("HTTPSCALE_POLL_TIMEOUT", time.Second), "Timeout of one poll of one replica.")
 	fs.DurationVar(&s.StaleGrace, "stale-grace", envDuration("HTTPSCALE_STALE_GRACE", 15*time.Second), "How long a replica that stopped answering keeps contributing its last counts (marked stale) before it is ignored.")
@@ -45,15 +39,6 @@ func (s *Scaler) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&s.TLSCertFile, "tls-cert-file", env("HTTPSCALE_TLS_CERT_FILE", ""), "PEM certificate for the gRPC port; enables TLS (KEDA's enableTLS).")
 	fs.StringVar(&s.TLSKeyFile, "tls-key-file", env("HTTPSCALE_TLS_KEY_FILE", ""), "PEM private key of --tls-cert-file.")
 	fs.StringVar(&s.TLSClientCAFile, "tls-client-ca-file", env("HTTPSCALE_TLS_CLIENT_CA_FILE", ""), "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS).")
-}
-
-// Selector parses InterceptorSelector.
-func (s *Scaler) Selector() (labels.Selector, error) {
-	sel, err := labels.Parse(s.InterceptorSelector)
-	if err != nil {
-		return nil, fmt.Errorf("--interceptor-admin-selector %q: %w", s.InterceptorSelector, err)
-	}
-	return sel, nil
 }
 
 // Validate reports every invalid setting at once.
