@@ -36,9 +36,7 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating Kubernetes client: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout*5)
-	defer cancel()
-	zone, err := endpoints.ResolveZone(ctx, cs, cfg.Zone, cfg.NodeName)
+	zone, err := endpoints.ResolveZone(context.Background(), cs, cfg.Zone, cfg.NodeName) // NodeZone bounds the read
 	if err != nil {
 		return kubeParts{}, err
 	}
@@ -48,9 +46,9 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating endpoint cache: %w", err)
 	}
-	table, err := tablewatchNew(cs, cfg, metrics, log)
+	table, err := tablewatch.NewForClient(cs, tablewatch.Options{Namespace: cfg.Namespace, Resync: cfg.TableResync, Log: log.WithName("routing"), Registerer: metrics})
 	if err != nil {
-		return kubeParts{}, err
+		return kubeParts{}, fmt.Errorf("creating routing-table watch: %w", err)
 	}
 	// Registered first, so a new app's Service is watched before the proxy can route to it.
 	table.OnChange(cache.OnTable)
@@ -72,12 +70,4 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 			return cache.ReadyCheck(nil)
 		},
 	}, nil
-}
-
-func tablewatchNew(cs kubernetes.Interface, cfg *config.Interceptor, metrics prometheus.Registerer, log logr.Logger) (*tablewatch.Watcher, error) {
-	w, err := tablewatch.NewForClient(cs, tablewatch.Options{Namespace: cfg.Namespace, Resync: cfg.TableResync, Log: log.WithName("routing"), Registerer: metrics})
-	if err != nil {
-		return nil, fmt.Errorf("creating routing-table watch: %w", err)
-	}
-	return w, nil
 }
