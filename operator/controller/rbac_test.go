@@ -65,14 +65,16 @@ var _ = Describe("The operator's generated RBAC", func() {
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 
 		// A new leader first reconciles every existing object of the suite (and holds its first write
-		// up to 30 s for them), so allow for that before this object's turn.
-		Eventually(entryOf(ns+"/sts"), 2*time.Minute).ShouldNot(BeNil())
-		Eventually(scaledObject(h)).ShouldNot(BeNil())
-		Eventually(condition(h, v1.ConditionReady)).Should(haveCondition(True, "Ready"))
+		// up to 30 s for them), so allow for that before each of this object's turns: after the
+		// spec that creates 200 objects, its client-side rate limit queues them for a minute or more.
+		const turn = 2 * time.Minute
+		Eventually(entryOf(ns+"/sts"), turn).ShouldNot(BeNil())
+		Eventually(scaledObject(h), turn).ShouldNot(BeNil())
+		Eventually(condition(h, v1.ConditionReady), turn).Should(haveCondition(True, "Ready"))
 		Eventually(events(h), eventWait).Should(ContainElement("Normal ScaledObjectCreated"))
 
 		Expect(k8s.Delete(ctx, h)).To(Succeed())
-		Eventually(isNotFound(h)).Should(BeTrue())
+		Eventually(isNotFound(h), turn).Should(BeTrue())
 		Expect(tableEntry(ns + "/sts")).To(BeNil())
 	})
 })
