@@ -1315,13 +1315,6 @@ func sysWrite(fd int, p []byte) (int, error) {
 	return int(n), nil
 }
 
-// quietFD reports whether an idle socket is open with nothing to read (see h1Conn.quiet).
-func quietFD(fd int) bool {
-	var b [1]byte
-	_, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-	return errors.Is(err, unix.EAGAIN)
-}
-
 // epollNow returns the events ready now, without waiting.
 func epollNow(epfd int, events []unix.EpollEvent) (int, error) {
 	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)

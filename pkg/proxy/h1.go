@@ -95,15 +95,20 @@ func (pc *h1Conn) quiet() bool {
 		return true
 	}
 	quiet := true
-	var b [1]byte
 	if err := rc.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		quiet = n < 0 && (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK))
+		quiet = quietFD(int(fd))
 		return true // never wait
 	}); err != nil {
 		return false
 	}
 	return quiet
+}
+
+// quietFD reports whether a socket is open with nothing to read, by a non-blocking peek.
+func quietFD(fd int) bool {
+	var b [1]byte
+	n, _, err := syscall.Recvfrom(fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return n < 0 && (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK))
 }
 
 // fastEligible reports whether req can use h1Transport.
@@ -162,17 +167,10 @@ func (t *h1Transport) acquireConn(ctx context.Context, addr string) (*h1Conn, bo
 	now := t.now()
 	t.mu.Lock()
 	hp := t.hostLocked(addr)
-	for len(hp.idle) > 0 {
-		pc := hp.idle[len(hp.idle)-1]
-		hp.idle[len(hp.idle)-1] = nil
-		hp.idle = hp.idle[:len(hp.idle)-1]
-		if idle := now.Sub(pc.idleAt); idle < t.idleTimeout {
-			t.mu.Unlock()
-			pc.longIdle = idle >= probeIdle
-			return pc, true, nil
-		}
-		hp.open--
-		_ = pc.c.Close()
+	if pc := t.popIdleLocked(hp, now); pc != nil {
+		t.mu.Unlock()
+		pc.longIdle = now.Sub(pc.idleAt) >= probeIdle
+		return pc, true, nil
 	}
 	if t.maxConns <= 0 || hp.open < t.maxConns {
 		hp.open++
@@ -246,8 +244,16 @@ func (t *h1Transport) takeIdle(addr string) *h1Conn {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	hp := t.hosts[addr]
-	for hp != nil && len(hp.idle) > 0 {
+	if hp := t.hosts[addr]; hp != nil {
+		return t.popIdleLocked(hp, now)
+	}
+	return nil
+}
+
+// popIdleLocked takes hp's most recently pooled connection that has not passed the idle timeout,
+// closing the expired ones on the way; nil when none is left. t.mu is held.
+func (t *h1Transport) popIdleLocked(hp *hostPool, now time.Time) *h1Conn {
+	for len(hp.idle) > 0 {
 		pc := hp.idle[len(hp.idle)-1]
 		hp.idle[len(hp.idle)-1] = nil
 		hp.idle = hp.idle[:len(hp.idle)-1]
