@@ -351,7 +351,7 @@ func (l *evLoop) drainInbox() bool {
 		case evShutdown:
 			l.quitting = true
 			for _, slot := range l.fds {
-				if c, ok := slot.h.(*evClient); ok && !c.busy && len(c.in) == 0 && c.out.Len() == 0 {
+				if c, ok := slot.h.(*evClient); ok && !c.busy() && len(c.in) == 0 && c.out.Len() == 0 {
 					l.closeClient(c)
 				}
 			}
@@ -360,7 +360,7 @@ func (l *evLoop) drainInbox() bool {
 		case evRelease:
 			l.releaseIdle(m.addr)
 		case evHungUp:
-			if c := m.c; !c.closed && c.busy && c.reqID == m.reqID {
+			if c := m.c; !c.closed && c.busy() && c.reqID == m.reqID {
 				l.clientGone(c)
 			}
 		case evClose:
@@ -440,7 +440,7 @@ func (l *evLoop) sweep(now time.Time) {
 	for _, slot := range l.fds {
 		switch h := slot.h.(type) {
 		case *evClient:
-			if h.busy || h.out.Len() > 0 {
+			if h.busy() || h.out.Len() > 0 {
 				continue
 			}
 			if len(h.in) == 0 && s.idleTimeout > 0 && now.Sub(h.since) > s.idleTimeout ||
@@ -468,14 +468,12 @@ type evClient struct {
 	since    time.Time
 	closed   bool
 
-	// The request being forwarded.
-	busy       bool
+	// The request being forwarded (rq set: busy).
 	reqID      uint64
 	begun      time.Time // when the request started (monotonic; start is the metrics clock's)
 	rq         *rawRequest
 	headLen    int
 	a          *app
-	b          *backend
 	set        *endpoints.Set
 	cand       *candidate
 	zone       string
@@ -488,6 +486,9 @@ type evClient struct {
 	remaining  int64
 	closeAfter bool
 }
+
+// busy reports whether c has a request being forwarded.
+func (c *evClient) busy() bool { return c.rq != nil }
 
 // evUp is an upstream connection owned by a loop: in use by c, or idle.
 type evUp struct {
@@ -542,7 +543,7 @@ func (l *evLoop) clientGone(c *evClient) {
 	if c.closed {
 		return
 	}
-	if c.busy {
+	if c.busy() {
 		if up := c.up; up != nil {
 			c.up, up.c = nil, nil
 			l.closeUp(up)
@@ -566,7 +567,7 @@ func (l *evLoop) endRequest(c *evClient) {
 		c.rq.reset()
 		rawRequests.Put(c.rq)
 	}
-	c.busy, c.rq, c.a, c.b, c.set, c.cand, c.done, c.up = false, nil, nil, nil, nil, nil, nil, nil
+	c.rq, c.a, c.set, c.cand, c.done, c.up = nil, nil, nil, nil, nil, nil
 	c.attempts, c.relaying, c.res, c.remaining, c.closeAfter = 0, false, rawResponse{}, 0, false
 }
 
@@ -578,7 +579,7 @@ func (l *evLoop) clientEvent(c *evClient, ev uint32) {
 		c.writable = true
 	}
 	if ev&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-		if c.busy {
+		if c.busy() {
 			l.clientGone(c) // reset, or closed both ways: no response can reach it
 			return
 		}
@@ -586,7 +587,7 @@ func (l *evLoop) clientEvent(c *evClient, ev uint32) {
 	}
 	if ev&unix.EPOLLRDHUP != 0 {
 		c.readable = true // read what is left, then the end
-		if c.busy && !c.hup {
+		if c.busy() && !c.hup {
 			l.hungUp(c)
 			if c.closed {
 				return
@@ -598,7 +599,7 @@ func (l *evLoop) clientEvent(c *evClient, ev uint32) {
 		return
 	}
 	switch {
-	case !c.busy:
+	case !c.busy():
 		l.serveNext(c)
 	case c.relaying && c.out.Len() == 0:
 		l.relay(c) // the client took what was pending: pass on more of the body
@@ -629,7 +630,7 @@ func (l *evLoop) flushClient(c *evClient) bool {
 		l.clientGone(c)
 		return false
 	}
-	if c.out.Len() == 0 && !c.busy && c.closeAfter {
+	if c.out.Len() == 0 && !c.busy() && c.closeAfter {
 		l.closeClient(c)
 		return false
 	}
@@ -695,7 +696,7 @@ func (l *evLoop) releaseIn(c *evClient) {
 
 // serveNext starts the next request once the previous response is out.
 func (l *evLoop) serveNext(c *evClient) {
-	for !c.busy && !c.closed && c.out.Len() == 0 {
+	for !c.busy() && !c.closed && c.out.Len() == 0 {
 		end := headerEnd(c.in)
 		if end < 0 {
 			if c.in != nil && (len(c.in) == cap(c.in) || bytes.Contains(c.in, []byte("\n\n"))) {
@@ -749,7 +750,7 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 		l.handOff(c, false, nil, nil)
 		return
 	}
-	c.busy, c.rq, c.headLen, c.a, c.b, c.set = true, rq, end, a, b, set
+	c.rq, c.headLen, c.a, c.set = rq, end, a, set
 	c.reqID++
 	c.begun = l.now
 	if c.hup {
@@ -860,9 +861,9 @@ func (l *evLoop) dialed(m evMsg) {
 		}
 		// As forEndpoint: with another endpoint to try, this one is marked bad and the goroutine path
 		// tries the next (from the start: nothing was counted or sent); without, the request fails.
-		if l.p.opts.MaxDialAttempts > 1 && len(c.b.candidates(c.set, c.zone).all) > 1 {
+		if l.p.opts.MaxDialAttempts > 1 && len(c.a.target.candidates(c.set, c.zone).all) > 1 {
 			now := l.p.opts.Now()
-			c.b.markBad(m.addr, now, now.Add(l.p.opts.BadEndpointFor))
+			c.a.target.markBad(m.addr, now, now.Add(l.p.opts.BadEndpointFor))
 			l.p.log.V(1).Info("endpoint refused connection; trying another", "app", c.a.key, "endpoint", m.addr, "error", m.err.Error())
 			if c.done == nil {
 				l.giveBack(c)
@@ -1182,8 +1183,8 @@ func (l *evLoop) giveBack(c *evClient) {
 // continueForward hands a counted request that has not been sent (a retry that could not get a
 // connection) to the goroutine path's forward, which tries the endpoints.
 func (l *evLoop) continueForward(c *evClient) {
-	rq, a, b, set := c.rq, c.a, c.b, c.set
-	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) { return l.p.rawForward(sc, rq, a, b, set) }, nil)
+	rq, a, set := c.rq, c.a, c.set
+	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) { return l.p.rawForward(sc, rq, a, a.target, set) }, nil)
 }
 
 // handOffFailed hands a counted request whose forward failed to rawFail.
