@@ -108,7 +108,7 @@ func (ls *evLoops) adopt(c net.Conn) {
 	start := int(ls.next.Add(1))
 	var l *evLoop
 	for i := range ls.loops {
-		if l = ls.loops[(start+i)%len(ls.loops)]; !l.dead.Load() {
+		if l = ls.loops[(start+i)%len(ls.loops)]; !l.ended.Load() {
 			break
 		}
 	}
@@ -196,18 +196,16 @@ type evLoop struct {
 	inboxMu sync.Mutex
 	inbox   []evMsg
 	spare   []evMsg
-	ended   bool        // the loop returned; guarded by inboxMu
-	dead    atomic.Bool // ended, so adopt passes it over
+	ended   atomic.Bool // the loop returned (set under inboxMu); adopt passes it over
 
-	fds       []evSlot // by descriptor
-	free      [][]byte // request buffers not in use (see releaseIn)
-	gen       int32
-	clients   int
-	dialing   int
-	idle      map[string][]*evUp
-	idleCount int
-	quitting  bool
-	now       time.Time // when the batch of events being handled arrived
+	fds      []evSlot // by descriptor
+	free     [][]byte // request buffers not in use (see releaseIn)
+	gen      int32
+	clients  int
+	dialing  int
+	idle     map[string][]*evUp
+	quitting bool
+	now      time.Time // when the batch of events being handled arrived
 }
 
 func newEvLoop(ls *evLoops) (*evLoop, error) {
@@ -237,7 +235,7 @@ func newEvLoop(ls *evLoops) (*evLoop, error) {
 // m carries is closed here.
 func (l *evLoop) post(m evMsg) {
 	l.inboxMu.Lock()
-	if !l.ended {
+	if !l.ended.Load() {
 		l.inbox = append(l.inbox, m)
 		one := [8]byte{1}
 		_, _ = unix.Write(l.wakefd, one[:]) // under the lock: closeAll closes it under the lock
@@ -245,18 +243,20 @@ func (l *evLoop) post(m evMsg) {
 		return
 	}
 	l.inboxMu.Unlock()
-	// Not under inboxMu: loopConn takes the server's lock, which is held while posting to loops.
-	{
-		switch {
-		case m.kind == evAdopt:
+	l.discard(m) // not under inboxMu: loopConn takes the server's lock, held while posting to loops
+}
+
+// discard closes what a message for a loop that has ended carries.
+func (l *evLoop) discard(m evMsg) {
+	switch m.kind {
+	case evAdopt:
+		_ = unix.Close(m.fd)
+		l.ls.s.loopConn(-1)
+	case evDialed:
+		if m.err == nil {
 			_ = unix.Close(m.fd)
-			l.ls.s.loopConn(-1)
-		case m.kind == evDialed && m.err == nil:
-			_ = unix.Close(m.fd)
-			l.p.fast.releaseSlot(m.addr)
-		case m.kind == evDialed:
-			l.p.fast.releaseSlot(m.addr)
 		}
+		l.p.fast.releaseSlot(m.addr)
 	}
 }
 
@@ -356,7 +356,7 @@ func (l *evLoop) drainInbox() bool {
 				}
 			}
 		case evSweep:
-			l.sweep(time.Now())
+			l.sweep(l.now)
 		case evRelease:
 			l.releaseIdle(m.addr)
 		case evHungUp:
@@ -366,9 +366,7 @@ func (l *evLoop) drainInbox() bool {
 		case evClose:
 			l.closeAll()
 			for _, m := range msgs[i+1:] {
-				if m.kind == evAdopt || m.kind == evDialed {
-					l.post(m) // closed there
-				}
+				l.discard(m)
 			}
 			return true
 		}
@@ -418,18 +416,15 @@ func (l *evLoop) closeAll() {
 		}
 	}
 	l.quitting = true
-	l.dead.Store(true)
 	l.inboxMu.Lock()
-	l.ended = true
+	l.ended.Store(true)
 	msgs := l.inbox
 	l.inbox = nil
 	_ = l.epf.Close()
 	_ = unix.Close(l.wakefd)
 	l.inboxMu.Unlock()
 	for _, m := range msgs { // what arrived since the last look: closed as post does from now on
-		if m.kind == evAdopt || m.kind == evDialed {
-			l.post(m)
-		}
+		l.discard(m)
 	}
 }
 
@@ -481,7 +476,6 @@ type evClient struct {
 	start      time.Time
 	up         *evUp
 	attempts   int
-	relaying   bool // the response head was written
 	res        rawResponse
 	remaining  int64
 	closeAfter bool
@@ -489,6 +483,9 @@ type evClient struct {
 
 // busy reports whether c has a request being forwarded.
 func (c *evClient) busy() bool { return c.rq != nil }
+
+// relaying reports whether the response head was written (a passed-on response has a status).
+func (c *evClient) relaying() bool { return c.res.code != 0 }
 
 // evUp is an upstream connection owned by a loop: in use by c, or idle.
 type evUp struct {
@@ -550,7 +547,7 @@ func (l *evLoop) clientGone(c *evClient) {
 		}
 		if c.done != nil {
 			code := StatusClientClosedRequest
-			if c.relaying {
+			if c.relaying() {
 				code = c.res.code
 			}
 			l.p.rawDone(c.a, c.done, code, c.start)
@@ -564,11 +561,10 @@ func (l *evLoop) clientGone(c *evClient) {
 // endRequest forgets the request (its counts were ended by the caller).
 func (l *evLoop) endRequest(c *evClient) {
 	if c.rq != nil {
-		c.rq.reset()
-		rawRequests.Put(c.rq)
+		c.rq.release()
 	}
 	c.rq, c.a, c.set, c.cand, c.done, c.up = nil, nil, nil, nil, nil, nil
-	c.attempts, c.relaying, c.res, c.remaining, c.closeAfter = 0, false, rawResponse{}, 0, false
+	c.attempts, c.res, c.remaining = 0, rawResponse{}, 0
 }
 
 func (l *evLoop) clientEvent(c *evClient, ev uint32) {
@@ -601,7 +597,7 @@ func (l *evLoop) clientEvent(c *evClient, ev uint32) {
 	switch {
 	case !c.busy():
 		l.serveNext(c)
-	case c.relaying && c.out.Len() == 0:
+	case c.relaying() && c.out.Len() == 0:
 		l.relay(c) // the client took what was pending: pass on more of the body
 	}
 }
@@ -616,12 +612,13 @@ func (l *evLoop) hungUp(c *evClient) {
 		return // it sent its next request: it is still there (as the client watch assumes)
 	}
 	after := l.ls.s.watchAfter
-	if ran := time.Since(c.begun); after <= 0 || ran >= after {
+	ran := time.Since(c.begun)
+	if after <= 0 || ran >= after {
 		l.clientGone(c)
 		return
 	}
 	id := c.reqID
-	time.AfterFunc(after-time.Since(c.begun), func() { l.post(evMsg{kind: evHungUp, c: c, reqID: id}) })
+	time.AfterFunc(after-ran, func() { l.post(evMsg{kind: evHungUp, c: c, reqID: id}) })
 }
 
 // flushClient writes what is pending; false: the connection was closed.
@@ -739,17 +736,17 @@ func (l *evLoop) serveNext(c *evClient) {
 func (l *evLoop) startRequest(c *evClient, end int) {
 	rq := rawRequests.Get().(*rawRequest)
 	if !rq.parse(string(c.in[:end])) {
-		rawRequests.Put(rq)
+		rq.release()
 		l.handOff(c, false, nil, nil)
 		return
 	}
-	a, b, set := l.p.rawRoute(rq)
+	a, set := l.p.rawRoute(rq)
 	if a == nil {
-		rq.reset()
-		rawRequests.Put(rq)
+		rq.release()
 		l.handOff(c, false, nil, nil)
 		return
 	}
+	b := a.target
 	c.rq, c.headLen, c.a, c.set = rq, end, a, set
 	c.reqID++
 	c.begun = l.now
@@ -788,11 +785,7 @@ func (l *evLoop) acquire(c *evClient) {
 	// A non-replayable request takes an idle connection only after a peek (as h1Transport does):
 	// one the upstream closed or wrote to whose event is not handled yet is not used.
 	check := !replayable(c.rq.method, c.rq.idempotencyKey)
-	for idle := l.idle[addr]; len(idle) > 0; idle = l.idle[addr] {
-		up := idle[len(idle)-1]
-		idle[len(idle)-1] = nil
-		l.idle[addr] = idle[:len(idle)-1]
-		l.idleCount--
+	for up := l.popIdle(addr); up != nil; up = l.popIdle(addr) {
 		if check && !quietFD(up.fd) {
 			l.closeUp(up)
 			continue
@@ -913,7 +906,7 @@ func (l *evLoop) count(c *evClient) {
 // flushUp writes up's pending request bytes.
 func (l *evLoop) flushUp(up *evUp) {
 	if err := flushOut(up.fd, &up.out, &up.writable); err != nil {
-		if c := up.c; c.relaying { // answered already (before the whole request was read)
+		if c := up.c; c.relaying() { // answered already (before the whole request was read)
 			c.closeAfter = true
 			l.finish(c)
 		} else {
@@ -971,7 +964,7 @@ func (l *evLoop) upEvent(up *evUp, ev uint32) {
 func (l *evLoop) relay(c *evClient) {
 	up := c.up
 	for c.up == up && !c.closed {
-		if !c.relaying {
+		if !c.relaying() {
 			if i := bytes.Index(up.in, crlfcrlf); i >= 0 {
 				l.passHead(c, i+4)
 				continue
@@ -1006,7 +999,7 @@ func (l *evLoop) relay(c *evClient) {
 			err = io.ErrUnexpectedEOF
 		}
 		switch {
-		case c.relaying:
+		case c.relaying():
 			// The upstream broke off the body: the client must not take a short body for a whole one.
 			l.p.log.V(1).Info("copying the response body failed; aborting the response", "host", c.rq.host, "error", err.Error())
 			c.closeAfter = true
@@ -1033,7 +1026,7 @@ func (l *evLoop) passHead(c *evClient, headLen int) {
 	c.closeAfter = c.rq.close || c.hup || l.ls.s.shuttingDown()
 	writeRawResponseHead(&c.out, up.in[:headLen], res, c.closeAfter)
 	up.in = up.in[:copy(up.in, up.in[headLen:])]
-	c.res, c.relaying, c.remaining = res, true, res.length
+	c.res, c.remaining = res, res.length
 	if c.rq.method == http.MethodHead {
 		c.remaining = 0
 	}
@@ -1060,9 +1053,7 @@ func (l *evLoop) finish(c *evClient) {
 	l.p.rawDone(c.a, c.done, c.res.code, c.start)
 	c.in = c.in[:copy(c.in, c.in[c.headLen:])]
 	l.releaseIn(c)
-	closeAfter := c.closeAfter
-	l.endRequest(c)
-	c.closeAfter = closeAfter
+	l.endRequest(c) // closeAfter stays: the connection closes once the response is out
 	c.since = l.now
 	if !l.flushClient(c) {
 		return
@@ -1111,7 +1102,18 @@ func (l *evLoop) putIdle(up *evUp) {
 	}
 	up.idleAt = l.now
 	l.idle[up.addr] = append(l.idle[up.addr], up)
-	l.idleCount++
+}
+
+// popIdle takes the most recently pooled idle connection to addr, nil when there is none.
+func (l *evLoop) popIdle(addr string) *evUp {
+	idle := l.idle[addr]
+	if len(idle) == 0 {
+		return nil
+	}
+	up := idle[len(idle)-1]
+	idle[len(idle)-1] = nil
+	l.idle[addr] = idle[:len(idle)-1]
+	return up
 }
 
 // closeUp closes an upstream connection that is idle or was detached from its client.
@@ -1120,11 +1122,10 @@ func (l *evLoop) closeUp(up *evUp) {
 		return
 	}
 	if idle := l.idle[up.addr]; up.c == nil {
-		for i, u := range idle {
-			if u == up {
+		for i := len(idle) - 1; i >= 0; i-- { // the most recent last: dropIdle's pops are quick
+			if idle[i] == up {
 				l.idle[up.addr] = append(idle[:i], idle[i+1:]...)
 				idle[len(idle)-1] = nil
-				l.idleCount--
 				break
 			}
 		}
@@ -1141,12 +1142,7 @@ func (l *evLoop) closeUp(up *evUp) {
 // releaseIdle hands the loop's idle connections to addr to h1Transport, which gives each to a
 // waiting request (or pools it, where the loops take it back from).
 func (l *evLoop) releaseIdle(addr string) {
-	for len(l.idle[addr]) > 0 {
-		idle := l.idle[addr]
-		up := idle[len(idle)-1]
-		idle[len(idle)-1] = nil
-		l.idle[addr] = idle[:len(idle)-1]
-		l.idleCount--
+	for up := l.popIdle(addr); up != nil; up = l.popIdle(addr) {
 		fd := up.fd
 		up.fd = -1
 		l.dropFD(fd)
@@ -1170,13 +1166,7 @@ func (l *evLoop) dropIdle(addr string) {
 
 // giveBack hands an uncounted request back to the goroutine path, which serves it from the start.
 func (l *evLoop) giveBack(c *evClient) {
-	rq := c.rq
-	c.rq = nil
 	l.endRequest(c)
-	if rq != nil {
-		rq.reset()
-		rawRequests.Put(rq)
-	}
 	l.handOff(c, true, nil, nil)
 }
 
@@ -1230,19 +1220,15 @@ func (l *evLoop) handOffCounted(c *evClient, forward func(sc *h1ServerConn) (int
 	c.in = c.in[:copy(c.in, c.in[c.headLen:])]
 	c.rq = nil
 	l.endRequest(c)
-	putRQ := func() {
-		rq.reset()
-		rawRequests.Put(rq)
-	}
 	l.handOff(c, true, func(sc *h1ServerConn) bool {
-		defer putRQ()
+		defer rq.release()
 		return l.p.rawComplete(sc, a, done, start, func() (int, bool) { return forward(sc) })
 	}, func() {
 		if release != nil {
 			release()
 		}
 		l.p.rawDone(a, done, http.StatusBadGateway, start)
-		putRQ()
+		rq.release()
 	})
 }
 

@@ -266,6 +266,15 @@ func (t *h1Transport) popIdleLocked(hp *hostPool, now time.Time) *h1Conn {
 	return nil
 }
 
+// popWaiterLocked takes the first request waiting for a connection in hp (there is one); t.mu is
+// held.
+func (t *h1Transport) popWaiterLocked(hp *hostPool) chan *h1Conn {
+	ch := hp.waiters[0]
+	hp.waiters = hp.waiters[1:]
+	t.waiting.Add(-1)
+	return ch
+}
+
 // hasWaiters reports whether requests wait for a connection to addr.
 func (t *h1Transport) hasWaiters(addr string) bool {
 	if t.waiting.Load() == 0 {
@@ -296,9 +305,7 @@ func (t *h1Transport) releaseSlot(addr string) {
 		return
 	}
 	if len(hp.waiters) > 0 {
-		ch := hp.waiters[0]
-		hp.waiters = hp.waiters[1:]
-		t.waiting.Add(-1)
+		ch := t.popWaiterLocked(hp)
 		t.mu.Unlock()
 		ch <- nil
 		return
@@ -416,9 +423,7 @@ func (t *h1Transport) put(pc *h1Conn) {
 		return
 	}
 	if len(hp.waiters) > 0 {
-		ch := hp.waiters[0]
-		hp.waiters = hp.waiters[1:]
-		t.waiting.Add(-1)
+		ch := t.popWaiterLocked(hp)
 		t.mu.Unlock()
 		ch <- pc
 		return

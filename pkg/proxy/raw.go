@@ -87,6 +87,12 @@ var _ routing.Header = (*rawRequest)(nil)
 
 var rawRequests = sync.Pool{New: func() any { return new(rawRequest) }}
 
+// release returns rq to rawRequests, dropping its references into the head.
+func (rq *rawRequest) release() {
+	rq.reset()
+	rawRequests.Put(rq)
+}
+
 // parse reads a head that fastRequest accepted. It returns false for what the raw path leaves to the
 // general one.
 func (rq *rawRequest) parse(head string) bool {
@@ -236,14 +242,11 @@ func (p *Proxy) serveRaw(sc *h1ServerConn, head []byte) (served, keep bool) {
 	// Pooled, not kept per connection: a connection whose request is held (declined here) or idle
 	// should not keep 2.5 KiB of header slots.
 	rq := rawRequests.Get().(*rawRequest)
-	defer func() {
-		rq.reset()
-		rawRequests.Put(rq)
-	}()
+	defer rq.release()
 	if !rq.parse(string(head)) {
 		return false, false
 	}
-	a, b, set := p.rawRoute(rq)
+	a, set := p.rawRoute(rq)
 	if a == nil {
 		return false, false
 	}
@@ -252,29 +255,28 @@ func (p *Proxy) serveRaw(sc *h1ServerConn, head []byte) (served, keep bool) {
 	a.counts.Received()
 	done := a.counts.StartForward()
 	return true, p.rawComplete(sc, a, done, start, func() (int, bool) {
-		return p.rawForward(sc, rq, a, b, set)
+		return p.rawForward(sc, rq, a, a.target, set)
 	})
 }
 
 // rawRoute returns the app of a parsed request, or nil when the raw path leaves it to the general
 // one: no route (404), a cold app (hold), a Service-addressed or h2c backend, an app with a request
 // or response-header timeout.
-func (p *Proxy) rawRoute(rq *rawRequest) (*app, *backend, *endpoints.Set) {
+func (p *Proxy) rawRoute(rq *rawRequest) (*app, *endpoints.Set) {
 	rt := p.current()
 	e, ok := rt.table.Match(rq.host, rq.path, rq)
 	if !ok {
-		return nil, nil, nil
+		return nil, nil
 	}
 	a := rt.apps[e]
-	b := a.target
-	if a.entry.ViaService || b.protocol == routing.ProtocolH2C || a.request > 0 || a.responseHeader > 0 {
-		return nil, nil, nil
+	if a.entry.ViaService || a.target.protocol == routing.ProtocolH2C || a.request > 0 || a.responseHeader > 0 {
+		return nil, nil
 	}
-	set := p.opts.Endpoints.Ready(b.key)
+	set := p.opts.Endpoints.Ready(a.target.key)
 	if set.Len() == 0 {
-		return nil, nil, nil // cold: the general path holds it
+		return nil, nil // cold: the general path holds it
 	}
-	return a, b, set
+	return a, set
 }
 
 // rawComplete runs forward for a counted request (done ends its count) under the client watch,
