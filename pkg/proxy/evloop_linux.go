@@ -3,7 +3,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -59,7 +58,7 @@ type evLoops struct {
 // large as h1Conn's reader so that a head the loop saw whole fits there when handed over.
 const (
 	evClientBuffer = h1ReadBuffer
-	evUpBuffer     = 8 << 10
+	evUpBuffer     = h1ConnBuffer
 	evSweepEvery   = time.Second
 )
 
@@ -756,10 +755,7 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 			return
 		}
 	}
-	c.zone = ""
-	if a.zoneAware {
-		c.zone = l.p.opts.Zone
-	}
+	c.zone = l.p.appZone(a)
 	view := b.candidates(set, c.zone)
 	var now time.Time
 	if b.hasBad() {
@@ -1022,20 +1018,13 @@ func (l *evLoop) passHead(c *evClient, headLen int) {
 		l.handOffRelay(c, headLen)
 		return
 	}
-	l.crossZone(c)
+	countCrossZone(c.a, c.zone, c.cand)
 	c.closeAfter = c.rq.close || c.hup || l.ls.s.shuttingDown()
 	writeRawResponseHead(&c.out, up.in[:headLen], res, c.closeAfter)
 	up.in = up.in[:copy(up.in, up.in[headLen:])]
 	c.res, c.remaining = res, res.length
 	if c.rq.method == http.MethodHead {
 		c.remaining = 0
-	}
-}
-
-// crossZone counts a forward to another zone, as forEndpoint does.
-func (l *evLoop) crossZone(c *evClient) {
-	if c.zone != "" && c.cand.ep.Zone != "" && c.cand.ep.Zone != c.zone {
-		c.a.m.crossZone.Inc()
 	}
 }
 
@@ -1151,7 +1140,7 @@ func (l *evLoop) releaseIdle(addr string) {
 			l.p.fast.releaseSlot(addr) // a slot for a waiter to dial
 			continue
 		}
-		l.p.fast.put(&h1Conn{t: l.p.fast, addr: addr, c: nc, br: bufio.NewReaderSize(nc, 8<<10), bw: bufio.NewWriterSize(nc, 4<<10)})
+		l.p.fast.put(l.p.fast.newConn(addr, nc, nc))
 	}
 	delete(l.idle, addr)
 }
@@ -1198,10 +1187,9 @@ func (l *evLoop) handOffRelay(c *evClient, headLen int) {
 		l.handOffFailed(c, err)
 		return
 	}
-	l.crossZone(c)
+	countCrossZone(c.a, c.zone, c.cand)
 	// The connection keeps its slot in h1Transport's count; rawRelay pools or discards it there.
-	pc := &h1Conn{t: l.p.fast, addr: up.addr, c: nc, bw: bufio.NewWriterSize(nc, 4<<10),
-		br: bufio.NewReaderSize(&h1ConnReader{c: nc, pending: pending}, evUpBuffer)}
+	pc := l.p.fast.newConn(up.addr, nc, &h1ConnReader{c: nc, pending: pending})
 	rq, a := c.rq, c.a
 	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) {
 		if !sc.setPeer(pc.c) {

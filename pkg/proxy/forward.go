@@ -133,10 +133,7 @@ func (p *Proxy) RoundTrip(req *http.Request) (*http.Response, error) {
 // Once ctx ended (the client went away, the drain deadline passed) a failure is returned as it is:
 // a connect it cut short says nothing about the endpoint.
 func (p *Proxy) forEndpoint(ctx context.Context, a *app, b *backend, set *endpoints.Set, try func(addr string) error, tryAgain func(error) bool) error {
-	zone := ""
-	if a.zoneAware {
-		zone = p.opts.Zone
-	}
+	zone := p.appZone(a)
 	view := b.candidates(set, zone)
 	cands := view.cands
 	maxAttempts := min(p.opts.MaxDialAttempts, maxAttemptsCap, len(view.all))
@@ -156,9 +153,7 @@ func (p *Proxy) forEndpoint(ctx context.Context, a *app, b *backend, set *endpoi
 		}
 		err := try(c.addr)
 		if err == nil {
-			if zone != "" && c.ep.Zone != "" && c.ep.Zone != zone {
-				a.m.crossZone.Inc()
-			}
+			countCrossZone(a, zone, c)
 			return nil
 		}
 		if ctx.Err() != nil || !tryAgain(err) || n+1 >= maxAttempts {
@@ -170,6 +165,21 @@ func (p *Proxy) forEndpoint(ctx context.Context, a *app, b *backend, set *endpoi
 		b.markBad(c.addr, now, now.Add(p.opts.BadEndpointFor))
 		p.log.V(1).Info("endpoint refused connection; trying another", "app", a.key, "endpoint", c.addr, "error", err.Error())
 		tried[n] = c.addr
+	}
+}
+
+// appZone is the zone a's endpoints are chosen for: this replica's when a is zone-aware, else "".
+func (p *Proxy) appZone(a *app) string {
+	if a.zoneAware {
+		return p.opts.Zone
+	}
+	return ""
+}
+
+// countCrossZone counts a forward of a's request to c when it leaves zone.
+func countCrossZone(a *app, zone string, c *candidate) {
+	if zone != "" && c.ep.Zone != "" && c.ep.Zone != zone {
+		a.m.crossZone.Inc()
 	}
 }
 

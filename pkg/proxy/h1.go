@@ -293,8 +293,18 @@ func (t *h1Transport) dialConn(ctx context.Context, addr string) (*h1Conn, bool,
 		t.releaseSlot(addr)
 		return nil, false, err
 	}
-	return &h1Conn{t: t, addr: addr, c: c, br: bufio.NewReaderSize(c, 8<<10), bw: bufio.NewWriterSize(c, 4<<10)}, false, nil
+	return t.newConn(addr, c, c), false, nil
 }
+
+// newConn wraps c, a connection to addr counted in open; responses are read from r (c, or c after
+// bytes already read from it).
+func (t *h1Transport) newConn(addr string, c net.Conn, r io.Reader) *h1Conn {
+	return &h1Conn{t: t, addr: addr, c: c, br: bufio.NewReaderSize(r, h1ConnBuffer), bw: bufio.NewWriterSize(c, 4<<10)}
+}
+
+// h1ConnBuffer is the size of an upstream connection's read buffer, which bounds the response heads
+// the raw path passes on itself.
+const h1ConnBuffer = 8 << 10
 
 // releaseSlot gives up one open slot of addr: to the first waiter, or by counting it closed.
 func (t *h1Transport) releaseSlot(addr string) {
