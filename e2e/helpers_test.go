@@ -23,23 +23,29 @@ import (
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
-// skipUnlessProxying skips the calling container while the interceptor in bin/ does not yet serve its
-// proxy port (the binaries land separately); it never hides a failure of a proxy that does listen.
-func skipUnlessProxying(ctx context.Context, h *localcluster.HTTPScale) {
-	addr := net.JoinHostPort(h.Addresses.Interceptors[0].IP, fmt.Sprint(localcluster.ProxyPort))
-	conn, err := localcluster.DialContext(f.Cluster.NetNS)(ctx, "tcp", addr)
-	if err != nil {
-		Skip(fmt.Sprintf("bin/interceptor does not serve its proxy port %s yet: %v", addr, err))
+// expectProxying fails the calling container unless every interceptor serves its proxy port within
+// 30 s (one may still be restarting after an earlier scenario). A broken component is a failed
+// scenario, never a skipped one.
+func expectProxying(ctx context.Context, h *localcluster.HTTPScale) {
+	GinkgoHelper()
+	for _, ic := range h.Addresses.Interceptors {
+		addr := net.JoinHostPort(ic.IP, fmt.Sprint(localcluster.ProxyPort))
+		Eventually(func() error {
+			conn, err := localcluster.DialContext(f.Cluster.NetNS)(ctx, "tcp", addr)
+			if err == nil {
+				conn.Close()
+			}
+			return err
+		}).WithContext(ctx).WithTimeout(30*time.Second).Should(Succeed(), "interceptor proxy port %s", addr)
 	}
-	conn.Close()
 }
 
-// scenario starts (or reuses) httpscale's binaries, skips the calling container while the interceptor
+// scenario starts (or reuses) httpscale's binaries, fails the calling container when an interceptor
 // does not proxy, and gives it a namespace of its own (deleted afterwards) and a host named after it.
 func scenario(ctx context.Context, prefix string) (h *localcluster.HTTPScale, ns, host string) {
 	h, err := f.HTTPScale(ctx, GinkgoWriter)
 	Expect(err).NotTo(HaveOccurred())
-	skipUnlessProxying(ctx, h)
+	expectProxying(ctx, h)
 	ns, err = f.CreateNamespace(ctx, prefix)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func(ctx SpecContext) { Expect(f.DeleteNamespace(ctx, ns)).To(Succeed()) })

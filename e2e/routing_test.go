@@ -31,7 +31,7 @@ var _ = Describe("Routing", Ordered, func() {
 		var err error
 		h, err = f.HTTPScale(ctx, GinkgoWriter)
 		Expect(err).NotTo(HaveOccurred())
-		skipUnlessProxying(ctx, h)
+		expectProxying(ctx, h)
 		ns1, err = f.CreateNamespace(ctx, "route-a")
 		Expect(err).NotTo(HaveOccurred())
 		ns2, err = f.CreateNamespace(ctx, "route-b")

@@ -65,7 +65,11 @@ type HTTPScaledObjectSpec struct {
 	ScalingMetric *ScalingMetric `json:"scalingMetric,omitempty"`
 
 	// ScaledownPeriod is how many seconds the app must receive no traffic before it is scaled to zero
-	// (or to replicas.min). Counted from the last request, not from the last scale-up.
+	// (or to replicas.min). Counted from the end of the last request (in flight or held), not from the
+	// last scale-up, for concurrency and request-rate metrics alike: the request-rate window does not
+	// extend it. The app reaches zero between scaledownPeriod + 2 s (the scaler's active hold) and
+	// that plus KEDA's pollingInterval (30 s by default) after its last request ended; after a cold
+	// start, not before the scaler's --wake-hold (5 s) has passed since the wake.
 	// +optional
 	// +kubebuilder:default=300
 	// +kubebuilder:validation:Minimum=0

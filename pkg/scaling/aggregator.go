@@ -22,6 +22,11 @@ type AggregatorOptions struct {
 	Window func(app string) (w, g time.Duration)
 	// Woken reports whether the app received a wake notice recently. Nil means never.
 	Woken func(app string, now time.Time) bool
+	// ActiveHold is how long an app stays active after a request of it was last observed, with no
+	// request in flight or held. Zero keeps it active only in the snapshot that observed the request.
+	// It is not the rate window: an app whose last request ended is idle after ActiveHold, so that
+	// its scaledownPeriod starts then, while its request rate still counts that request.
+	ActiveHold time.Duration
 }
 
 // Aggregator folds replicas' counts into Snapshots. It is not safe for concurrent use: one goroutine
@@ -204,7 +209,7 @@ func (a *Aggregator) Build(now time.Time) (*Snapshot, []string) {
 		}
 		stats = append(stats, AppStats{Concurrency: st.conc, Stale: st.stale, hist: st.hist})
 		s := &stats[len(stats)-1]
-		s.Active = st.conc > 0 || woken || st.hist.inWindow(now, w, g) > 0
+		s.Active = st.conc > 0 || woken || a.recent(st.hist, now)
 		snap.FleetConcurrency += st.conc
 		snap.Apps[key] = s
 		if a.prev.active(key) != s.Active {
@@ -216,6 +221,12 @@ func (a *Aggregator) Build(now time.Time) (*Snapshot, []string) {
 	}
 	a.prev = snap
 	return snap, changed
+}
+
+// recent reports whether h's total last changed within the active hold before now.
+func (a *Aggregator) recent(h history, now time.Time) bool {
+	last := h.lastAt()
+	return last != 0 && now.UnixNano()-last <= int64(a.opts.ActiveHold)
 }
 
 // fleetKey stands for the interceptor fleet in change notifications.

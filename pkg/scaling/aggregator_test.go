@@ -34,7 +34,7 @@ func concurrency(s *Snapshot) map[string]int64 {
 }
 
 func newAgg(reps ...string) *Aggregator {
-	a := NewAggregator(AggregatorOptions{StaleAfter: 2 * time.Second, Grace: 10 * time.Second})
+	a := NewAggregator(AggregatorOptions{StaleAfter: 2 * time.Second, Grace: 10 * time.Second, ActiveHold: DefaultActiveHold})
 	var rs []Replica
 	for _, r := range reps {
 		rs = append(rs, Replica{Key: r, URL: "http://" + r})
@@ -301,10 +301,17 @@ func TestAggregatorReportsActivityChanges(t *testing.T) {
 	a.Observe("a", delta("ea", 3, app("ns/x", 0, 0, 1)), t0.Add(2*time.Second))
 	s, changed = a.Build(t0.Add(2 * time.Second))
 	if diff := cmp.Diff([]string{fleetKey}, changed); diff != "" || !s.Apps["ns/x"].Active {
-		t.Errorf("finished request keeps ns/x active through its window: active %v, changes (-want +got):\n%s", s.Apps["ns/x"].Active, diff)
+		t.Errorf("finished request keeps ns/x active through the active hold: active %v, changes (-want +got):\n%s", s.Apps["ns/x"].Active, diff)
 	}
-	s, changed = a.Build(t0.Add(63 * time.Second))
+	s, changed = a.Build(t0.Add(2*time.Second + DefaultActiveHold))
+	if diff := cmp.Diff([]string(nil), changed); diff != "" || !s.Apps["ns/x"].Active {
+		t.Errorf("at the end of the active hold: active %v, changes (-want +got):\n%s", s.Apps["ns/x"].Active, diff)
+	}
+	s, changed = a.Build(t0.Add(2*time.Second + DefaultActiveHold + time.Millisecond))
 	if diff := cmp.Diff([]string{"ns/x"}, changed); diff != "" || s.Apps["ns/x"].Active {
-		t.Errorf("after the window: active %v, changes (-want +got):\n%s", s.Apps["ns/x"].Active, diff)
+		t.Errorf("after the active hold, inside the rate window: active %v, changes (-want +got):\n%s", s.Apps["ns/x"].Active, diff)
+	}
+	if got := s.Requests("ns/x", time.Minute, time.Second); got != 1 {
+		t.Errorf("requests in the rate window after activity ended = %d, want 1", got)
 	}
 }

@@ -27,6 +27,8 @@ type CollectorOptions struct {
 	// WakeBackoffMin and WakeBackoffMax bound the reconnect delay of a broken wake stream (doubling,
 	// with jitter). Zero means 50ms and 2s.
 	WakeBackoffMin, WakeBackoffMax time.Duration
+	// ActiveHold is AggregatorOptions.ActiveHold; zero means DefaultActiveHold.
+	ActiveHold time.Duration
 	// Clock is the time source; nil means the real clock.
 	Clock clock.WithTicker
 	// Log receives poll and stream errors.
@@ -72,6 +74,13 @@ type pollResult struct {
 	err    error
 }
 
+// DefaultActiveHold keeps an app active for a few poll cycles after its last observed request, so
+// that a short request between two builds is never missed by a StreamIsActive subscriber that
+// reads the snapshot a cycle late, while sparse traffic does not flip KEDA's activity on every
+// request. It is what the app's time to zero may exceed its scaledownPeriod by, besides KEDA's
+// pollingInterval.
+const DefaultActiveHold = 2 * time.Second
+
 // NewCollector returns a Collector publishing to state.
 func NewCollector(opts CollectorOptions, state *State) *Collector {
 	if opts.Clock == nil {
@@ -83,6 +92,9 @@ func NewCollector(opts CollectorOptions, state *State) *Collector {
 	if opts.WakeBackoffMax <= 0 {
 		opts.WakeBackoffMax = 2 * time.Second
 	}
+	if opts.ActiveHold <= 0 {
+		opts.ActiveHold = DefaultActiveHold
+	}
 	return &Collector{
 		opts:  opts,
 		state: state,
@@ -92,6 +104,7 @@ func NewCollector(opts CollectorOptions, state *State) *Collector {
 			Grace:      opts.StaleGrace,
 			Window:     state.Window,
 			Woken:      state.Woken,
+			ActiveHold: opts.ActiveHold,
 		}),
 		results: make(chan pollResult),
 		runners: map[string]*runner{},

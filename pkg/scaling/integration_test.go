@@ -327,7 +327,60 @@ func TestStreamIsActivePushesActivityChanges(t *testing.T) {
 		t.Fatal("held request did not push true")
 	}
 	h.ics[0].Counts().Set("ns/app", 0, 0)
+	expectEnd(t, stream, "held request answered")
+}
+
+// expectEnd expects the end of activity: true (KEDA starts its cooldown from the last "active" it
+// hears, and ignores "inactive"), then false.
+func expectEnd(t *testing.T, stream externalscaler.ExternalScaler_StreamIsActiveClient, what string) time.Duration {
+	t.Helper()
+	v, d := recvWithin(t, stream, 5*time.Second)
+	if !v {
+		t.Fatalf("%s: first message at the end of activity is false, want true (KEDA's last active)", what)
+	}
+	if v, _ := recvWithin(t, stream, time.Second); v {
+		t.Fatalf("%s: second message at the end of activity is true, want false", what)
+	}
+	return d
+}
+
+// TestStreamIsActiveEndsActivityAfterTheActiveHoldNotTheRateWindow is the regression test for an app
+// that reached zero scaledownPeriod plus the rate window (1 minute) after its last request: a
+// finished request keeps the app active for the active hold only, although it stays in the
+// request rate for the whole window.
+func TestStreamIsActiveEndsActivityAfterTheActiveHoldNotTheRateWindow(t *testing.T) {
+	h := startHarness(t, harnessOptions{replicas: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	md := map[string]string{trigger.KeyHTTPScaledObject: "ns/app", trigger.KeyRequestRateTarget: "10", trigger.KeyRequestRateWindow: "1m"}
+	stream, err := h.client.StreamIsActive(ctx, ref(md))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if v, _ := recvWithin(t, stream, 5*time.Second); v {
-		t.Fatal("idle app did not push false")
+		t.Fatal("first message true before any traffic")
+	}
+	h.ics[0].Counts().AddRequests("ns/app", 3) // three short requests, none in flight at any poll
+	if v, _ := recvWithin(t, stream, 5*time.Second); !v {
+		t.Fatal("finished requests did not push true")
+	}
+	start := time.Now()
+	expectEnd(t, stream, "short requests")
+	if held := time.Since(start); held < DefaultActiveHold/2 || held > DefaultActiveHold+3*time.Second {
+		t.Errorf("activity ended %s after the requests were seen, want about the active hold %s", held, DefaultActiveHold)
+	}
+	resp, err := h.client.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: ref(md), MetricName: trigger.MetricRequestRate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.MetricValues[0].MetricValueFloat; got <= 0 {
+		t.Errorf("request rate after activity ended = %v, want the three requests still counted in the 1m window", got)
+	}
+	active, err := h.client.IsActive(ctx, ref(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if active.Result {
+		t.Error("IsActive = true after the active hold, want false")
 	}
 }

@@ -49,16 +49,14 @@ func (s *Service) metadata(ref *externalscaler.ScaledObjectRef) (trigger.Metadat
 	return md, nil
 }
 
-// active is the answer to IsActive for md: concurrency above zero, a request within the window, or
-// a recent wake notice.
+// active is the answer to IsActive for md: the app's activity in the current snapshot (concurrency
+// above zero, a request within the active hold, a wake) or a wake notice that came after it.
 func (s *Service) active(md trigger.Metadata) bool {
 	snap := s.state.Snapshot()
 	if md.Fleet {
 		return snap.FleetConcurrency > 0
 	}
-	return snap.Concurrency(md.App) > 0 ||
-		snap.Requests(md.App, md.Window, md.Granularity) > 0 ||
-		s.state.Woken(md.App, s.clock.Now())
+	return snap.active(md.App) || s.state.Woken(md.App, s.clock.Now())
 }
 
 // IsActive reports whether the app should run at least one replica.
@@ -71,8 +69,9 @@ func (s *Service) IsActive(_ context.Context, ref *externalscaler.ScaledObjectRe
 }
 
 // StreamIsActive sends the current activity at once, then true the moment a wake notice for the
-// app arrives, and the new value whenever the activity changes. It ends when the client goes away
-// or the server stops.
+// app arrives, and the new value whenever the activity changes; when activity ends it sends true
+// once more, then false, so that KEDA's cooldown starts when the app went idle. It ends when the
+// client goes away or the server stops.
 func (s *Service) StreamIsActive(ref *externalscaler.ScaledObjectRef, stream externalscaler.ExternalScaler_StreamIsActiveServer) error {
 	md, err := s.metadata(ref)
 	if err != nil {
@@ -97,8 +96,18 @@ func (s *Service) StreamIsActive(ref *externalscaler.ScaledObjectRef, stream ext
 		if now == last && !woke {
 			continue
 		}
-		if err := stream.Send(&externalscaler.IsActiveResponse{Result: now}); err != nil {
-			return err
+		// KEDA ignores inactivation pushes: it scales to zero at its next polling tick after the last
+		// time it heard "active" plus the cooldown (scaledownPeriod). Without a last "active" at the
+		// moment activity ends, that moment would be KEDA's previous poll, up to a pollingInterval
+		// before the last request ended, and the app would leave early.
+		sends := []bool{now}
+		if last && !now {
+			sends = []bool{true, false}
+		}
+		for _, v := range sends {
+			if err := stream.Send(&externalscaler.IsActiveResponse{Result: v}); err != nil {
+				return err
+			}
 		}
 		last = now
 	}

@@ -111,7 +111,7 @@ func TestOneRequestAfterALongIdleActivatesTheApp(t *testing.T) {
 	if _, err := svc.GetMetricSpec(context.Background(), md); err != nil { // KEDA asks first; the window is learned
 		t.Fatal(err)
 	}
-	a := NewAggregator(AggregatorOptions{Grace: 10 * time.Second, Window: state.Window, Woken: state.Woken})
+	a := NewAggregator(AggregatorOptions{Grace: 10 * time.Second, Window: state.Window, Woken: state.Woken, ActiveHold: DefaultActiveHold})
 	a.SetReplicas([]Replica{{Key: "a", URL: "http://a"}})
 
 	const interval = 200 * time.Millisecond
@@ -153,12 +153,23 @@ func TestOneRequestAfterALongIdleActivatesTheApp(t *testing.T) {
 		t.Errorf("request rate after one request = %v, want at least %v so that KEDA does not see 0", got, MinReportedRate)
 	}
 
-	// It stays active through the window and then turns inactive.
-	for range int(59 * time.Minute / interval) {
+	// It is active for the active hold only; the request stays in the rate through the window.
+	for range int(DefaultActiveHold/interval) - 1 {
 		step(42)
 	}
 	if !isActive() {
-		t.Error("IsActive = false 59m after the request inside a 1h window, want true")
+		t.Errorf("IsActive = false %s after the request, within the active hold %s", DefaultActiveHold-interval, DefaultActiveHold)
+	}
+	step(42)
+	step(42)
+	if isActive() {
+		t.Error("IsActive = true after the active hold, want false: the rate window must not keep an idle app from scaling to zero")
+	}
+	for range int(59 * time.Minute / interval) {
+		step(42)
+	}
+	if got := rate(); got < MinReportedRate {
+		t.Errorf("request rate 59m after the request inside a 1h window = %v, want at least %v", got, MinReportedRate)
 	}
 	for range int(2 * time.Minute / interval) {
 		step(42)

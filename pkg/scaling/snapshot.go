@@ -25,8 +25,9 @@ type AppStats struct {
 	// Stale is true when part of the numbers comes from a replica whose latest poll failed and whose
 	// last good answer is being kept for the grace period.
 	Stale bool
-	// Active is the activity KEDA is told about as of At: concurrency above zero, requests within
-	// the app's rate window, or a recent wake.
+	// Active is the activity KEDA is told about as of At: concurrency above zero, a request
+	// observed within the active hold (AggregatorOptions.ActiveHold), or a recent wake. Requests
+	// further back in the rate window count toward the rate, not toward activity.
 	Active bool
 
 	hist history
