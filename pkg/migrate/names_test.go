@@ -76,7 +76,7 @@ var _ = Describe("kubectl with both HTTPScaledObject CRDs installed", Ordered, f
 		Eventually(func(g Gomega) {
 			out, errOut, err := kubectl("", "get", "httpso", "-n", ns, byAPIVersion)
 			g.Expect(err).NotTo(HaveOccurred(), errOut)
-			g.Expect(errOut).To(ContainSubstring(`short name "httpso" could also match lower priority resource httpscaledobjects.httpscale.dev`))
+			g.Expect(errOut).To(ContainSubstring(`Warning: short name "httpso" could also match lower priority resource httpscaledobjects.httpscale.dev`))
 			g.Expect(out).To(Equal("http.keda.sh/v1alpha1 theirs\n"))
 		}).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
 	})
