@@ -368,7 +368,7 @@ type RoutingStatus struct {
 // workload on that traffic, down to zero.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=httpso,categories=httpscale
+// +kubebuilder:resource:shortName=hso,categories=httpscale
 // +kubebuilder:printcolumn:name="Hosts",type=string,JSONPath=`.spec.hosts`
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.scaleTargetRef.name`
 // +kubebuilder:printcolumn:name="Min",type=integer,JSONPath=`.spec.replicas.min`
