@@ -123,10 +123,10 @@ func (c Config) startNode(ctx context.Context, n RealNode) error {
 		return err
 	}
 	files := map[string]string{
-		"containerd.toml":     c.containerdConfig(n),
-		"cni/10-httpscale.conflist": c.cniConfig(n),
+		"containerd.toml":                             c.containerdConfig(n),
+		"cni/10-httpscale.conflist":                   c.cniConfig(n),
 		"certs.d/" + c.RegistryHost() + "/hosts.toml": fmt.Sprintf("server = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", c.RegistryHost()),
-		"kubelet.yaml": c.kubeletConfig(n),
+		"kubelet.yaml":                                c.kubeletConfig(n),
 	}
 	for name, body := range files {
 		if err := os.WriteFile(c.nodePath(n, name), []byte(body), 0o644); err != nil {
@@ -194,6 +194,7 @@ state = %q
     runtime_type = "io.containerd.runc.v2"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
       SystemdCgroup = false
+      Root = %q
 
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"
@@ -205,7 +206,7 @@ state = %q
 [plugins.'io.containerd.internal.v1.opt']
   path = %q
 `, d("containerd", "root"), d("containerd", "state"), c.containerdSocket(n), c.containerdSocket(n)+".ttrpc",
-		c.PauseImage(), d("certs.d"), d("cni"), d("containerd", "opt"))
+		c.PauseImage(), d("certs.d"), d("cni"), d("containerd", "runc"), d("containerd", "opt"))
 }
 
 // cniConfig puts the node's pods on a bridge of their own with the node's pod CIDR. No masquerading:
