@@ -126,11 +126,11 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 			return fmt.Errorf("building the sample app: %w: %s", err, out)
 		}
 	}
-	step("creating network namespace " + c.NetNS + " (" + c.LocalRange + " local inside it)")
 	local, err := c.localRoutes()
 	if err != nil {
 		return err
 	}
+	step(fmt.Sprintf("creating network namespace %s (%v local inside it)", c.NetNS, local))
 	if err := createNetNS(c.NetNS, local); err != nil {
 		return err
 	}
@@ -343,12 +343,12 @@ func (c Config) etcdArgs() []string {
 
 func (c Config) apiserverArgs() []string {
 	pki := func(n string) string { return filepath.Join(c.PKIDir(), n) }
-	bind := c.HostIP
 	var real []string
 	if c.RealNodes {
-		// Pods reach the API server at the kubernetes Service's endpoint (the advertised HostIP) from
-		// their own network namespaces; kubectl logs/exec reach kubelets at their InternalIP.
-		bind = "0.0.0.0"
+		// Pods reach the API server through the kubernetes Service, whose endpoint is the advertised
+		// HostIP: a local address of the namespace, so their packets arrive over the CNI bridges. It
+		// keeps binding HostIP only, not 0.0.0.0, which would take port 6443 from KEDA's adapter on
+		// KEDAAdapterIP. kubectl logs/exec reach kubelets at their InternalIP.
 		real = []string{
 			"--kubelet-preferred-address-types=InternalIP",
 			"--kubelet-client-certificate=" + pki("apiserver-kubelet-client.crt"),
@@ -358,7 +358,7 @@ func (c Config) apiserverArgs() []string {
 	}
 	return append([]string{
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.EtcdPort),
-		"--bind-address=" + bind, "--advertise-address=" + c.HostIP,
+		"--bind-address=" + c.HostIP, "--advertise-address=" + c.HostIP,
 		"--secure-port=" + strconv.Itoa(c.APIServerPort),
 		"--tls-cert-file=" + pki("apiserver.crt"), "--tls-private-key-file=" + pki("apiserver.key"),
 		"--client-ca-file=" + pki("ca.crt"),
