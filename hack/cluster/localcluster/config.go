@@ -7,6 +7,10 @@
 // local. Node pod CIDRs come from 198.18.x.0/24, so one sample-app process listening on 0.0.0.0 answers
 // for every pod IP; control-plane and httpscale processes bind addresses of 198.19.0.0/24. Nothing is
 // routed outside the namespace; the namespace has no interface but lo.
+//
+// With Config.RealNodes the cluster also runs two real nodes (kubelet, containerd, runc), a local
+// image registry and kube-proxy (realnode.go); RealNodeRange is then carved out of the lo route and
+// given to the nodes' bridges, and Services move into it.
 package localcluster
 
 import (
