@@ -138,12 +138,18 @@ func TestRealNodesServeADeploymentThroughAClusterIP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// kube-proxy programs the Service's endpoints up to a sync period after the Deployment turns
+	// Available (until then it rejects connections), so ask until both zones have answered, each
+	// request on a new connection.
 	zones := map[string]int{}
 	client := cfg.HTTPClient()
-	for i := 0; i < 20; i++ {
+	var lastErr error
+	for deadline := time.Now().Add(30 * time.Second); len(zones) < len(cfg.Real) && time.Now().Before(deadline); {
 		resp, err := client.Get(fmt.Sprintf("http://%s/hello", clusterIP))
 		if err != nil {
-			t.Fatalf("GET through ClusterIP %s: %v", clusterIP, err)
+			lastErr = err
+			time.Sleep(100 * time.Millisecond)
+			continue
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -152,7 +158,10 @@ func TestRealNodesServeADeploymentThroughAClusterIP(t *testing.T) {
 		}
 		zones[resp.Header.Get("X-Zone")]++
 	}
-	t.Logf("ClusterIP %s answered 20 x 200 by zone: %v", clusterIP, zones)
+	if len(zones) < len(cfg.Real) {
+		t.Errorf("ClusterIP %s answered only from zones %v in 30s (last error: %v); want one pod per real node", clusterIP, zones, lastErr)
+	}
+	t.Logf("ClusterIP %s answered 200 from pods by zone: %v", clusterIP, zones)
 	t.Logf("timings: tools %.1fs, cluster up with real nodes Ready %.1fs, image build+push %.1fs, Deployment apply->Available %.1fs",
 		toolsTime.Seconds(), upTime.Seconds(), imageTime.Seconds(), readyTime.Seconds())
 }
