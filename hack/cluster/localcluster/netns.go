@@ -66,7 +66,7 @@ func (c Config) localRoutes() ([]netip.Prefix, error) {
 	return carve(outer, inner), nil
 }
 
-// carve returns the prefixes that cover outer except inner, fewest first-level halves first.
+// carve returns the prefixes, in address order, that cover outer except inner (IPv4 only).
 func carve(outer, inner netip.Prefix) []netip.Prefix {
 	outer, inner = outer.Masked(), inner.Masked()
 	if !outer.Overlaps(inner) {
