@@ -8,6 +8,9 @@
 #                                       helm (helm, in its own directory)
 #                                       kwok (kwok + its stage manifests under stages/)
 #                                       keda (keda operator + keda-adapter)
+#                                       node (kubelet, kube-proxy, containerd, containerd-shim-runc-v2,
+#                                             ctr, registry, crane, pause; runc, CNI plugins, iptables
+#                                             and conntrack from Debian when missing)
 # Prints the directory holding the binaries of the last set on the last line of stdout; progress goes
 # to stderr. Each set that has its own versioned directory is locked separately, so a long KEDA build
 # does not block envtest users.
@@ -20,6 +23,8 @@ ETCD_VERSION=v3.6.8
 HELM_VERSION=v3.22.0
 KWOK_VERSION=v0.8.0
 KEDA_VERSION=v2.21.0
+CONTAINERD_VERSION=v2.3.7
+GGCR_VERSION=v0.22.1
 # Bump when the build recipe changes so caches built by an older recipe are not reused.
 RECIPE=1
 
@@ -35,11 +40,11 @@ lock_k8s() { exec 9>"$bin_dir/.lock" && flock 9; }
 
 have() { [ -x "$bin_dir/$1" ]; }
 
-build_go() { # build_go <module dir> <output name> <package> [ldflags]
-	local mod=$1 out=$2 pkg=$3 ldflags=${4:-}
+build_go() { # build_go <module dir> <output name> <package> [ldflags [tags]]
+	local mod=$1 out=$2 pkg=$3 ldflags=${4:-} tags=${5:-}
 	local start=$SECONDS
 	log "building $out from $pkg (cold builds take minutes; cached afterwards in $bin_dir)"
-	(cd "$mod" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -ldflags "-s -w $ldflags" \
+	(cd "$mod" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -tags "$tags" -ldflags "-s -w $ldflags" \
 		-o "$bin_dir/.$out.tmp" "$pkg")
 	mv "$bin_dir/.$out.tmp" "$bin_dir/$out"
 	log "built $out in $((SECONDS - start))s"
@@ -116,6 +121,7 @@ in_dir() {
 kwok_dir="$cache_root/kwok-${KWOK_VERSION}-r${RECIPE}"
 keda_dir="$cache_root/keda-${KEDA_VERSION}-r${RECIPE}"
 helm_dir="$cache_root/helm-${HELM_VERSION}-k8s-${K8S_VERSION}-r${RECIPE}"
+node_dir="$cache_root/node-k8s-${K8S_VERSION}-containerd-${CONTAINERD_VERSION}-ggcr-${GGCR_VERSION}-r${RECIPE}"
 
 ensure_kwok() {
 	if ! have kwok; then
@@ -186,6 +192,53 @@ ensure_helm() {
 	log "built helm in $((SECONDS - start))s"
 }
 
+# Debian packages a real node needs at run time; installed only when missing (needs root).
+ensure_node_packages() {
+	local missing=()
+	command -v runc >/dev/null || missing+=(runc)
+	[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+	command -v iptables >/dev/null || missing+=(iptables)
+	command -v conntrack >/dev/null || missing+=(conntrack)
+	[ ${#missing[@]} -gt 0 ] || return 0
+	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+		log "real nodes need these packages: ${missing[*]} (install them as root)"
+		return 1
+	fi
+	log "installing ${missing[*]} from Debian"
+	apt-get update -qq >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+}
+
+# Real nodes (opt-in in the local cluster): kubelet and kube-proxy from the same wrapper module and
+# ldflags as the control plane, containerd built without cgo or the snapshotters that need it,
+# go-containerregistry's registry (serves images inside the namespace) and crane (assembles and pushes
+# them), and a pause binary the cluster wraps into the sandbox image (no registry.k8s.io here). Run
+# through in_dir: bin_dir is the node set's own versioned directory.
+ensure_node() {
+	ensure_node_packages
+	local flags
+	flags=$(kube_ldflags)
+	local b
+	for b in kubelet kube-proxy; do
+		have $b || build_go "$here/tools/kube" $b "k8s.io/kubernetes/cmd/$b" "$flags"
+	done
+	local cflags="-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
+	local ctags="no_btrfs no_devmapper no_zfs urfave_cli_no_docs"
+	for b in containerd containerd-shim-runc-v2 ctr; do
+		have $b || build_go "$here/tools/containerd" $b "github.com/containerd/containerd/v2/cmd/$b" "$cflags" "$ctags"
+	done
+	for b in registry crane; do
+		if ! have $b; then
+			local start=$SECONDS
+			log "building $b $GGCR_VERSION (seconds; cached afterwards in $bin_dir)"
+			(cd "$here" && GOBIN="$bin_dir" GOFLAGS= CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
+				"github.com/google/go-containerregistry/cmd/$b@$GGCR_VERSION")
+			log "built $b in $((SECONDS - start))s"
+		fi
+	done
+	have pause || build_go "$here/tools/pause" pause .
+}
+
 out_dir=$bin_dir
 [ $# -gt 0 ] || set -- envtest
 for set in "$@"; do
@@ -195,6 +248,7 @@ for set in "$@"; do
 	helm) in_dir "$helm_dir" ensure_helm; out_dir=$helm_dir ;;
 	kwok) in_dir "$kwok_dir" ensure_kwok; out_dir=$kwok_dir ;;
 	keda) in_dir "$keda_dir" ensure_keda; out_dir=$keda_dir ;;
+	node) in_dir "$node_dir" ensure_node; out_dir=$node_dir ;;
 	*) log "unknown tool set: $set"; exit 2 ;;
 	esac
 done

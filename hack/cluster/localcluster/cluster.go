@@ -45,6 +45,12 @@ func (c *Config) ResolveTools(progress io.Writer) error {
 			dst *string
 		}{"keda", &c.KEDADir})
 	}
+	if c.RealNodes {
+		sets = append(sets, struct {
+			set string
+			dst *string
+		}{"node", &c.NodeDir})
+	}
 	for _, s := range sets {
 		cmd := exec.Command(filepath.Join(c.RepoRoot, "hack", "tools.sh"), s.set)
 		cmd.Stderr = progress
@@ -120,8 +126,12 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 			return fmt.Errorf("building the sample app: %w: %s", err, out)
 		}
 	}
-	step("creating network namespace " + c.NetNS + " (" + c.LocalRange + " local inside it)")
-	if err := createNetNS(c.NetNS, c.LocalRange); err != nil {
+	local, err := c.localRoutes()
+	if err != nil {
+		return err
+	}
+	step(fmt.Sprintf("creating network namespace %s (%v local inside it)", c.NetNS, local))
+	if err := createNetNS(c.NetNS, local); err != nil {
 		return err
 	}
 	if err := c.writePKI(); err != nil {
@@ -217,6 +227,12 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 		}
 	}
 
+	if c.RealNodes {
+		if err := c.upRealNodes(ctx, step); err != nil {
+			return err
+		}
+	}
+
 	step("waiting for nodes Ready and the default ServiceAccount")
 	if _, err := c.KubectlRun(ctx, "", "wait", "--for=condition=Ready", "node", "--all", timeout); err != nil {
 		return err
@@ -261,6 +277,11 @@ func (c Config) Down(progress io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Real-node state may exist without a state file (an interrupted up); clean it up either way.
+	realNodes := c.RealNodes || exists(c.path("nodes")) || exists(c.path("host-sysctls"))
+	if realNodes {
+		c.drainRealNodes(progress)
+	}
 	var errs []error
 	for i := len(ps) - 1; i >= 0; i-- {
 		p := ps[i]
@@ -270,6 +291,9 @@ func (c Config) Down(progress io.Writer) error {
 			continue
 		}
 		fmt.Fprintf(progress, "[cluster] stopped %s (pid %d) in %.1fs\n", p.Name, p.PID, time.Since(t0).Seconds())
+	}
+	if realNodes {
+		errs = append(errs, c.cleanupRealNodes(progress)...)
 	}
 	if err := deleteNetNS(c.NetNS); err != nil {
 		errs = append(errs, err)
@@ -319,7 +343,20 @@ func (c Config) etcdArgs() []string {
 
 func (c Config) apiserverArgs() []string {
 	pki := func(n string) string { return filepath.Join(c.PKIDir(), n) }
-	return []string{
+	var real []string
+	if c.RealNodes {
+		// Pods reach the API server through the kubernetes Service, whose endpoint is the advertised
+		// HostIP: a local address of the namespace, so their packets arrive over the CNI bridges. It
+		// keeps binding HostIP only, not 0.0.0.0, which would take port 6443 from KEDA's adapter on
+		// KEDAAdapterIP. kubectl logs/exec reach kubelets at their InternalIP.
+		real = []string{
+			"--kubelet-preferred-address-types=InternalIP",
+			"--kubelet-client-certificate=" + pki("apiserver-kubelet-client.crt"),
+			"--kubelet-client-key=" + pki("apiserver-kubelet-client.key"),
+			"--kubelet-certificate-authority=" + pki("ca.crt"),
+		}
+	}
+	return append([]string{
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.EtcdPort),
 		"--bind-address=" + c.HostIP, "--advertise-address=" + c.HostIP,
 		"--secure-port=" + strconv.Itoa(c.APIServerPort),
@@ -342,7 +379,7 @@ func (c Config) apiserverArgs() []string {
 		"--proxy-client-key-file=" + pki("front-proxy-client.key"),
 		// No kube-proxy here: reach extension servers at their endpoint address, not the ClusterIP.
 		"--enable-aggregator-routing=true",
-	}
+	}, real...)
 }
 
 func (c Config) kcmArgs(kubeconfig string) []string {

@@ -7,6 +7,10 @@
 // local. Node pod CIDRs come from 198.18.x.0/24, so one sample-app process listening on 0.0.0.0 answers
 // for every pod IP; control-plane and httpscale processes bind addresses of 198.19.0.0/24. Nothing is
 // routed outside the namespace; the namespace has no interface but lo.
+//
+// With Config.RealNodes the cluster also runs two real nodes (kubelet, containerd, runc), a local
+// image registry and kube-proxy (realnode.go); RealNodeRange is then carved out of the lo route and
+// given to the nodes' bridges, and Services move into it.
 package localcluster
 
 import (
@@ -59,6 +63,17 @@ type Config struct {
 	// KEDAPortBase: operator metrics, operator probes and adapter metrics use base, base+1, base+2 on 127.0.0.1.
 	KEDAPortBase int `json:"kedaPortBase"`
 
+	// RealNodes adds two real nodes (kubelet, containerd, runc; see realnode.go) next to the kwok nodes,
+	// plus a local image registry and kube-proxy. Off by default: it needs `hack/tools.sh node` and
+	// changes host state that teardown restores (see docs/local-cluster.md).
+	RealNodes bool `json:"realNodes"`
+	// RealNodeRange is routed to the nodes' bridge instead of lo; the real nodes' addresses, their pod
+	// CIDRs and (with real nodes) ServiceCIDR lie inside it.
+	RealNodeRange string     `json:"realNodeRange"`
+	Real          []RealNode `json:"real"`
+	// RegistryPort is where the local image registry listens (localhost inside the namespace).
+	RegistryPort int `json:"registryPort"`
+
 	// SampleAppPort is where the sample app answers on every pod IP (0: no sample app).
 	SampleAppPort int `json:"sampleAppPort"`
 
@@ -71,6 +86,19 @@ type Config struct {
 	ToolsDir string `json:"toolsDir"`
 	KwokDir  string `json:"kwokDir"`
 	KEDADir  string `json:"kedaDir"`
+	NodeDir  string `json:"nodeDir"`
+}
+
+// RealNode is one node run by a kubelet and a containerd of its own.
+type RealNode struct {
+	Name    string `json:"name"`
+	Zone    string `json:"zone"`
+	IP      string `json:"ip"`
+	PodCIDR string `json:"podCIDR"`
+	// Bridge is the CNI bridge of the node's pods (at most 15 characters).
+	Bridge      string `json:"bridge"`
+	KubeletPort int    `json:"kubeletPort"`
+	HealthzPort int    `json:"healthzPort"`
 }
 
 // Default returns the configuration of a cluster named name.
@@ -98,10 +126,24 @@ func Default(name, repoRoot string) Config {
 		KEDAAdapterPort: 6443,
 		KEDAGRPCPort:    9666,
 		KEDAPortBase:    18080,
-		SampleAppPort:   8000,
-		StopTimeout:     10 * time.Second,
-		ReadyTimeout:    3 * time.Minute,
+		RealNodeRange:   "198.18.128.0/17",
+		Real: []RealNode{
+			{Name: "real-zone-a", Zone: "zone-a", IP: "198.18.128.11", PodCIDR: "198.18.160.0/24", Bridge: "hscni-a", KubeletPort: 10250, HealthzPort: 10248},
+			{Name: "real-zone-b", Zone: "zone-b", IP: "198.18.128.12", PodCIDR: "198.18.161.0/24", Bridge: "hscni-b", KubeletPort: 10350, HealthzPort: 10348},
+		},
+		RegistryPort:  5000,
+		SampleAppPort: 8000,
+		StopTimeout:   10 * time.Second,
+		ReadyTimeout:  3 * time.Minute,
 	}
+}
+
+// WithRealNodes turns the real nodes on and moves ServiceCIDR into RealNodeRange: kube-proxy's ClusterIPs
+// must not be local addresses of the namespace.
+func (c Config) WithRealNodes() Config {
+	c.RealNodes = true
+	c.ServiceCIDR = "198.18.192.0/20"
+	return c
 }
 
 // Server is the kube-apiserver URL, reachable inside the namespace (or through Cluster.DialContext).

@@ -71,10 +71,21 @@ func (c Config) writeTokens() error {
 		{"kwok", randomToken(), "system:masters"},
 		{"keda", randomToken(), "system:masters"},
 	}
+	if c.RealNodes {
+		// RBAC has no Node authorizer here; kubelets and kube-proxy run as administrators, like the
+		// rest of the control plane.
+		for _, n := range c.Real {
+			toks = append(toks, token{"system:node:" + n.Name, randomToken(), "system:nodes,system:masters"})
+		}
+		toks = append(toks, token{"system:kube-proxy", randomToken(), "system:masters"})
+	}
 	var csv strings.Builder
 	for i, t := range toks {
 		fmt.Fprintf(&csv, "%s,%s,uid-%d,\"%s\"\n", t.value, t.user, i, t.groups)
-		name := map[string]string{"system:kube-controller-manager": "kcm", "system:kube-scheduler": "scheduler"}[t.user]
+		name := map[string]string{"system:kube-controller-manager": "kcm", "system:kube-scheduler": "scheduler", "system:kube-proxy": "kube-proxy"}[t.user]
+		if n, ok := strings.CutPrefix(t.user, "system:node:"); ok {
+			name = n
+		}
 		if name == "" {
 			name = t.user
 		}

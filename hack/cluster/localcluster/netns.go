@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,8 +23,8 @@ func netnsExists(name string) bool {
 	return err == nil
 }
 
-// createNetNS creates the namespace, brings lo up and routes LocalRange to lo — only inside it.
-func createNetNS(name, localRange string) error {
+// createNetNS creates the namespace, brings lo up and routes the local ranges to lo — only inside it.
+func createNetNS(name string, local []netip.Prefix) error {
 	if netnsExists(name) {
 		if err := run("ip", "netns", "del", name); err != nil {
 			return fmt.Errorf("removing stale network namespace %s: %w", name, err)
@@ -32,14 +33,55 @@ func createNetNS(name, localRange string) error {
 	steps := [][]string{
 		{"ip", "netns", "add", name},
 		{"ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"},
-		{"ip", "netns", "exec", name, "ip", "route", "add", "local", localRange, "dev", "lo"},
 	}
+	for _, p := range local {
+		steps = append(steps, []string{"ip", "netns", "exec", name, "ip", "route", "add", "local", p.String(), "dev", "lo"})
+	}
+	return runAll(steps)
+}
+
+func runAll(steps [][]string) error {
 	for _, s := range steps {
 		if err := run(s...); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// localRoutes are the prefixes routed to lo: LocalRange, minus RealNodeRange when real nodes run (a
+// local route would swallow the traffic meant for their bridges, pods and ClusterIPs).
+func (c Config) localRoutes() ([]netip.Prefix, error) {
+	outer, err := netip.ParsePrefix(c.LocalRange)
+	if err != nil {
+		return nil, fmt.Errorf("local range %q: %w", c.LocalRange, err)
+	}
+	if !c.RealNodes {
+		return []netip.Prefix{outer}, nil
+	}
+	inner, err := netip.ParsePrefix(c.RealNodeRange)
+	if err != nil {
+		return nil, fmt.Errorf("real node range %q: %w", c.RealNodeRange, err)
+	}
+	return carve(outer, inner), nil
+}
+
+// carve returns the prefixes, in address order, that cover outer except inner (IPv4 only).
+func carve(outer, inner netip.Prefix) []netip.Prefix {
+	outer, inner = outer.Masked(), inner.Masked()
+	if !outer.Overlaps(inner) {
+		return []netip.Prefix{outer}
+	}
+	if inner.Bits() <= outer.Bits() {
+		return nil // inner covers outer
+	}
+	bits := outer.Bits() + 1
+	lo := netip.PrefixFrom(outer.Addr(), bits)
+	hiAddr := outer.Addr().AsSlice()
+	i := outer.Bits() / 8
+	hiAddr[i] |= 0x80 >> (outer.Bits() % 8)
+	hi := netip.PrefixFrom(netip.AddrFrom4([4]byte(hiAddr)), bits)
+	return append(carve(lo, inner), carve(hi, inner)...)
 }
 
 func deleteNetNS(name string) error {

@@ -92,6 +92,7 @@ func pemBlock(typ string, der []byte) []byte {
 //	sa.key/sa.pub          service-account token signing key
 //	front-proxy-ca.crt     aggregation: the CA of the client certificate the apiserver shows to extension servers
 //	front-proxy-client.crt/key
+//	apiserver-kubelet-client.crt/key, kubelet-<zone>.crt/key   real nodes only
 //	keda/{ca.crt,tls.crt,tls.key}   KEDA operator <-> adapter mutual TLS and the adapter's serving certificate
 //
 // The httpscale operator's webhook certificate is not here: the operator issues its own, as installed.
@@ -141,6 +142,21 @@ func (c Config) writePKI() error {
 	files["front-proxy-ca.crt"] = fpPEM
 	if files["front-proxy-client.crt"], files["front-proxy-client.key"], err = fpCA.issue("front-proxy-client", nil, nil, nil); err != nil {
 		return err
+	}
+
+	if c.RealNodes {
+		// kube-apiserver -> kubelet (logs, exec) authenticates as an administrator; each kubelet
+		// serves with a certificate for its node address.
+		if files["apiserver-kubelet-client.crt"], files["apiserver-kubelet-client.key"], err = clusterCA.issue(
+			"kube-apiserver-kubelet-client", []string{"system:masters"}, nil, nil); err != nil {
+			return err
+		}
+		for _, n := range c.Real {
+			if files["kubelet-"+n.Zone+".crt"], files["kubelet-"+n.Zone+".key"], err = clusterCA.issue(
+				"system:node:"+n.Name, []string{"system:nodes"}, []string{n.Name}, []string{n.IP}); err != nil {
+				return err
+			}
+		}
 	}
 
 	files["keda/ca.crt"] = caPEM

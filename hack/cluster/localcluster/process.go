@@ -31,6 +31,18 @@ type Process struct {
 // env is added to the current environment. The process gets its own session, so it outlives the caller
 // and Stop can signal its whole process group.
 func (c Config) StartProcess(name, bin string, args, env []string) (*Process, error) {
+	// `ip netns exec` joins the namespace and execs bin, so the PID is bin's own.
+	return c.startProcess(name, append([]string{"ip", "netns", "exec", c.NetNS, bin}, args...), env)
+}
+
+// startNodeProcess is StartProcess for kubelet, containerd and kube-proxy: nsenter joins only the
+// network namespace, whereas `ip netns exec` also remounts /sys, which hides /sys/fs/cgroup from them.
+// nsenter execs bin too, so the PID is still bin's own.
+func (c Config) startNodeProcess(name, bin string, args, env []string) (*Process, error) {
+	return c.startProcess(name, append([]string{"nsenter", "--net=" + netnsPath(c.NetNS), bin}, args...), env)
+}
+
+func (c Config) startProcess(name string, argv, env []string) (*Process, error) {
 	for _, d := range []string{c.LogDir(), c.path("pids")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -42,9 +54,8 @@ func (c Config) StartProcess(name, bin string, args, env []string) (*Process, er
 		return nil, fmt.Errorf("opening log of %s: %w", name, err)
 	}
 	defer out.Close()
-	fmt.Fprintf(out, "=== %s: %s %s\n", time.Now().Format(time.RFC3339), bin, strings.Join(args, " "))
-	// `ip netns exec` joins the namespace and execs bin, so the PID is bin's own.
-	cmd := exec.Command("ip", append([]string{"netns", "exec", c.NetNS, bin}, args...)...)
+	fmt.Fprintf(out, "=== %s: %s\n", time.Now().Format(time.RFC3339), strings.Join(argv, " "))
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

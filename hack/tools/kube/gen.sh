@@ -23,5 +23,9 @@ gomod=$(go mod download -json "k8s.io/kubernetes@$k8s" | sed -n 's/.*"GoMod": "\
 	echo ")"
 } >go.mod
 rm -f go.sum
-go get -tool k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+# kubelet and kube-proxy run the opt-in real nodes of the local cluster (hack/tools.sh node).
+tools=()
+for t in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
+	tools+=("k8s.io/kubernetes/cmd/$t@$k8s")
+done
+go get -tool "${tools[@]}"
