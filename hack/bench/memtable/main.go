@@ -30,6 +30,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/routing"
@@ -71,9 +72,16 @@ func run() error {
 		}
 	}
 
-	env, cfg, err := testenv.Start()
+	// No CRDs: the interceptor reads ConfigMaps and EndpointSlices only, and installing them can time
+	// out on a loaded machine.
+	assets, err := testenv.AssetsDir()
 	if err != nil {
 		return err
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlaneStartTimeout: 5 * time.Minute}
+	cfg, err := env.Start()
+	if err != nil {
+		return fmt.Errorf("starting kube-apiserver and etcd: %w", err)
 	}
 	defer func() { _ = env.Stop() }()
 	dir, err := os.MkdirTemp("", "memtable")
@@ -241,7 +249,7 @@ func measure(bin, kubeconfig, version string, n int, settle time.Duration, prof 
 	m.heapAlloc = metric(metrics, "go_memstats_heap_alloc_bytes") / (1 << 20)
 	m.goroutines = metric(metrics, "go_goroutines")
 	if prof != "" {
-		data, err := getText("http://" + pprofAddr + "/debug/pprof/heap")
+		data, err := getText("http://" + pprofAddr + "/debug/pprof/heap?gc=1") // after RSS and /metrics were read
 		if err != nil {
 			return m, err
 		}
