@@ -99,7 +99,7 @@ func run() error {
 		return err
 	}
 
-	fmt.Printf("%-7s %-4s %10s %10s %12s %12s %12s\n", "apps", "run", "VmRSS_MiB", "VmHWM_MiB", "heapInuse_MiB", "heapAlloc_MiB", "goroutines")
+	fmt.Printf("%-7s %-4s %10s %10s %12s %12s %12s %12s\n", "apps", "run", "VmRSS_MiB", "VmHWM_MiB", "heapInuse_MiB", "heapAlloc_MiB", "heapGoal_MiB", "goroutines")
 	for _, n := range sizes {
 		version, err := writeTable(ctx, cs, n, *namespaces)
 		if err != nil {
@@ -114,7 +114,7 @@ func run() error {
 			if err != nil {
 				return fmt.Errorf("measuring %d apps: %w", n, err)
 			}
-			fmt.Printf("%-7d %-4d %10.1f %10.1f %12.1f %12.1f %12.0f\n", n, r, m.rss, m.hwm, m.heapInuse, m.heapAlloc, m.goroutines)
+			fmt.Printf("%-7d %-4d %10.1f %10.1f %12.1f %12.1f %12.1f %12.0f\n", n, r, m.rss, m.hwm, m.heapInuse, m.heapAlloc, m.heapGoal, m.goroutines)
 		}
 	}
 	return nil
@@ -178,7 +178,7 @@ func writeTable(ctx context.Context, cs kubernetes.Interface, n, k int) (string,
 	return t.Version(), nil
 }
 
-type mem struct{ rss, hwm, heapInuse, heapAlloc, goroutines float64 }
+type mem struct{ rss, hwm, heapInuse, heapAlloc, heapGoal, goroutines float64 }
 
 // measure runs the interceptor until it serves version with n entries and is ready, waits settle,
 // reads its memory and stops it.
@@ -247,6 +247,9 @@ func measure(bin, kubeconfig, version string, n int, settle time.Duration, prof 
 	}
 	m.heapInuse = metric(metrics, "go_memstats_heap_inuse_bytes") / (1 << 20)
 	m.heapAlloc = metric(metrics, "go_memstats_heap_alloc_bytes") / (1 << 20)
+	// The heap goal is what the heap grows to before the next collection when requests allocate:
+	// it bounds the heap under traffic, which an idle process does not reach.
+	m.heapGoal = metric(metrics, "go_memstats_next_gc_bytes") / (1 << 20)
 	m.goroutines = metric(metrics, "go_goroutines")
 	if prof != "" {
 		data, err := getText("http://" + pprofAddr + "/debug/pprof/heap?gc=1") // after RSS and /metrics were read
