@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string, dial dialFunc) error {
 			// The drain runs inside the manager's shutdown; give it its whole budget.
 			t := cfg.DrainDelay + cfg.DrainTimeout + 15*time.Second
 			o.GracefulShutdownTimeout = &t
+			o.PprofBindAddress = cfg.PprofAddr // off unless asked for (memory measurements)
 		},
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
 			// One registry per run, served on the admin port: the process's own metrics plus every

@@ -210,7 +210,7 @@ func KeysFromTable(t *routing.Table) []ServiceKey {
 			keys = append(keys, k)
 		}
 	}
-	for _, e := range t.Entries() {
+	for e := range t.All() {
 		add(ServiceKey{Namespace: e.Namespace, Service: e.Service, PortName: e.PortName})
 		if fb := e.ColdStart.Fallback; fb != nil {
 			add(ServiceKey{Namespace: e.Namespace, Service: fb.Service, PortName: fb.PortName})

@@ -8,13 +8,18 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/httpscale/httpscale/pkg/gcheadroom"
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
+	"github.com/httpscale/httpscale/pkg/queue"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
@@ -119,5 +124,46 @@ func benchKeepAlive(b *testing.B, h http.Handler, fast bool, loops int) {
 		if resp.StatusCode != http.StatusOK || string(body) != "ok" {
 			b.Fatalf("got %d %q", resp.StatusCode, body)
 		}
+	}
+}
+
+// BenchmarkProxyRoutes is BenchmarkProxy's event-loop case with the app among 1 and among 10,000
+// routed apps (each with its own host and Service), and the interceptor's GC policy
+// (gcheadroom with --gc-percent 400): the request path must not slow down with the table's size.
+func BenchmarkProxyRoutes(b *testing.B) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", "2")
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer be.Close()
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	tuner := gcheadroom.Start(gcheadroom.Options{MaxPercent: 400, MinPercent: 50, Headroom: 64 << 20})
+	defer tuner.Stop()
+	for _, n := range []int{1, 10000} {
+		b.Run(fmt.Sprintf("routes=%d", n), func(b *testing.B) {
+			entries := []routing.Entry{entry("app", "app.example.com", "app")}
+			for i := 1; i < n; i++ {
+				entries = append(entries, entry(fmt.Sprintf("app-%d", i), fmt.Sprintf("app-%d.example.com", i), fmt.Sprintf("app-%d", i)))
+			}
+			tb, err := routing.NewTable(entries)
+			if err != nil {
+				b.Fatal(err)
+			}
+			src := proxytest.NewSource()
+			src.Set(key("app"), endpointOf(&testing.T{}, be.URL, ""))
+			reg := queue.NewRegistry(nil)
+			m, err := proxy.NewMetrics(prometheus.NewRegistry(), reg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := proxy.New(proxy.Options{Tables: proxy.TableFunc(func() *routing.Table { return tb }), Endpoints: src,
+				Registry: reg, Metrics: m, Log: logr.Discard()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.TableChanged(tb)
+			runtime.GC()
+			benchKeepAlive(b, p, true, -1)
+		})
 	}
 }

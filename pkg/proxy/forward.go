@@ -179,7 +179,7 @@ func (p *Proxy) appZone(a *app) string {
 // countCrossZone counts a forward of a's request to c when it leaves zone.
 func countCrossZone(a *app, zone string, c *candidate) {
 	if zone != "" && c.ep.Zone != "" && c.ep.Zone != zone {
-		a.m.crossZone.Inc()
+		a.series().crossZone.Inc()
 	}
 }
 

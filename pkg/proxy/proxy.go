@@ -123,9 +123,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *Proxy) wait(r *http.Request, st *state) (*endpoints.Set, error) {
 	a := st.app
 	st.cold = true
-	a.m.coldStarts.Inc()
+	a.series().coldStarts.Inc()
 	if !a.counts.TryHold(a.queueLimit) {
-		a.m.rejections.Inc()
+		a.series().rejections.Inc()
 		return nil, fmt.Errorf("%s: %w (limit %d)", a.key, ErrQueueFull, a.queueLimit)
 	}
 	st.holding = true
@@ -148,7 +148,7 @@ func (p *Proxy) wait(r *http.Request, st *state) (*endpoints.Set, error) {
 		}
 		return nil, fmt.Errorf("holding %s: %w", a.key, err)
 	}
-	a.m.coldStartWait.Observe(st.waited.Seconds())
+	a.series().coldStartWait.Observe(st.waited.Seconds())
 	a.counts.Woke()
 	return set, nil
 }
@@ -224,8 +224,8 @@ func (p *Proxy) finish(st *state) {
 	if code == 0 {
 		code = http.StatusBadGateway // aborted before any status was chosen
 	}
-	a.m.codes[codeIndex(codeClass(code))].Inc()
-	a.m.duration.Observe(p.opts.Now().Sub(st.start).Seconds())
+	a.series().codes[codeIndex(codeClass(code))].Inc()
+	a.series().duration.Observe(p.opts.Now().Sub(st.start).Seconds())
 	clear(st.cancels)
 	*st = state{cancels: st.cancels[:0]}
 	statePool.Put(st)

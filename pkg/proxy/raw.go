@@ -308,8 +308,8 @@ func (p *Proxy) rawDone(a *app, done func(), code int, start time.Time) {
 	if code == 0 {
 		code = http.StatusBadGateway
 	}
-	a.m.codes[codeIndex(codeClass(code))].Inc()
-	a.m.duration.Observe(p.opts.Now().Sub(start).Seconds())
+	a.series().codes[codeIndex(codeClass(code))].Inc()
+	a.series().duration.Observe(p.opts.Now().Sub(start).Seconds())
 }
 
 // rawForward picks an endpoint (trying others when connections fail, as RoundTrip does), exchanges

@@ -76,6 +76,34 @@ func (r *Registry) App(key string) *App {
 	return a
 }
 
+// Add creates the counters of every key that has none yet, copying the map once: adding n apps one by
+// one with App would copy it n times (quadratic in the number of apps: 1.7 GB of garbage for a table
+// of 10,000). Counters of existing apps are kept; no app is removed.
+func (r *Registry) Add(keys []string) {
+	cur := *r.apps.Load()
+	missing := false
+	for _, k := range keys {
+		if cur[k] == nil {
+			missing = true
+			break
+		}
+	}
+	if !missing {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur = *r.apps.Load()
+	next := make(map[string]*App, max(len(cur), len(keys)))
+	maps.Copy(next, cur)
+	for _, k := range keys {
+		if next[k] == nil {
+			next[k] = r.newApp(k)
+		}
+	}
+	r.apps.Store(&next)
+}
+
 // Sync makes the registry hold exactly the given keys, plus any app that still has requests in
 // flight or held (it is dropped by a later Sync once idle). Counters of kept apps continue; an app
 // removed and added back starts again from zero, which consumers treat as a reset.

@@ -94,6 +94,29 @@ func TestSyncKeepsBusyAppsAndResetsRemovedOnes(t *testing.T) {
 	}
 }
 
+// TestAddCreatesMissingAppsAndKeepsTheRest checks that Add keeps the counters of known apps (including
+// ones it is not given) and creates the others, which App then returns.
+func TestAddCreatesMissingAppsAndKeepsTheRest(t *testing.T) {
+	r := NewRegistry(nil)
+	known := r.App("ns/a")
+	known.Received()
+	other := r.App("ns/other")
+	r.Add([]string{"ns/a", "ns/b", "ns/c", "ns/b"})
+	if r.App("ns/a") != known || r.App("ns/other") != other {
+		t.Fatal("Add replaced the counters of known apps")
+	}
+	got := r.CountsSince(0).Apps
+	want := []admin.AppCount{{Key: "ns/a", Requests: 1}, {Key: "ns/b"}, {Key: "ns/c"}, {Key: "ns/other"}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("after Add (-want +got):\n%s", d)
+	}
+	b := r.App("ns/b")
+	r.Add([]string{"ns/b"})
+	if r.App("ns/b") != b {
+		t.Fatal("a second Add replaced ns/b")
+	}
+}
+
 // TestConcurrentDeltasNeverLoseAChange polls deltas while counters change and checks that the sums a
 // consumer builds from deltas equal the final truth.
 func TestConcurrentDeltasNeverLoseAChange(t *testing.T) {

@@ -261,3 +261,33 @@ func TestConcurrentUse(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestAll checks that All yields the entries Entries copies, in the same order, as the shared entries
+// Lookup and Match return, and stops when the caller does.
+func TestAll(t *testing.T) {
+	tbl := mustTable(t, syntheticEntries(50)...)
+	var got []Entry
+	for e := range tbl.All() {
+		if shared, ok := tbl.Lookup(e.Key()); !ok || shared != e {
+			t.Fatalf("All yielded %s at %p, Lookup has %p", e.Key(), e, shared)
+		}
+		got = append(got, e.Clone())
+	}
+	if d := diff(tbl.Entries(), got); d != "" {
+		t.Errorf("All differs from Entries (-Entries +All):\n%s", d)
+	}
+	n := 0
+	for range tbl.All() {
+		n++
+		if n == 3 {
+			break
+		}
+	}
+	if n != 3 {
+		t.Errorf("All went on after break: %d", n)
+	}
+	var nilTable *Table
+	for e := range nilTable.All() {
+		t.Errorf("nil table yielded %s", e.Key())
+	}
+}

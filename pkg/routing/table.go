@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 )
@@ -87,6 +88,22 @@ func (t *Table) Lookup(key string) (*Entry, bool) {
 	}
 	e, ok := t.byKey[key]
 	return e, ok
+}
+
+// All yields every entry, sorted by namespace/name, without copying: the entries are shared and must
+// not be modified. Use it instead of Entries to read a large table (Entries copies every entry; on a
+// table of 50,000 apps that is megabytes of garbage per reader). Cost: no allocation per entry.
+func (t *Table) All() iter.Seq[*Entry] {
+	return func(yield func(*Entry) bool) {
+		if t == nil {
+			return
+		}
+		for i := range t.entries {
+			if !yield(&t.entries[i]) {
+				return
+			}
+		}
+	}
 }
 
 // Entries returns a deep copy of the entries, sorted by namespace/name, in canonical form. Cost: O(n)
