@@ -146,25 +146,23 @@ func TestImageContents(t *testing.T) {
 		t.Fatalf("layers: %d, %v; want 2", len(layers), err)
 	}
 	at := meta.Created.UTC()
-	wantBase := []tarEntry{
+	wantLayers := [][]tarEntry{{
 		{"etc/", 0o755, 0, 0, "", at, ""},
 		{"etc/group", 0o644, 0, 0, "", at, "root:x:0:\nnonroot:x:65532:\n"},
 		{"etc/passwd", 0o644, 0, 0, "", at, "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"},
 		{"home/", 0o755, 0, 0, "", at, ""},
 		{"home/nonroot/", 0o700, 65532, 65532, "", at, ""},
 		{"tmp/", 0o1777, 0, 0, "", at, ""},
-	}
-	if diff := cmp.Diff(wantBase, layerEntries(t, layers[0])); diff != "" {
-		t.Errorf("base layer (-want +got):\n%s", diff)
-	}
-	wantBin := []tarEntry{
+	}, {
 		{"usr/", 0o755, 0, 0, "", at, ""},
 		{"usr/local/", 0o755, 0, 0, "", at, ""},
 		{"usr/local/bin/", 0o755, 0, 0, "", at, ""},
 		{"usr/local/bin/scaler", 0o755, 0, 0, "", at, "the-binary"},
-	}
-	if diff := cmp.Diff(wantBin, layerEntries(t, layers[1])); diff != "" {
-		t.Errorf("binary layer (-want +got):\n%s", diff)
+	}}
+	for i, want := range wantLayers {
+		if diff := cmp.Diff(want, layerEntries(t, layers[i])); diff != "" {
+			t.Errorf("layer %d (-want +got):\n%s", i, diff)
+		}
 	}
 	// Every component and platform shares the base layer, so registries store it once.
 	other, err := Image("operator", []byte("x"), amd64, meta)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -28,7 +29,7 @@ func startRegistry(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(registry.New(registry.Logger(nil)))
+	srv := httptest.NewUnstartedServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	srv.Listener.Close()
 	srv.Listener = l
 	srv.Start()
