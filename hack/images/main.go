@@ -195,6 +195,9 @@ func build(ctx context.Context, o buildOptions) (map[string]v1.Hash, error) {
 	if _, err := name.NewTag("example.com/x:" + o.Meta.Version); err != nil {
 		return nil, fmt.Errorf("version %q is not a valid image tag: %w", o.Meta.Version, err)
 	}
+	if err := checkEmbeds(ctx, o.Root, o.Components); err != nil {
+		return nil, err
+	}
 	work, err := os.MkdirTemp("", "httpscale-images-")
 	if err != nil {
 		return nil, err
@@ -226,6 +229,32 @@ func build(ctx context.Context, o buildOptions) (map[string]v1.Hash, error) {
 		}
 	}
 	return digests, nil
+}
+
+// embeds are the packages a binary on an empty base needs: the time-zone database and a CA bundle
+// (pkg/component imports both).
+var embeds = []string{"time/tzdata", "golang.org/x/crypto/x509roots/fallback"}
+
+// checkEmbeds fails unless every component links embeds.
+func checkEmbeds(ctx context.Context, root string, components []string) error {
+	for _, c := range components {
+		cmd := exec.CommandContext(ctx, "go", "list", "-deps", "-f", "{{.ImportPath}}", "./"+c)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS=")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("listing %s's packages: %w: %s", c, err, bytes.TrimSpace(stderr.Bytes()))
+		}
+		deps := strings.Fields(string(out))
+		for _, e := range embeds {
+			if !slices.Contains(deps, e) {
+				return fmt.Errorf("%s does not link %s, which its scratch image needs (import it as pkg/component does)", c, e)
+			}
+		}
+	}
+	return nil
 }
 
 // compile builds the components' static binaries for p into dir. Everything that reaches the bytes is

@@ -157,6 +157,28 @@ func mustRef(t *testing.T, s string) name.Reference {
 	return r
 }
 
+// Every component links the time-zone database and the CA bundle; a module without them fails.
+func TestCheckEmbeds(t *testing.T) {
+	if err := checkEmbeds(t.Context(), "../..", allComponents); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"go.mod":         "module example.com/bare\n\ngo 1.26\n",
+		"scaler/main.go": "package main\n\nfunc main() {}\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := checkEmbeds(t.Context(), dir, []string{"scaler"}); err == nil || !strings.Contains(err.Error(), "time/tzdata") {
+		t.Errorf("a binary without time/tzdata: err = %v", err)
+	}
+}
+
 // fileFromImage returns a regular file from the image's layers (the last layer that has it wins).
 func fileFromImage(t *testing.T, img v1.Image, path string) []byte {
 	t.Helper()
