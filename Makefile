@@ -14,6 +14,7 @@ APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/
 REGISTRY ?= ghcr.io/httpscale
 TAG ?= $(APP_VERSION)
 PLATFORMS ?= linux/amd64,linux/arm64
+INSECURE ?= false
 IMAGES := $(GO) -C hack/images run .
 GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/operator config/rbac/interceptor config/rbac/scaler \
 	config/webhook charts/httpscale/crds charts/httpscale/templates
@@ -34,7 +35,7 @@ images: ## Build the operator, interceptor and scaler images (linux/amd64+arm64,
 
 .PHONY: images-push
 images-push: images ## Build the images and push them to $(REGISTRY)/<component>:$(TAG) (defaults: what the chart references).
-	$(IMAGES) push --out $(CURDIR)/$(BIN)/images --registry $(REGISTRY) --tag $(TAG)
+	$(IMAGES) push --out $(CURDIR)/$(BIN)/images --registry $(REGISTRY) --tag $(TAG) --insecure=$(INSECURE)
 
 .PHONY: images-verify
 images-verify: ## Build the images twice from this commit and fail unless every digest is equal.
