@@ -47,8 +47,12 @@ func Run(ctx context.Context, spec Spec, args []string) error {
 	spec.Config.Bind(fs)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
+	printedVersion := bindVersion(fs, spec.Name)
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("parsing flags: %w", err)
+	}
+	if printedVersion() {
+		return nil
 	}
 	if err := spec.Config.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
