@@ -92,8 +92,9 @@ unit: ## Unit and envtest suites (real kube-apiserver + etcd, built on first use
 test: verify-generated vet build unit e2e ## Everything: generated-file drift, vet, build, unit + envtest, e2e (root).
 
 .PHONY: e2e
-e2e: build ## End-to-end suite on a local control plane in a network namespace (root; tools built on first use).
+e2e: build ## End-to-end suite on a local control plane in a network namespace, then the real-node check (root; tools built on first use).
 	$(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e -ginkgo.v
+	$(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/realnodes
 
 ##@ Demo
 
