@@ -243,8 +243,10 @@ out_dir=$bin_dir
 [ $# -gt 0 ] || set -- envtest
 for set in "$@"; do
 	case $set in
-	envtest) ensure_envtest; out_dir=$bin_dir ;;
-	cluster) ensure_cluster; out_dir=$bin_dir ;;
+	# In a subshell, so that the Kubernetes lock is released before the next set: a caller that only
+	# needs envtest must not wait for this call's KEDA build.
+	envtest) (ensure_envtest); out_dir=$bin_dir ;;
+	cluster) (ensure_cluster); out_dir=$bin_dir ;;
 	helm) in_dir "$helm_dir" ensure_helm; out_dir=$helm_dir ;;
 	kwok) in_dir "$kwok_dir" ensure_kwok; out_dir=$kwok_dir ;;
 	keda) in_dir "$keda_dir" ensure_keda; out_dir=$keda_dir ;;
