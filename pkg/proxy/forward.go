@@ -33,7 +33,7 @@ func newTransports(o Options) (fast *h1Transport, h1, h2c *http.Transport) {
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}
-	fast = &h1Transport{dial: dial, maxIdle: o.MaxConnsPerEndpoint, maxConns: o.MaxConnsPerEndpoint, idleTimeout: 90 * time.Second, now: o.Now}
+	fast = &h1Transport{dial: dial, maxIdle: o.MaxConnsPerEndpoint, maxConns: o.MaxConnsPerEndpoint, idleTimeout: 90 * time.Second, now: o.Now, discarded: o.Metrics.discarded}
 	h1 = &http.Transport{
 		Proxy:       nil, // only table destinations are dialled, never an environment proxy
 		DialContext: dial,

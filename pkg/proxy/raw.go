@@ -336,7 +336,7 @@ func (p *Proxy) rawForward(sc *h1ServerConn, rq *rawRequest, a *app, b *backend,
 func (p *Proxy) rawExchange(sc *h1ServerConn, rq *rawRequest, addr string) (*h1Conn, int, error) {
 	replay := replayable(rq.method, rq.idempotencyKey)
 	for attempt := 0; ; attempt++ {
-		pc, reused, err := p.fast.acquire(sc.ctx, addr, !replay)
+		pc, reused, err := p.fast.acquire(sc.ctx, addr)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -517,9 +517,13 @@ func (p *Proxy) rawRelay(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn, h
 	}
 	// Bytes after the body (a body sent with a HEAD answer, more than Content-Length) would be read
 	// as the next request's response: such a connection is not reused.
-	if cleared := sc.clearPeer(); cleared && remaining == 0 && res.keep && pc.br.Buffered() == 0 {
+	switch cleared := sc.clearPeer(); {
+	case cleared && remaining == 0 && res.keep && pc.br.Buffered() == 0:
 		p.fast.put(pc)
-	} else {
+	case cleared && remaining == 0 && res.keep:
+		p.fast.discarded.leftover.Inc()
+		p.fast.discard(pc)
+	default:
 		p.fast.discard(pc)
 	}
 	if readErr != nil {

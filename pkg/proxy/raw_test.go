@@ -54,7 +54,13 @@ type rawReply struct {
 	resp  string // written as is
 	close bool   // close the connection after writing resp, without saying so
 	hang  bool   // never answer: hold the connection until the proxy closes it or the test ends
+	// late is written lateAfter after resp, on the same connection, before the next request is
+	// read: bytes a hostile upstream sends after a complete response.
+	late string
 }
+
+// lateAfter is when a rawReply's late bytes follow its response.
+const lateAfter = 20 * time.Millisecond
 
 // seenRequest is one request as the backend received it.
 type seenRequest struct {
@@ -151,6 +157,12 @@ func (b *rawBackend) serve(c net.Conn, n int) {
 		}
 		if _, err := io.WriteString(c, r.resp); err != nil || r.close {
 			return
+		}
+		if r.late != "" {
+			time.Sleep(lateAfter)
+			if _, err := io.WriteString(c, r.late); err != nil {
+				return
+			}
 		}
 	}
 }
@@ -1220,14 +1232,22 @@ func TestIdleConnectionClosedWith408IsNotUsed(t *testing.T) {
 // (Service app) on the raw path (Server.FastHTTP1 on) served by event loops (fast=true) and by
 // the connection's goroutine (fast=true,loops=false), and on the general path (fast=false).
 func onBothPaths(t *testing.T, f func(t *testing.T, h *harness, fast bool)) {
+	onBothPathsWith(t, nil, f)
+}
+
+// onBothPathsWith is onBothPaths with options changed by mod (when set).
+func onBothPathsWith(t *testing.T, mod func(*proxy.Options), f func(t *testing.T, h *harness, fast bool)) {
 	for _, m := range []struct {
 		name  string
 		fast  bool
 		loops int
 	}{{"fast=true", true, 2}, {"fast=true,loops=0", true, 0}, {"fast=false", false, 0}} {
 		t.Run(m.name, func(t *testing.T) {
-			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
+			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(o *proxy.Options, s *proxy.Server) {
 				s.FastHTTP1, s.EventLoops = m.fast, m.loops
+				if mod != nil {
+					mod(o)
+				}
 			})
 			f(t, h, m.fast)
 		})
