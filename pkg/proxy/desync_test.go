@@ -1,7 +1,14 @@
 package proxy_test
 
 import (
+	"errors"
+	"io"
+	"log"
+	"net"
 	"net/http"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,4 +82,76 @@ func TestUpstreamBytesAfterAResponseDoNotDesync(t *testing.T) {
 			})
 		})
 	}
+}
+
+// halfClosed sends req on a new client connection, closes the client's sending side and returns
+// every byte the client then receives, to the end of the connection.
+func halfClosed(t *testing.T, h *harness, req string) string {
+	t.Helper()
+	c := dialRaw(t, h)
+	if _, err := io.WriteString(c.c, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c.c)
+	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("reading to the end: %v (got %q)", err, got)
+	}
+	return string(got)
+}
+
+// A client that closes its sending side after its request gets the backend's own answer, or the
+// connection closed without an answer: never a response the backend did not send.
+func TestHalfClosedClientGetsTheRealAnswerOrNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reply rawReply
+	}{
+		{"answered at once", rawReply{resp: okReply("real")}},
+		{"never answered", rawReply{hang: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+				be := newRawBackend(t, func(int, *http.Request) rawReply { return tc.reply })
+				h.src.Set(key("app"), be.ep)
+				got := halfClosed(t, h, rawGet("/"))
+				if tc.reply.hang {
+					if got != "" {
+						t.Errorf("the client got %q for a request the backend never answered, want nothing", got)
+					}
+					return
+				}
+				if got != "" && !(strings.HasPrefix(got, "HTTP/1.1 200 OK\r\n") && strings.HasSuffix(got, "\r\n\r\nreal")) {
+					t.Errorf("the client got %q, want the backend's answer or nothing", got)
+				}
+			})
+		})
+	}
+}
+
+// A client that sends part of a request body and closes its sending side gets no success: the
+// backend never saw a whole request.
+func TestClientLeavingMidBodyGetsNoSuccess(t *testing.T) {
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		var whole atomic.Int32
+		s, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+			if _, err := io.Copy(io.Discard, r.Body); err != nil {
+				panic(http.ErrAbortHandler) // an incomplete request gets no answer
+			}
+			whole.Add(1)
+			_, _ = io.WriteString(w, "whole")
+		})
+		s.Config.ErrorLog = log.New(io.Discard, "", 0)
+		h.src.Set(key("app"), ep)
+		head := "POST /upload HTTP/1.1\r\nhost: app.example.com\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n"
+		got := halfClosed(t, h, head+strings.Repeat("x", 1000))
+		if strings.HasPrefix(got, "HTTP/1.1 2") {
+			t.Errorf("the client got %q for 1000 of 100000 body bytes, want no success", got)
+		}
+		if n := whole.Load(); n != 0 {
+			t.Errorf("the backend got %d whole requests, want 0", n)
+		}
+	})
 }

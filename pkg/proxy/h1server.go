@@ -684,6 +684,7 @@ type h1Response struct {
 	length      int64 // declared Content-Length, -1 when none
 	written     int64
 	failed      error
+	aborted     bool // nothing is to be sent and the connection closes (see abortResponse)
 	trailers    []string
 }
 
@@ -897,6 +898,9 @@ func (w *h1Response) finish() bool { return w.end(true) }
 
 // end completes the response; with flush false the caller flushes the connection's buffer.
 func (w *h1Response) end(flush bool) bool {
+	if w.aborted { // not completed: a head already sent ends with the connection
+		return false
+	}
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}

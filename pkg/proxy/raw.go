@@ -602,10 +602,7 @@ func (p *Proxy) rawFail(sc *h1ServerConn, rq *rawRequest, a *app, err error) (in
 	w := h1ResponsePool.Get().(*h1Response)
 	w.reset(sc, &http.Request{Method: rq.method, Close: rq.close})
 	p.fail(w, st, err)
-	keep := false
-	if st.code != StatusClientClosedRequest {
-		keep = w.end(false)
-	}
+	keep := w.end(false) // nothing written when the client went away (see abortResponse)
 	w.reset(nil, nil)
 	h1ResponsePool.Put(w)
 	return st.code, keep
