@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/httpscale/httpscale/pkg/proxy"
 )
 
@@ -152,6 +154,34 @@ func TestClientLeavingMidBodyGetsNoSuccess(t *testing.T) {
 		}
 		if n := whole.Load(); n != 0 {
 			t.Errorf("the backend got %d whole requests, want 0", n)
+		}
+	})
+}
+
+// The request target reaches the backend as the client sent it, query included, on every path:
+// net/http's ReverseProxy would drop query parameters it cannot parse ("a=1;b=2", "%zz").
+func TestQueryPassesAsSent(t *testing.T) {
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("ok")} })
+		h.src.Set(key("app"), be.ep)
+		targets := []string{"/q?a=1;b=2", "/q?q=%zz", "/q?a=%ZZ&b=2&c", "/q?x=1&&y=%2", "/q?"}
+		c := dialRaw(t, h)
+		for _, target := range targets {
+			if a := c.do(rawGet(target)); a.Code != http.StatusOK {
+				t.Errorf("GET %s: %+v", target, a)
+			}
+		}
+		post := "POST /q?a=1;b=%zz HTTP/1.1\r\nhost: app.example.com\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi"
+		if a := c.do(post); a.Code != http.StatusOK {
+			t.Errorf("POST: %+v", a)
+		}
+		var got []string
+		for _, r := range be.requests() {
+			got = append(got, r.RequestURI)
+		}
+		want := append(targets, "/q?a=1;b=%zz")
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("request targets the backend got (-sent +got):\n%s", diff)
 		}
 	})
 }

@@ -67,6 +67,10 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 		// endpoint. Hop-by-hop headers are removed by ReverseProxy before Rewrite.
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
+			// The target goes out as the client sent it, as on the fast paths (and as nginx passes
+			// it): ReverseProxy drops the query parameters it cannot parse ("a=1;b=2", "%zz")
+			// before Rewrite, which would make the backend see another request than the client sent.
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 			// ReverseProxy dropped the inbound X-Forwarded-*; restore the chain so that
 			// SetXForwarded appends this hop's client to it.
 			if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {

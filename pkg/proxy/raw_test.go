@@ -532,6 +532,7 @@ func TestRawPathMatchesGeneralPath(t *testing.T) {
 		{name: "Keep-Alive", reqs: []string{rawGet("/ka", "Connection: keep-alive", "Keep-Alive: timeout=5, max=100")}},
 		{name: "query string", reqs: []string{rawGet(`/search?q=a+b&x=%20y&pipe=|"&empty=&&`)}},
 		{name: "empty query", reqs: []string{rawGet("/search?")}},
+		{name: "query net/http cannot parse", reqs: []string{rawGet("/search?a=1;b=2"), rawGet("/search?q=%zz&r=%2")}},
 		{name: "path characters kept as they are", reqs: []string{rawGet("/a//b/../c;p=1!$&'()*+,=:@[]~_-.")}},
 		{name: "percent-encoded path", reqs: []string{rawGet("/a%2Fb/c%20d")}, general: true},
 		{name: "more than 64 headers", reqs: []string{rawGet("/many", manyHeaders...)}, general: true},
