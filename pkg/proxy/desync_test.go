@@ -185,3 +185,38 @@ func TestQueryPassesAsSent(t *testing.T) {
 		}
 	})
 }
+
+// Header names with "_" are not forwarded, on every path (nginx's default): a backend that reads
+// "Transfer_Encoding" as Transfer-Encoding cannot be handed one past the proxy's rules.
+func TestUnderscoreHeadersAreDropped(t *testing.T) {
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("ok")} })
+		h.src.Set(key("app"), be.ep)
+		under := []string{"Transfer_Encoding: chunked", "X_Forwarded_For: 6.6.6.6", "My_Header: x", "My-Header: y"}
+		c := dialRaw(t, h)
+		if a := c.do(rawGet("/u", under...)); a.Code != http.StatusOK {
+			t.Errorf("GET: %+v", a)
+		}
+		post := rawReq("POST", "/u", append(under, "Content-Type: text/plain", "Content-Length: 2")...) + "hi"
+		if a := c.do(post); a.Code != http.StatusOK {
+			t.Errorf("POST: %+v", a)
+		}
+		seen := be.requests()
+		if len(seen) != 2 {
+			t.Fatalf("the backend got %d requests, want 2", len(seen))
+		}
+		for _, r := range seen {
+			for k := range r.Wire {
+				if strings.Contains(k, "_") {
+					t.Errorf("%s %s: the backend got %s: %q", r.Method, r.RequestURI, k, r.Wire[k])
+				}
+			}
+			if got := r.Wire["My-Header"]; len(got) != 1 || got[0] != "y" {
+				t.Errorf("%s %s: My-Header = %q, want [y]", r.Method, r.RequestURI, got)
+			}
+			if got := r.Wire["X-Forwarded-For"]; len(got) != 1 || got[0] != "127.0.0.1" {
+				t.Errorf("%s %s: X-Forwarded-For = %q, want [127.0.0.1]", r.Method, r.RequestURI, got)
+			}
+		}
+	})
+}

@@ -71,6 +71,7 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 			// it): ReverseProxy drops the query parameters it cannot parse ("a=1;b=2", "%zz")
 			// before Rewrite, which would make the backend see another request than the client sent.
 			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+			dropUnderscoreHeaders(pr.Out.Header)
 			// ReverseProxy dropped the inbound X-Forwarded-*; restore the chain so that
 			// SetXForwarded appends this hop's client to it.
 			if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
@@ -230,6 +231,18 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 		err = fmt.Errorf("%w: %w", ErrClientGone, err)
 	}
 	p.fail(w, st, err)
+}
+
+// dropUnderscoreHeaders removes the request headers whose names contain "_", as nginx does by
+// default (underscores_in_headers off): servers and frameworks that map header names to variables
+// read "Transfer_Encoding" or "X_Forwarded_For" as the header with "-", so such a name could
+// smuggle a header past the rules above. Routes still match on them (the match runs first).
+func dropUnderscoreHeaders(h http.Header) {
+	for k := range h {
+		if strings.IndexByte(k, '_') >= 0 {
+			delete(h, k)
+		}
+	}
 }
 
 // bodyGuard records whether the transport read any byte of the request body, and keeps the body open

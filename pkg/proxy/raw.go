@@ -24,7 +24,8 @@ import (
 //
 // What it sends and answers is what forwardDirect (and so httputil.ReverseProxy) would: hop-by-hop
 // headers removed both ways ("Te: trailers" kept), Forwarded dropped, X-Forwarded-For appended to,
-// X-Forwarded-Host and -Proto passed on or set, no User-Agent added, a Date added when the upstream
+// X-Forwarded-Host and -Proto passed on or set, header names with "_" dropped (see
+// dropUnderscoreHeaders), no User-Agent added, a Date added when the upstream
 // sent none, "Connection: close" when the client asked for it or the server drains. Header lines
 // keep the case and order they arrived in, and the status line is the upstream's.
 //
@@ -126,6 +127,8 @@ func (rq *rawRequest) parse(head string) bool {
 		value = textproto.TrimString(value)
 		h := rawHeader{name: name, value: value}
 		switch {
+		case strings.IndexByte(name, '_') >= 0:
+			h.drop = true // see dropUnderscoreHeaders
 		case asciiEqualFold(name, "Host"):
 			rq.host = value
 		case asciiEqualFold(name, "Connection"):
