@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/httpscale/httpscale/pkg/proxy"
+	"github.com/httpscale/httpscale/pkg/routing"
 )
 
 // Tests of what a hostile upstream cannot do through the proxy: bytes it sends after a complete
@@ -219,4 +220,35 @@ func TestUnderscoreHeadersAreDropped(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A client that sends its header block slowly is cut off once the header timeout passed since its
+// first byte, on every path: a connection the fast path hands to net/http (here a header block
+// over the fast path's 4 KiB) does not get a second full timeout there.
+func TestHeaderTimeoutRunsFromTheFirstByteAcrossAHandOff(t *testing.T) {
+	const timeout = time.Second
+	for _, m := range []struct {
+		name  string
+		fast  bool
+		loops int
+	}{{"fast=true", true, 2}, {"fast=true,loops=0", true, 0}, {"fast=false", false, 0}} {
+		t.Run(m.name, func(t *testing.T) {
+			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
+				s.FastHTTP1, s.EventLoops, s.ReadHeaderTimeout = m.fast, m.loops, timeout
+			})
+			c := dialRaw(t, h)
+			start := time.Now()
+			if _, err := io.WriteString(c.c, "GET / HTTP/1.1\r\nhost: app.example.com\r\nX-Pad: "); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(timeout * 6 / 10)
+			if _, err := io.WriteString(c.c, strings.Repeat("a", 5000)); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(c.c) // until the proxy closes the connection
+			if took := time.Since(start); took > timeout*14/10 {
+				t.Errorf("the connection was closed %v after the first byte (got %q), want about %v", took.Round(time.Millisecond), got, timeout)
+			}
+		})
+	}
 }

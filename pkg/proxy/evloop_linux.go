@@ -1289,6 +1289,9 @@ func (l *evLoop) handOff(c *evClient, started bool, first func(sc *h1ServerConn)
 	}
 	sc := &h1ServerConn{s: s, c: nc}
 	sc.cr.pending = pending
+	if first == nil && len(pending) > 0 && s.headerTimeout > 0 {
+		sc.headerBy = c.since.Add(s.headerTimeout) // the header timeout runs from its first byte
+	}
 	var run func() bool
 	if first != nil {
 		sc.busyConn.Store(true)

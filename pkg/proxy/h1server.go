@@ -238,6 +238,10 @@ type h1ServerConn struct {
 	// deadline is the read deadline last set (zero: none); the idle deadline is only moved when it
 	// drifted by a quarter of the idle timeout, which saves a runtime timer update per request.
 	deadline time.Time
+	// headerBy, when set, is when the request header being read must be complete: its first byte
+	// plus the header timeout. It is kept across a hand-off (to net/http, or from an event loop) so
+	// that the timeouts do not add up.
+	headerBy time.Time
 	ctx      context.Context
 	cancel   context.CancelFunc
 	ip       string // the client's address without the port (X-Forwarded-For); "" when none
@@ -391,13 +395,20 @@ func (sc *h1ServerConn) screen() (int, bool, error) {
 	for {
 		buf, _ := sc.br.Peek(sc.br.Buffered())
 		if end := headerEnd(buf); end >= 0 {
-			return end, fastRequest(buf[:end]), nil
+			ok := fastRequest(buf[:end])
+			if ok {
+				sc.headerBy = time.Time{} // read; one handed over keeps it for net/http
+			}
+			return end, ok, nil
 		}
 		if len(buf) >= h1ReadBuffer || bytes.Contains(buf, []byte("\n\n")) {
 			return 0, false, nil // too large, or bare LF: net/http decides
 		}
 		if !deadlineSet && sc.s.headerTimeout > 0 {
-			sc.setDeadline(time.Now().Add(sc.s.headerTimeout))
+			if sc.headerBy.IsZero() {
+				sc.headerBy = time.Now().Add(sc.s.headerTimeout)
+			}
+			sc.setDeadline(sc.headerBy)
 			deadlineSet = true
 		}
 		if _, err := sc.br.Peek(len(buf) + 1); err != nil {
@@ -665,7 +676,7 @@ func (sc *h1ServerConn) handOff() bool {
 	if sc.s.shuttingDown() {
 		return false
 	}
-	return sc.s.handoff.give(&handoffConn{Conn: sc.c, r: sc.br})
+	return sc.s.handoff.give(&handoffConn{Conn: sc.c, r: sc.br, headerBy: sc.headerBy})
 }
 
 // h1Response is the fast path's ResponseWriter: the head is written into the connection's buffer
@@ -987,6 +998,21 @@ func (l *handoffListener) Addr() net.Addr { return l.addr }
 type handoffConn struct {
 	net.Conn
 	r *bufio.Reader
+	// headerBy, when set, is the header deadline the fast path started (see h1ServerConn.headerBy).
+	headerBy time.Time
 }
 
 func (c *handoffConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// SetReadDeadline keeps net/http's first deadline, the one for the header of the request the fast
+// path started to read, no later than headerBy. A first deadline of zero (an h2c connection) ends
+// the adjustment.
+func (c *handoffConn) SetReadDeadline(t time.Time) error {
+	if by := c.headerBy; !by.IsZero() {
+		c.headerBy = time.Time{}
+		if !t.IsZero() && t.After(by) {
+			t = by
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
+}
