@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -251,4 +252,44 @@ func TestHeaderTimeoutRunsFromTheFirstByteAcrossAHandOff(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A request with both Content-Length and Transfer-Encoding is read by its Transfer-Encoding, and the
+// connection is closed after the answer (RFC 9112 section 6.1): what follows on it could be a
+// smuggled request.
+func TestBothLengthsCloseTheConnection(t *testing.T) {
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		if !fast {
+			t.Skip("net/http reads the request without telling that it had both; see docs/interceptor.md")
+		}
+		var bodies []string
+		var mu sync.Mutex
+		_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			bodies = append(bodies, string(b))
+			mu.Unlock()
+			_, _ = io.WriteString(w, "ok")
+		})
+		h.src.Set(key("app"), ep)
+		c := dialRaw(t, h)
+		req := "POST /both HTTP/1.1\r\nhost: app.example.com\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
+		a := c.do(req)
+		if a.Code != http.StatusOK || a.Body != "ok" || !a.Close {
+			t.Errorf("POST with both: %+v, want 200 %q with Connection: close", a, "ok")
+		}
+		if !c.closed() {
+			t.Errorf("the connection stayed open after a request with both Content-Length and Transfer-Encoding")
+		}
+		// A plain one afterwards on a new connection is not affected.
+		c = dialRaw(t, h)
+		if a := c.do("POST /plain HTTP/1.1\r\nhost: app.example.com\r\nContent-Length: 2\r\n\r\nhi"); a.Code != http.StatusOK || a.Close {
+			t.Errorf("plain POST: %+v, want 200 keeping the connection", a)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if diff := cmp.Diff([]string{"hi", "hi"}, bodies); diff != "" {
+			t.Errorf("bodies the backend got (-want +got):\n%s", diff)
+		}
+	})
 }

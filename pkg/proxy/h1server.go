@@ -242,9 +242,12 @@ type h1ServerConn struct {
 	// plus the header timeout. It is kept across a hand-off (to net/http, or from an event loop) so
 	// that the timeouts do not add up.
 	headerBy time.Time
-	ctx      context.Context
-	cancel   context.CancelFunc
-	ip       string // the client's address without the port (X-Forwarded-For); "" when none
+	// closeFirst: the request to hand over has both Content-Length and Transfer-Encoding (see
+	// bothLengths); net/http closes the connection after answering it (see closeAfterBothLengths).
+	closeFirst bool
+	ctx        context.Context
+	cancel     context.CancelFunc
+	ip         string // the client's address without the port (X-Forwarded-For); "" when none
 
 	busyConn atomic.Bool // serving a request, not waiting for one (see setBusy)
 	// reqSeq is odd while a request is served; it counts requests twice. seenSeq is watchLoop's
@@ -398,6 +401,8 @@ func (sc *h1ServerConn) screen() (int, bool, error) {
 			ok := fastRequest(buf[:end])
 			if ok {
 				sc.headerBy = time.Time{} // read; one handed over keeps it for net/http
+			} else {
+				sc.closeFirst = bothLengths(buf[:end])
 			}
 			return end, ok, nil
 		}
@@ -418,6 +423,24 @@ func (sc *h1ServerConn) screen() (int, bool, error) {
 			return 0, false, nil
 		}
 	}
+}
+
+// bothLengths reports whether a header block (CRLF line ends) has both a Content-Length and a
+// Transfer-Encoding line: net/http reads such a request by its Transfer-Encoding and forgets the
+// Content-Length, but RFC 9112 section 6.1 has the server close the connection after answering it
+// (it may be an attempt at request smuggling).
+func bothLengths(block []byte) bool {
+	cl, te := false, false
+	_, rest, _ := bytes.Cut(block, []byte("\r\n"))
+	for len(rest) > 0 {
+		var l []byte
+		l, rest, _ = bytes.Cut(rest, []byte("\r\n"))
+		name, _, _ := bytes.Cut(l, []byte(":"))
+		name = bytes.TrimRight(name, " \t")
+		cl = cl || asciiEqualFold(name, "Content-Length")
+		te = te || asciiEqualFold(name, "Transfer-Encoding")
+	}
+	return cl && te
 }
 
 // headerEnd returns the length of the header block in buf including its final CRLF CRLF, or -1.
@@ -676,7 +699,9 @@ func (sc *h1ServerConn) handOff() bool {
 	if sc.s.shuttingDown() {
 		return false
 	}
-	return sc.s.handoff.give(&handoffConn{Conn: sc.c, r: sc.br, headerBy: sc.headerBy})
+	hc := &handoffConn{Conn: sc.c, r: sc.br, headerBy: sc.headerBy}
+	hc.closeFirst.Store(sc.closeFirst)
+	return sc.s.handoff.give(hc)
 }
 
 // h1Response is the fast path's ResponseWriter: the head is written into the connection's buffer
@@ -1000,6 +1025,31 @@ type handoffConn struct {
 	r *bufio.Reader
 	// headerBy, when set, is the header deadline the fast path started (see h1ServerConn.headerBy).
 	headerBy time.Time
+	// closeFirst: the first request must be answered with the connection closed (see bothLengths).
+	closeFirst atomic.Bool
+}
+
+type handoffConnKey struct{}
+
+// handoffContext is the net/http server's ConnContext: a handed-over connection whose first request
+// must close it is found by closeAfterBothLengths.
+func handoffContext(ctx context.Context, c net.Conn) context.Context {
+	if hc, ok := c.(*handoffConn); ok && hc.closeFirst.Load() {
+		return context.WithValue(ctx, handoffConnKey{}, hc)
+	}
+	return ctx
+}
+
+// closeAfterBothLengths has the net/http server close a handed-over connection after answering its
+// first request when that one came with both Content-Length and Transfer-Encoding ("Connection:
+// close" set before the handler runs, which the Proxy keeps on every answer).
+type closeAfterBothLengths struct{ h http.Handler }
+
+func (c closeAfterBothLengths) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if hc, ok := r.Context().Value(handoffConnKey{}).(*handoffConn); ok && hc.closeFirst.CompareAndSwap(true, false) {
+		w.Header().Set("Connection", "close")
+	}
+	c.h.ServeHTTP(w, r)
 }
 
 func (c *handoffConn) Read(p []byte) (int, error) { return c.r.Read(p) }

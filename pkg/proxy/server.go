@@ -153,6 +153,8 @@ func (s *Server) Start(ctx context.Context) error {
 			}
 			fast.loops = loops // nil where there are none (not Linux)
 		}
+		srv.Handler = closeAfterBothLengths{s.Handler}
+		srv.ConnContext = handoffContext
 		s.fast.Store(fast)
 		go func() { serveErr <- srv.Serve(fast.handoff) }()
 		go func() { serveErr <- fast.serve(ln) }()
