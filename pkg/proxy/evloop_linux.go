@@ -1067,9 +1067,17 @@ func (l *evLoop) finish(c *evClient) {
 	case len(up.in) > 0:
 		l.p.fast.discarded.leftover.Inc()
 		l.closeUp(up)
-	case up.readable && peekFD(up.fd) != peekQuiet:
-		l.p.fast.discarded.leftover.Inc()
-		l.closeUp(up)
+	case up.readable:
+		switch peekFD(up.fd) {
+		case peekQuiet:
+			up.readable = false // empty: the next arrival is reported
+			l.putIdle(up)
+		case peekData:
+			l.p.fast.discarded.leftover.Inc()
+			l.closeUp(up)
+		default:
+			l.closeUp(up)
+		}
 	default:
 		l.putIdle(up)
 	}

@@ -62,6 +62,11 @@ type h1Conn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt time.Time
+	// rc is c's socket for the peek before reuse (nil when c has none); peekFn, pc.peek bound once,
+	// and peeked keep the peek free of allocations.
+	rc     syscall.RawConn
+	peekFn func(fd uintptr) bool
+	peeked peekState
 }
 
 // replayable reports whether a request without a body may be sent again after its connection
@@ -83,25 +88,23 @@ func (pc *h1Conn) quiet() bool {
 		pc.t.discarded.unsolicited.Inc()
 		return false
 	}
-	sc, ok := pc.c.(syscall.Conn)
-	if !ok {
+	if pc.rc == nil {
 		return true
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return true
-	}
-	st := peekQuiet
-	if err := rc.Read(func(fd uintptr) bool {
-		st = peekFD(int(fd))
-		return true // never wait
-	}); err != nil {
+	pc.peeked = peekQuiet
+	if err := pc.rc.Read(pc.peekFn); err != nil {
 		return false
 	}
-	if st == peekData {
+	if pc.peeked == peekData {
 		pc.t.discarded.unsolicited.Inc()
 	}
-	return st == peekQuiet
+	return pc.peeked == peekQuiet
+}
+
+// peek is quiet's callback on the socket.
+func (pc *h1Conn) peek(fd uintptr) bool {
+	pc.peeked = peekFD(int(fd))
+	return true // never wait
 }
 
 // peekState is what a non-blocking peek found on an idle socket.
@@ -314,7 +317,13 @@ func (t *h1Transport) dialConn(ctx context.Context, addr string) (*h1Conn, bool,
 // newConn wraps c, a connection to addr counted in open; responses are read from r (c, or c after
 // bytes already read from it).
 func (t *h1Transport) newConn(addr string, c net.Conn, r io.Reader) *h1Conn {
-	return &h1Conn{t: t, addr: addr, c: c, br: bufio.NewReaderSize(r, h1ConnBuffer), bw: bufio.NewWriterSize(c, 4<<10)}
+	pc := &h1Conn{t: t, addr: addr, c: c, br: bufio.NewReaderSize(r, h1ConnBuffer), bw: bufio.NewWriterSize(c, 4<<10)}
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			pc.rc, pc.peekFn = rc, pc.peek
+		}
+	}
+	return pc
 }
 
 // h1ConnBuffer is the size of an upstream connection's read buffer, which bounds the response heads
