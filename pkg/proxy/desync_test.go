@@ -16,7 +16,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/httpscale/httpscale/pkg/proxy"
-	"github.com/httpscale/httpscale/pkg/routing"
 )
 
 // Tests of what a hostile upstream cannot do through the proxy: bytes it sends after a complete
@@ -30,7 +29,7 @@ const discardedMetric = "httpscale_interceptor_upstream_conns_discarded_total"
 
 // oneUpstreamConn lets the proxy open a single connection to an endpoint, so that every request
 // would reuse the connection the previous one left behind.
-func oneUpstreamConn(o *proxy.Options) { o.MaxConnsPerEndpoint = 1 }
+func oneUpstreamConn(o *proxy.Options, _ *proxy.Server) { o.MaxConnsPerEndpoint = 1 }
 
 func TestUpstreamBytesAfterAResponseDoNotDesync(t *testing.T) {
 	chunked := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"
@@ -228,30 +227,22 @@ func TestUnderscoreHeadersAreDropped(t *testing.T) {
 // over the fast path's 4 KiB) does not get a second full timeout there.
 func TestHeaderTimeoutRunsFromTheFirstByteAcrossAHandOff(t *testing.T) {
 	const timeout = time.Second
-	for _, m := range []struct {
-		name  string
-		fast  bool
-		loops int
-	}{{"fast=true", true, 2}, {"fast=true,loops=0", true, 0}, {"fast=false", false, 0}} {
-		t.Run(m.name, func(t *testing.T) {
-			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
-				s.FastHTTP1, s.EventLoops, s.ReadHeaderTimeout = m.fast, m.loops, timeout
-			})
-			c := dialRaw(t, h)
-			start := time.Now()
-			if _, err := io.WriteString(c.c, "GET / HTTP/1.1\r\nhost: app.example.com\r\nX-Pad: "); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(timeout * 6 / 10)
-			if _, err := io.WriteString(c.c, strings.Repeat("a", 5000)); err != nil {
-				t.Fatal(err)
-			}
-			got, _ := io.ReadAll(c.c) // until the proxy closes the connection
-			if took := time.Since(start); took > timeout*14/10 {
-				t.Errorf("the connection was closed %v after the first byte (got %q), want about %v", took.Round(time.Millisecond), got, timeout)
-			}
-		})
-	}
+	headerTimeout := func(_ *proxy.Options, s *proxy.Server) { s.ReadHeaderTimeout = timeout }
+	onBothPathsWith(t, headerTimeout, func(t *testing.T, h *harness, fast bool) {
+		c := dialRaw(t, h)
+		start := time.Now()
+		if _, err := io.WriteString(c.c, "GET / HTTP/1.1\r\nhost: app.example.com\r\nX-Pad: "); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(timeout * 6 / 10)
+		if _, err := io.WriteString(c.c, strings.Repeat("a", 5000)); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(c.c) // until the proxy closes the connection
+		if took := time.Since(start); took > timeout*14/10 {
+			t.Errorf("the connection was closed %v after the first byte (got %q), want about %v", took.Round(time.Millisecond), got, timeout)
+		}
+	})
 }
 
 // A request with both Content-Length and Transfer-Encoding is read by its Transfer-Encoding, and the

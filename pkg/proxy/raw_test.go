@@ -1233,8 +1233,8 @@ func onBothPaths(t *testing.T, f func(t *testing.T, h *harness, fast bool)) {
 	onBothPathsWith(t, nil, f)
 }
 
-// onBothPathsWith is onBothPaths with options changed by mod (when set).
-func onBothPathsWith(t *testing.T, mod func(*proxy.Options), f func(t *testing.T, h *harness, fast bool)) {
+// onBothPathsWith is onBothPaths with the options and the server changed by mod (when set).
+func onBothPathsWith(t *testing.T, mod func(*proxy.Options, *proxy.Server), f func(t *testing.T, h *harness, fast bool)) {
 	for _, m := range []struct {
 		name  string
 		fast  bool
@@ -1244,7 +1244,7 @@ func onBothPathsWith(t *testing.T, mod func(*proxy.Options), f func(t *testing.T
 			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(o *proxy.Options, s *proxy.Server) {
 				s.FastHTTP1, s.EventLoops = m.fast, m.loops
 				if mod != nil {
-					mod(o)
+					mod(o, s)
 				}
 			})
 			f(t, h, m.fast)
