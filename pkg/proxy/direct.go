@@ -40,6 +40,7 @@ func (p *Proxy) forwardDirect(w *h1Response, r *http.Request) {
 		h["Te"] = []string{"trailers"}
 	}
 	delete(h, "Forwarded")
+	dropUnderscoreHeaders(h)
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		if prior := h["X-Forwarded-For"]; len(prior) > 0 {
 			ip = strings.Join(prior, ", ") + ", " + ip

@@ -205,6 +205,7 @@ type evLoop struct {
 	idle     map[string][]*evUp
 	quitting bool
 	now      time.Time // when the batch of events being handled arrived
+	batch    uint64    // counts the batches of events
 }
 
 func newEvLoop(ls *evLoops) (*evLoop, error) {
@@ -298,11 +299,13 @@ func (l *evLoop) run() {
 		// One clock reading per batch of events serves the timeouts (see sweep) and hungUp, instead
 		// of readings per request.
 		l.now = time.Now()
+		l.batch++
 		if err != nil {
 			l.ls.s.log.Error(err, "waiting for socket events; closing the event loop's connections")
 			l.closeAll()
 			return
 		}
+		l.dropStirredIdle(events[:n])
 		for i := range n {
 			ev := &events[i]
 			fd := int(ev.Fd)
@@ -327,6 +330,23 @@ func (l *evLoop) run() {
 		if l.quitting && l.clients == 0 && l.dialing == 0 {
 			l.closeAll()
 			return
+		}
+	}
+}
+
+// dropStirredIdle closes the idle upstream connections that events report readable (closed by the
+// upstream, or bytes nobody asked for) before any client's event of the batch is handled, so that
+// a request of the batch cannot take one of them. What arrives later is found by acquire's peek
+// (for connections pooled in this batch) or reported by the next batch.
+func (l *evLoop) dropStirredIdle(events []unix.EpollEvent) {
+	for i := range events {
+		ev := &events[i]
+		fd := int(ev.Fd)
+		if fd == l.wakefd || fd >= len(l.fds) || l.fds[fd].gen != ev.Pad {
+			continue
+		}
+		if up, ok := l.fds[fd].h.(*evUp); ok && up.c == nil {
+			l.upEvent(up, ev.Events)
 		}
 	}
 }
@@ -498,6 +518,8 @@ type evUp struct {
 	c        *evClient
 	idleAt   time.Time
 	reused   bool
+	// idleBatch is the batch of events (evLoop.batch) in which the connection was pooled.
+	idleBatch uint64
 }
 
 func (l *evLoop) addClient(fd int, remote string) {
@@ -778,11 +800,13 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 // goroutine path, which waits for one in line.
 func (l *evLoop) acquire(c *evClient) {
 	addr := c.cand.addr
-	// A non-replayable request takes an idle connection only after a peek (as h1Transport does):
-	// one the upstream closed or wrote to whose event is not handled yet is not used.
+	// An idle connection the upstream closed or wrote to before this batch's wait was closed by
+	// its event (see dropStirredIdle). One pooled during this batch has had no wait to report
+	// anything since its response ended: it is peeked at (as h1Transport peeks at every one), and
+	// so is every one a non-replayable request would use.
 	check := !replayable(c.rq.method, c.rq.idempotencyKey)
 	for up := l.popIdle(addr); up != nil; up = l.popIdle(addr) {
-		if check && !quietFD(up.fd) {
+		if (check || up.idleBatch == l.batch) && !l.quietUp(up) {
 			l.closeUp(up)
 			continue
 		}
@@ -942,7 +966,8 @@ func (l *evLoop) upEvent(up *evUp, ev uint32) {
 	}
 	c := up.c
 	if c == nil {
-		if up.readable {
+		if up.readable && up.fd >= 0 {
+			l.quietUp(up) // counts bytes nobody asked for
 			l.closeUp(up) // closed by the upstream, or bytes nobody asked for: not reusable
 		}
 		return
@@ -1033,11 +1058,28 @@ func (l *evLoop) passHead(c *evClient, headLen int) {
 func (l *evLoop) finish(c *evClient) {
 	up := c.up
 	c.up, up.c = nil, nil
-	// Bytes after the body would be read as the next request's response: not reusable.
-	if c.remaining == 0 && c.res.keep && len(up.in) == 0 && !up.hup {
-		l.putIdle(up)
-	} else {
+	// Bytes after the body would be read as the next request's response: not reusable. A socket
+	// not known to be empty (the last read filled the buffer, so no new arrival will be reported)
+	// is peeked at.
+	switch {
+	case c.remaining != 0 || !c.res.keep || up.hup:
 		l.closeUp(up)
+	case len(up.in) > 0:
+		l.p.fast.discarded.leftover.Inc()
+		l.closeUp(up)
+	case up.readable:
+		switch peekFD(up.fd) {
+		case peekQuiet:
+			up.readable = false // empty: the next arrival is reported
+			l.putIdle(up)
+		case peekData:
+			l.p.fast.discarded.leftover.Inc()
+			l.closeUp(up)
+		default:
+			l.closeUp(up)
+		}
+	default:
+		l.putIdle(up)
 	}
 	l.p.rawDone(c.a, c.done, c.res.code, c.start)
 	c.in = c.in[:copy(c.in, c.in[c.headLen:])]
@@ -1089,8 +1131,20 @@ func (l *evLoop) putIdle(up *evUp) {
 		l.closeUp(up)
 		return
 	}
-	up.idleAt = l.now
+	up.idleAt, up.idleBatch = l.now, l.batch
 	l.idle[up.addr] = append(l.idle[up.addr], up)
+}
+
+// quietUp reports whether an idle upstream connection is open with nothing to read (one
+// non-blocking peek); bytes on it are counted as an unsolicited discard.
+func (l *evLoop) quietUp(up *evUp) bool {
+	switch peekFD(up.fd) {
+	case peekQuiet:
+		return true
+	case peekData:
+		l.p.fast.discarded.unsolicited.Inc()
+	}
+	return false
 }
 
 // popIdle takes the most recently pooled idle connection to addr, nil when there is none.
@@ -1243,6 +1297,9 @@ func (l *evLoop) handOff(c *evClient, started bool, first func(sc *h1ServerConn)
 	}
 	sc := &h1ServerConn{s: s, c: nc}
 	sc.cr.pending = pending
+	if first == nil && len(pending) > 0 && s.headerTimeout > 0 {
+		sc.headerBy = c.since.Add(s.headerTimeout) // the header timeout runs from its first byte
+	}
 	var run func() bool
 	if first != nil {
 		sc.busyConn.Store(true)

@@ -33,7 +33,7 @@ func newTransports(o Options) (fast *h1Transport, h1, h2c *http.Transport) {
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}
-	fast = &h1Transport{dial: dial, maxIdle: o.MaxConnsPerEndpoint, maxConns: o.MaxConnsPerEndpoint, idleTimeout: 90 * time.Second, now: o.Now}
+	fast = &h1Transport{dial: dial, maxIdle: o.MaxConnsPerEndpoint, maxConns: o.MaxConnsPerEndpoint, idleTimeout: 90 * time.Second, now: o.Now, discarded: o.Metrics.discarded}
 	h1 = &http.Transport{
 		Proxy:       nil, // only table destinations are dialled, never an environment proxy
 		DialContext: dial,
@@ -67,6 +67,11 @@ func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
 		// endpoint. Hop-by-hop headers are removed by ReverseProxy before Rewrite.
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
+			// The target goes out as the client sent it, as on the fast paths (and as nginx passes
+			// it): ReverseProxy drops the query parameters it cannot parse ("a=1;b=2", "%zz")
+			// before Rewrite, which would make the backend see another request than the client sent.
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+			dropUnderscoreHeaders(pr.Out.Header)
 			// ReverseProxy dropped the inbound X-Forwarded-*; restore the chain so that
 			// SetXForwarded appends this hop's client to it.
 			if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
@@ -226,6 +231,18 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 		err = fmt.Errorf("%w: %w", ErrClientGone, err)
 	}
 	p.fail(w, st, err)
+}
+
+// dropUnderscoreHeaders removes the request headers whose names contain "_", as nginx does by
+// default (underscores_in_headers off): servers and frameworks that map header names to variables
+// read "Transfer_Encoding" or "X_Forwarded_For" as the header with "-", so such a name could
+// smuggle a header past the rules above. Routes still match on them (the match runs first).
+func dropUnderscoreHeaders(h http.Header) {
+	for k := range h {
+		if strings.IndexByte(k, '_') >= 0 {
+			delete(h, k)
+		}
+	}
 }
 
 // bodyGuard records whether the transport read any byte of the request body, and keeps the body open

@@ -22,15 +22,18 @@ import (
 //
 // When a pooled connection turns out to have been closed by the upstream before any response byte
 // arrived, a replayable request (see replayable) is sent again on another connection; that is the
-// only retry. Pooled connections idle for a while, and every one a non-replayable request is about
-// to use, are first checked with a non-blocking peek (see quiet), so that a connection the upstream
-// closed or wrote to while idle is not used at all.
+// only retry. A connection goes back to the pool only when its response ended exactly where its
+// framing said, with nothing after it; every pooled connection is checked again with a non-blocking
+// peek (see quiet) when it is taken, so that bytes the upstream sent after a response (a body with
+// a 204, more than Content-Length, a second response nobody asked for) are never read as the next
+// request's response: the connection is closed and counted (upstream_conns_discarded_total).
 type h1Transport struct {
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	maxIdle     int           // idle connections kept per address
 	maxConns    int           // connections open at once per address; 0 means no limit
 	idleTimeout time.Duration // pooled connections older than this are closed
 	now         func() time.Time
+	discarded   discardCounters
 
 	mu        sync.Mutex
 	hosts     map[string]*hostPool
@@ -59,14 +62,12 @@ type h1Conn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt time.Time
-	// longIdle is set by acquireConn when the connection sat in the pool for probeIdle or more.
-	longIdle bool
+	// rc is c's socket for the peek before reuse (nil when c has none); peekFn, pc.peek bound once,
+	// and peeked keep the peek free of allocations.
+	rc     syscall.RawConn
+	peekFn func(fd uintptr) bool
+	peeked peekState
 }
-
-// probeIdle is how long a pooled connection may sit idle before it is checked when taken: upstreams
-// close idle connections after seconds (some write a 408 first), while connections of a busy app
-// are reused within microseconds and skip the check.
-const probeIdle = time.Second
 
 // replayable reports whether a request without a body may be sent again after its connection
 // failed before any response byte: only when a second copy cannot repeat a side effect (the
@@ -81,34 +82,51 @@ func replayable(method string, idempotencyKey bool) bool {
 
 // quiet reports whether an idle connection is still open with nothing to read, by a non-blocking
 // peek (one syscall). Anything else — closed by the upstream, or bytes nobody asked for — means it
-// must not carry a request.
+// must not carry a request; bytes are counted as an unsolicited discard.
 func (pc *h1Conn) quiet() bool {
 	if pc.br.Buffered() > 0 {
+		pc.t.discarded.unsolicited.Inc()
 		return false
 	}
-	sc, ok := pc.c.(syscall.Conn)
-	if !ok {
+	if pc.rc == nil {
 		return true
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return true
-	}
-	quiet := true
-	if err := rc.Read(func(fd uintptr) bool {
-		quiet = quietFD(int(fd))
-		return true // never wait
-	}); err != nil {
+	pc.peeked = peekQuiet
+	if err := pc.rc.Read(pc.peekFn); err != nil {
 		return false
 	}
-	return quiet
+	if pc.peeked == peekData {
+		pc.t.discarded.unsolicited.Inc()
+	}
+	return pc.peeked == peekQuiet
 }
 
-// quietFD reports whether a socket is open with nothing to read, by a non-blocking peek.
-func quietFD(fd int) bool {
+// peek is quiet's callback on the socket.
+func (pc *h1Conn) peek(fd uintptr) bool {
+	pc.peeked = peekFD(int(fd))
+	return true // never wait
+}
+
+// peekState is what a non-blocking peek found on an idle socket.
+type peekState uint8
+
+const (
+	peekQuiet  peekState = iota // open, nothing to read
+	peekData                    // bytes nobody asked for
+	peekClosed                  // closed by the peer, or failed
+)
+
+// peekFD looks at a socket without reading from it or waiting (one recv with MSG_PEEK|MSG_DONTWAIT).
+func peekFD(fd int) peekState {
 	var b [1]byte
 	n, _, err := syscall.Recvfrom(fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	return n < 0 && (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK))
+	switch {
+	case n > 0:
+		return peekData
+	case n < 0 && (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK)):
+		return peekQuiet
+	}
+	return peekClosed
 }
 
 // fastEligible reports whether req can use h1Transport.
@@ -125,7 +143,7 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	_, xkey := req.Header["X-Idempotency-Key"]
 	replay := replayable(req.Method, key || xkey)
 	for attempt := 0; ; attempt++ {
-		pc, reused, err := t.acquire(ctx, req.URL.Host, !replay)
+		pc, reused, err := t.acquire(ctx, req.URL.Host)
 		if err != nil {
 			return nil, err
 		}
@@ -148,13 +166,15 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// acquire is acquireConn, with a check (see quiet) of the pooled connection it returns when that one
-// sat idle for probeIdle or when check is set; a connection failing it is discarded and another
-// one taken.
-func (t *h1Transport) acquire(ctx context.Context, addr string, check bool) (*h1Conn, bool, error) {
+// acquire is acquireConn, with a check (see quiet) of the pooled connection it returns: one the
+// upstream closed or wrote to since its last response is discarded and another one taken. The check
+// costs one non-blocking syscall per reused connection; it is what keeps bytes that arrived after
+// the previous response ended (a moment later, in another packet) from becoming this request's
+// response.
+func (t *h1Transport) acquire(ctx context.Context, addr string) (*h1Conn, bool, error) {
 	for {
 		pc, reused, err := t.acquireConn(ctx, addr)
-		if err != nil || !reused || !(check || pc.longIdle) || pc.quiet() {
+		if err != nil || !reused || pc.quiet() {
 			return pc, reused, err
 		}
 		t.discard(pc)
@@ -169,7 +189,6 @@ func (t *h1Transport) acquireConn(ctx context.Context, addr string) (*h1Conn, bo
 	hp := t.hostLocked(addr)
 	if pc := t.popIdleLocked(hp, now); pc != nil {
 		t.mu.Unlock()
-		pc.longIdle = now.Sub(pc.idleAt) >= probeIdle
 		return pc, true, nil
 	}
 	if t.maxConns <= 0 || hp.open < t.maxConns {
@@ -187,7 +206,6 @@ func (t *h1Transport) acquireConn(ctx context.Context, addr string) (*h1Conn, bo
 	select {
 	case pc := <-ch:
 		if pc != nil {
-			pc.longIdle = false // handed over as it was returned
 			return pc, true, nil
 		}
 		return t.dialConn(ctx, addr) // a slot was handed over
@@ -299,7 +317,13 @@ func (t *h1Transport) dialConn(ctx context.Context, addr string) (*h1Conn, bool,
 // newConn wraps c, a connection to addr counted in open; responses are read from r (c, or c after
 // bytes already read from it).
 func (t *h1Transport) newConn(addr string, c net.Conn, r io.Reader) *h1Conn {
-	return &h1Conn{t: t, addr: addr, c: c, br: bufio.NewReaderSize(r, h1ConnBuffer), bw: bufio.NewWriterSize(c, 4<<10)}
+	pc := &h1Conn{t: t, addr: addr, c: c, br: bufio.NewReaderSize(r, h1ConnBuffer), bw: bufio.NewWriterSize(c, 4<<10)}
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			pc.rc, pc.peekFn = rc, pc.peek
+		}
+	}
+	return pc
 }
 
 // h1ConnBuffer is the size of an upstream connection's read buffer, which bounds the response heads
@@ -412,11 +436,15 @@ func (b *h1Body) finish(complete bool) {
 	b.done = true
 	stopped := b.stop()
 	_ = b.body.Close()
-	// Bytes after the body (a body sent with a HEAD answer, more than Content-Length) would be read
-	// as the next request's response: such a connection is not reused.
-	if complete && b.keep && stopped && b.pc.br.Buffered() == 0 {
-		b.pc.t.put(b.pc)
-		return
+	// Bytes after the body (a body sent with a HEAD or 204 answer, more than Content-Length, data
+	// after the last chunk) would be read as the next request's response: such a connection is not
+	// reused.
+	if complete && b.keep && stopped {
+		if b.pc.br.Buffered() == 0 {
+			b.pc.t.put(b.pc)
+			return
+		}
+		b.pc.t.discarded.leftover.Inc()
 	}
 	b.pc.t.discard(b.pc)
 }

@@ -238,9 +238,16 @@ type h1ServerConn struct {
 	// deadline is the read deadline last set (zero: none); the idle deadline is only moved when it
 	// drifted by a quarter of the idle timeout, which saves a runtime timer update per request.
 	deadline time.Time
-	ctx      context.Context
-	cancel   context.CancelFunc
-	ip       string // the client's address without the port (X-Forwarded-For); "" when none
+	// headerBy, when set, is when the request header being read must be complete: its first byte
+	// plus the header timeout. It is kept across a hand-off (to net/http, or from an event loop) so
+	// that the timeouts do not add up.
+	headerBy time.Time
+	// closeFirst: the request to hand over has both Content-Length and Transfer-Encoding (see
+	// bothLengths); net/http closes the connection after answering it (see closeAfterBothLengths).
+	closeFirst bool
+	ctx        context.Context
+	cancel     context.CancelFunc
+	ip         string // the client's address without the port (X-Forwarded-For); "" when none
 
 	busyConn atomic.Bool // serving a request, not waiting for one (see setBusy)
 	// reqSeq is odd while a request is served; it counts requests twice. seenSeq is watchLoop's
@@ -391,13 +398,22 @@ func (sc *h1ServerConn) screen() (int, bool, error) {
 	for {
 		buf, _ := sc.br.Peek(sc.br.Buffered())
 		if end := headerEnd(buf); end >= 0 {
-			return end, fastRequest(buf[:end]), nil
+			ok := fastRequest(buf[:end])
+			if ok {
+				sc.headerBy = time.Time{} // read; one handed over keeps it for net/http
+			} else {
+				sc.closeFirst = bothLengths(buf[:end])
+			}
+			return end, ok, nil
 		}
 		if len(buf) >= h1ReadBuffer || bytes.Contains(buf, []byte("\n\n")) {
 			return 0, false, nil // too large, or bare LF: net/http decides
 		}
 		if !deadlineSet && sc.s.headerTimeout > 0 {
-			sc.setDeadline(time.Now().Add(sc.s.headerTimeout))
+			if sc.headerBy.IsZero() {
+				sc.headerBy = time.Now().Add(sc.s.headerTimeout)
+			}
+			sc.setDeadline(sc.headerBy)
 			deadlineSet = true
 		}
 		if _, err := sc.br.Peek(len(buf) + 1); err != nil {
@@ -407,6 +423,24 @@ func (sc *h1ServerConn) screen() (int, bool, error) {
 			return 0, false, nil
 		}
 	}
+}
+
+// bothLengths reports whether a header block (CRLF line ends) has both a Content-Length and a
+// Transfer-Encoding line: net/http reads such a request by its Transfer-Encoding and forgets the
+// Content-Length, but RFC 9112 section 6.1 has the server close the connection after answering it
+// (it may be an attempt at request smuggling).
+func bothLengths(block []byte) bool {
+	cl, te := false, false
+	_, rest, _ := bytes.Cut(block, []byte("\r\n"))
+	for len(rest) > 0 {
+		var l []byte
+		l, rest, _ = bytes.Cut(rest, []byte("\r\n"))
+		name, _, _ := bytes.Cut(l, []byte(":"))
+		name = bytes.TrimRight(name, " \t")
+		cl = cl || asciiEqualFold(name, "Content-Length")
+		te = te || asciiEqualFold(name, "Transfer-Encoding")
+	}
+	return cl && te
 }
 
 // headerEnd returns the length of the header block in buf including its final CRLF CRLF, or -1.
@@ -665,7 +699,9 @@ func (sc *h1ServerConn) handOff() bool {
 	if sc.s.shuttingDown() {
 		return false
 	}
-	return sc.s.handoff.give(&handoffConn{Conn: sc.c, r: sc.br})
+	hc := &handoffConn{Conn: sc.c, r: sc.br, headerBy: sc.headerBy}
+	hc.closeFirst.Store(sc.closeFirst)
+	return sc.s.handoff.give(hc)
 }
 
 // h1Response is the fast path's ResponseWriter: the head is written into the connection's buffer
@@ -684,6 +720,7 @@ type h1Response struct {
 	length      int64 // declared Content-Length, -1 when none
 	written     int64
 	failed      error
+	aborted     bool // nothing is to be sent and the connection closes (see abortResponse)
 	trailers    []string
 }
 
@@ -897,6 +934,9 @@ func (w *h1Response) finish() bool { return w.end(true) }
 
 // end completes the response; with flush false the caller flushes the connection's buffer.
 func (w *h1Response) end(flush bool) bool {
+	if w.aborted { // not completed: a head already sent ends with the connection
+		return false
+	}
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -983,6 +1023,46 @@ func (l *handoffListener) Addr() net.Addr { return l.addr }
 type handoffConn struct {
 	net.Conn
 	r *bufio.Reader
+	// headerBy, when set, is the header deadline the fast path started (see h1ServerConn.headerBy).
+	headerBy time.Time
+	// closeFirst: the first request must be answered with the connection closed (see bothLengths).
+	closeFirst atomic.Bool
+}
+
+type handoffConnKey struct{}
+
+// handoffContext is the net/http server's ConnContext: a handed-over connection whose first request
+// must close it is found by closeAfterBothLengths.
+func handoffContext(ctx context.Context, c net.Conn) context.Context {
+	if hc, ok := c.(*handoffConn); ok && hc.closeFirst.Load() {
+		return context.WithValue(ctx, handoffConnKey{}, hc)
+	}
+	return ctx
+}
+
+// closeAfterBothLengths has the net/http server close a handed-over connection after answering its
+// first request when that one came with both Content-Length and Transfer-Encoding ("Connection:
+// close" set before the handler runs, which the Proxy keeps on every answer).
+type closeAfterBothLengths struct{ h http.Handler }
+
+func (c closeAfterBothLengths) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if hc, ok := r.Context().Value(handoffConnKey{}).(*handoffConn); ok && hc.closeFirst.CompareAndSwap(true, false) {
+		w.Header().Set("Connection", "close")
+	}
+	c.h.ServeHTTP(w, r)
 }
 
 func (c *handoffConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// SetReadDeadline keeps net/http's first deadline, the one for the header of the request the fast
+// path started to read, no later than headerBy. A first deadline of zero (an h2c connection) ends
+// the adjustment.
+func (c *handoffConn) SetReadDeadline(t time.Time) error {
+	if by := c.headerBy; !by.IsZero() {
+		c.headerBy = time.Time{}
+		if !t.IsZero() && t.After(by) {
+			t = by
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
+}

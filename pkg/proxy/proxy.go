@@ -240,7 +240,8 @@ func (p *Proxy) fail(w http.ResponseWriter, st *state, err error) {
 		app = st.app.key
 		if code == StatusClientClosedRequest {
 			p.log.V(1).Info("client went away", "app", app, "status", code, "error", err.Error())
-			return // nobody to answer
+			abortResponse(w) // nobody to answer
+			return
 		}
 		if code >= 500 && reason != "queue_full" {
 			p.opts.Metrics.upstreamErrs.WithLabelValues(app, reason).Inc()
@@ -265,6 +266,20 @@ func (p *Proxy) fail(w http.ResponseWriter, st *state, err error) {
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	_, _ = w.Write([]byte(body))
+}
+
+// abortResponse ends a response that must not be sent (its client went away, or closed its sending
+// side): the connection is closed without an answer. A ResponseWriter merely left untouched would
+// be completed by the server with an empty 200 when the handler returns, a success the upstream
+// never sent. The fast path's writer is marked (see h1Response.end); any other one is aborted the
+// way net/http provides, by panicking with http.ErrAbortHandler (the server closes the connection,
+// the handlers' deferred steps still run).
+func abortResponse(w http.ResponseWriter) {
+	if fw, ok := w.(*h1Response); ok {
+		fw.aborted = true
+		return
+	}
+	panic(http.ErrAbortHandler)
 }
 
 // coldHeaders marks a response to a held request.

@@ -24,7 +24,8 @@ import (
 //
 // What it sends and answers is what forwardDirect (and so httputil.ReverseProxy) would: hop-by-hop
 // headers removed both ways ("Te: trailers" kept), Forwarded dropped, X-Forwarded-For appended to,
-// X-Forwarded-Host and -Proto passed on or set, no User-Agent added, a Date added when the upstream
+// X-Forwarded-Host and -Proto passed on or set, header names with "_" dropped (see
+// dropUnderscoreHeaders), no User-Agent added, a Date added when the upstream
 // sent none, "Connection: close" when the client asked for it or the server drains. Header lines
 // keep the case and order they arrived in, and the status line is the upstream's.
 //
@@ -126,6 +127,8 @@ func (rq *rawRequest) parse(head string) bool {
 		value = textproto.TrimString(value)
 		h := rawHeader{name: name, value: value}
 		switch {
+		case strings.IndexByte(name, '_') >= 0:
+			h.drop = true // see dropUnderscoreHeaders
 		case asciiEqualFold(name, "Host"):
 			rq.host = value
 		case asciiEqualFold(name, "Connection"):
@@ -336,7 +339,7 @@ func (p *Proxy) rawForward(sc *h1ServerConn, rq *rawRequest, a *app, b *backend,
 func (p *Proxy) rawExchange(sc *h1ServerConn, rq *rawRequest, addr string) (*h1Conn, int, error) {
 	replay := replayable(rq.method, rq.idempotencyKey)
 	for attempt := 0; ; attempt++ {
-		pc, reused, err := p.fast.acquire(sc.ctx, addr, !replay)
+		pc, reused, err := p.fast.acquire(sc.ctx, addr)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -517,9 +520,13 @@ func (p *Proxy) rawRelay(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn, h
 	}
 	// Bytes after the body (a body sent with a HEAD answer, more than Content-Length) would be read
 	// as the next request's response: such a connection is not reused.
-	if cleared := sc.clearPeer(); cleared && remaining == 0 && res.keep && pc.br.Buffered() == 0 {
+	switch cleared := sc.clearPeer(); {
+	case cleared && remaining == 0 && res.keep && pc.br.Buffered() == 0:
 		p.fast.put(pc)
-	} else {
+	case cleared && remaining == 0 && res.keep:
+		p.fast.discarded.leftover.Inc()
+		p.fast.discard(pc)
+	default:
 		p.fast.discard(pc)
 	}
 	if readErr != nil {
@@ -598,10 +605,7 @@ func (p *Proxy) rawFail(sc *h1ServerConn, rq *rawRequest, a *app, err error) (in
 	w := h1ResponsePool.Get().(*h1Response)
 	w.reset(sc, &http.Request{Method: rq.method, Close: rq.close})
 	p.fail(w, st, err)
-	keep := false
-	if st.code != StatusClientClosedRequest {
-		keep = w.end(false)
-	}
+	keep := w.end(false) // nothing written when the client went away (see abortResponse)
 	w.reset(nil, nil)
 	h1ResponsePool.Put(w)
 	return st.code, keep

@@ -54,7 +54,13 @@ type rawReply struct {
 	resp  string // written as is
 	close bool   // close the connection after writing resp, without saying so
 	hang  bool   // never answer: hold the connection until the proxy closes it or the test ends
+	// late is written lateAfter after resp, on the same connection, before the next request is
+	// read: bytes a hostile upstream sends after a complete response.
+	late string
 }
+
+// lateAfter is when a rawReply's late bytes follow its response.
+const lateAfter = 20 * time.Millisecond
 
 // seenRequest is one request as the backend received it.
 type seenRequest struct {
@@ -151,6 +157,12 @@ func (b *rawBackend) serve(c net.Conn, n int) {
 		}
 		if _, err := io.WriteString(c, r.resp); err != nil || r.close {
 			return
+		}
+		if r.late != "" {
+			time.Sleep(lateAfter)
+			if _, err := io.WriteString(c, r.late); err != nil {
+				return
+			}
 		}
 	}
 }
@@ -520,6 +532,7 @@ func TestRawPathMatchesGeneralPath(t *testing.T) {
 		{name: "Keep-Alive", reqs: []string{rawGet("/ka", "Connection: keep-alive", "Keep-Alive: timeout=5, max=100")}},
 		{name: "query string", reqs: []string{rawGet(`/search?q=a+b&x=%20y&pipe=|"&empty=&&`)}},
 		{name: "empty query", reqs: []string{rawGet("/search?")}},
+		{name: "query net/http cannot parse", reqs: []string{rawGet("/search?a=1;b=2"), rawGet("/search?q=%zz&r=%2")}},
 		{name: "path characters kept as they are", reqs: []string{rawGet("/a//b/../c;p=1!$&'()*+,=:@[]~_-.")}},
 		{name: "percent-encoded path", reqs: []string{rawGet("/a%2Fb/c%20d")}, general: true},
 		{name: "more than 64 headers", reqs: []string{rawGet("/many", manyHeaders...)}, general: true},
@@ -1172,12 +1185,9 @@ func TestClientGoneDuringConnectMarksNoOtherEndpointBad(t *testing.T) {
 }
 
 // An upstream that times out an idle keep-alive connection with a 408 before closing it (as some
-// servers do): the pooled connection, idle for longer than the check interval, is checked before
-// use and dropped, so the next request gets its own answer, not the 408.
+// servers do): the pooled connection is checked before use and dropped, so the next request gets
+// its own answer, not the 408.
 func TestIdleConnectionClosedWith408IsNotUsed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for the idle check interval")
-	}
 	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -1209,7 +1219,7 @@ func TestIdleConnectionClosedWith408IsNotUsed(t *testing.T) {
 			t.Fatalf("GET /first: %+v", a)
 		}
 		<-timedOut
-		time.Sleep(time.Second) // idle past the check interval (probeIdle)
+		time.Sleep(50 * time.Millisecond) // the 408 and the close are in the proxy's socket
 		if a := dialRaw(t, h).do(rawGet("/second")); a.Code != http.StatusOK || a.Body != "for /second" {
 			t.Errorf("GET /second after the idle 408: %+v, want 200 %q", a, "for /second")
 		}
@@ -1220,14 +1230,22 @@ func TestIdleConnectionClosedWith408IsNotUsed(t *testing.T) {
 // (Service app) on the raw path (Server.FastHTTP1 on) served by event loops (fast=true) and by
 // the connection's goroutine (fast=true,loops=false), and on the general path (fast=false).
 func onBothPaths(t *testing.T, f func(t *testing.T, h *harness, fast bool)) {
+	onBothPathsWith(t, nil, f)
+}
+
+// onBothPathsWith is onBothPaths with the options and the server changed by mod (when set).
+func onBothPathsWith(t *testing.T, mod func(*proxy.Options, *proxy.Server), f func(t *testing.T, h *harness, fast bool)) {
 	for _, m := range []struct {
 		name  string
 		fast  bool
 		loops int
 	}{{"fast=true", true, 2}, {"fast=true,loops=0", true, 0}, {"fast=false", false, 0}} {
 		t.Run(m.name, func(t *testing.T) {
-			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
+			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(o *proxy.Options, s *proxy.Server) {
 				s.FastHTTP1, s.EventLoops = m.fast, m.loops
+				if mod != nil {
+					mod(o, s)
+				}
 			})
 			f(t, h, m.fast)
 		})

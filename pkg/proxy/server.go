@@ -38,6 +38,10 @@ type Server struct {
 	// WatchClientAfter is how long a fast-path request runs before the server starts watching for
 	// the client going away (default 50ms; negative watches from the start).
 	WatchClientAfter time.Duration
+	// ReadHeaderTimeout bounds the time from a request's first byte to the end of its header block
+	// (default 30s), once for the whole connection's path: a connection the fast path hands to
+	// net/http keeps the deadline the fast path started.
+	ReadHeaderTimeout time.Duration
 
 	DrainDelay   time.Duration
 	DrainTimeout time.Duration
@@ -112,9 +116,13 @@ func (s *Server) Start(ctx context.Context) error {
 	// and WebSockets then end instead of keeping the process alive.
 	hard, cut := context.WithCancel(context.Background())
 	defer cut()
+	headerTimeout := s.ReadHeaderTimeout
+	if headerTimeout <= 0 {
+		headerTimeout = 30 * time.Second
+	}
 	srv := &http.Server{
 		Handler:           s.Handler,
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return hard },
 	}
@@ -145,6 +153,8 @@ func (s *Server) Start(ctx context.Context) error {
 			}
 			fast.loops = loops // nil where there are none (not Linux)
 		}
+		srv.Handler = closeAfterBothLengths{s.Handler}
+		srv.ConnContext = handoffContext
 		s.fast.Store(fast)
 		go func() { serveErr <- srv.Serve(fast.handoff) }()
 		go func() { serveErr <- fast.serve(ln) }()

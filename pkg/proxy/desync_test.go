@@ -1,0 +1,286 @@
+package proxy_test
+
+import (
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/httpscale/httpscale/pkg/proxy"
+)
+
+// Tests of what a hostile upstream cannot do through the proxy: bytes it sends after a complete
+// response never become another request's response (response desync), on every path.
+
+// evilReply is a whole response smuggled after a complete one: a desynced connection would give it
+// to the next request.
+var evilReply = okReply("EVIL")
+
+const discardedMetric = "httpscale_interceptor_upstream_conns_discarded_total"
+
+// oneUpstreamConn lets the proxy open a single connection to an endpoint, so that every request
+// would reuse the connection the previous one left behind.
+func oneUpstreamConn(o *proxy.Options, _ *proxy.Server) { o.MaxConnsPerEndpoint = 1 }
+
+func TestUpstreamBytesAfterAResponseDoNotDesync(t *testing.T) {
+	chunked := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"
+	headAnswer := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\n"
+	for _, tc := range []struct {
+		name     string
+		req      string
+		reply    rawReply
+		wantCode int
+		wantBody string
+	}{
+		{"204 with a body", rawGet("/r"), rawReply{resp: "HTTP/1.1 204 No Content\r\n\r\n" + evilReply}, 204, ""},
+		{"204, a body later", rawGet("/r"), rawReply{resp: "HTTP/1.1 204 No Content\r\n\r\n", late: evilReply}, 204, ""},
+		{"304 with a body", rawGet("/r"), rawReply{resp: "HTTP/1.1 304 Not Modified\r\nEtag: \"x\"\r\n\r\n" + evilReply}, 304, ""},
+		{"304, a body later", rawGet("/r"), rawReply{resp: "HTTP/1.1 304 Not Modified\r\nEtag: \"x\"\r\n\r\n", late: evilReply}, 304, ""},
+		{"more than Content-Length, later", rawGet("/r"), rawReply{resp: okReply("ok"), late: evilReply}, 200, "ok"},
+		{"data after the last chunk", rawGet("/r"), rawReply{resp: chunked + evilReply}, 200, "ok"},
+		{"data after the last chunk, later", rawGet("/r"), rawReply{resp: chunked, late: evilReply}, 200, "ok"},
+		{"HEAD answer, its body later", rawReq("HEAD", "/r"), rawReply{resp: headAnswer, late: "EVIL" + evilReply}, 200, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			onBothPathsWith(t, oneUpstreamConn, func(t *testing.T, h *harness, fast bool) {
+				be := newRawBackend(t, func(i int, r *http.Request) rawReply {
+					if i == 0 {
+						return tc.reply
+					}
+					return rawReply{resp: okReply("for " + r.URL.Path)}
+				})
+				h.src.Set(key("app"), be.ep)
+				if a := dialRaw(t, h).do(tc.req); a.Err != "" || a.Code != tc.wantCode || a.Body != tc.wantBody {
+					t.Fatalf("first client: %+v, want %d %q", a, tc.wantCode, tc.wantBody)
+				}
+				time.Sleep(3 * lateAfter) // the late bytes are in the proxy's socket
+				// Another client, then the same one again: each gets its own answer.
+				c := dialRaw(t, h)
+				for _, p := range []string{"/next", "/again"} {
+					if a := c.do(rawGet(p)); a.Err != "" || a.Code != http.StatusOK || a.Body != "for "+p {
+						t.Errorf("GET %s: %+v, want 200 %q", p, a, "for "+p)
+					}
+				}
+				seen := be.requests()
+				if len(seen) != 3 {
+					t.Fatalf("the backend got %d requests, want 3: %+v", len(seen), seen)
+				}
+				if seen[1].Conn == seen[0].Conn {
+					t.Errorf("GET /next went over the connection the surplus bytes came on")
+				}
+				got := h.metric(discardedMetric, map[string]string{"reason": "leftover"}) +
+					h.metric(discardedMetric, map[string]string{"reason": "unsolicited"})
+				if got < 1 {
+					t.Errorf("%s{reason=leftover|unsolicited} = %v, want at least 1", discardedMetric, got)
+				}
+			})
+		})
+	}
+}
+
+// halfClosed sends req on a new client connection, closes the client's sending side and returns
+// every byte the client then receives, to the end of the connection.
+func halfClosed(t *testing.T, h *harness, req string) string {
+	t.Helper()
+	c := dialRaw(t, h)
+	if _, err := io.WriteString(c.c, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c.c)
+	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("reading to the end: %v (got %q)", err, got)
+	}
+	return string(got)
+}
+
+// A client that closes its sending side after its request gets the backend's own answer, or the
+// connection closed without an answer: never a response the backend did not send.
+func TestHalfClosedClientGetsTheRealAnswerOrNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reply rawReply
+	}{
+		{"answered at once", rawReply{resp: okReply("real")}},
+		{"never answered", rawReply{hang: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+				be := newRawBackend(t, func(int, *http.Request) rawReply { return tc.reply })
+				h.src.Set(key("app"), be.ep)
+				got := halfClosed(t, h, rawGet("/"))
+				if tc.reply.hang {
+					if got != "" {
+						t.Errorf("the client got %q for a request the backend never answered, want nothing", got)
+					}
+					return
+				}
+				if got != "" && !(strings.HasPrefix(got, "HTTP/1.1 200 OK\r\n") && strings.HasSuffix(got, "\r\n\r\nreal")) {
+					t.Errorf("the client got %q, want the backend's answer or nothing", got)
+				}
+			})
+		})
+	}
+}
+
+// A client that sends part of a request body and closes its sending side gets no success: the
+// backend never saw a whole request.
+func TestClientLeavingMidBodyGetsNoSuccess(t *testing.T) {
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		var whole atomic.Int32
+		s, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+			if _, err := io.Copy(io.Discard, r.Body); err != nil {
+				panic(http.ErrAbortHandler) // an incomplete request gets no answer
+			}
+			whole.Add(1)
+			_, _ = io.WriteString(w, "whole")
+		})
+		s.Config.ErrorLog = log.New(io.Discard, "", 0)
+		h.src.Set(key("app"), ep)
+		head := "POST /upload HTTP/1.1\r\nhost: app.example.com\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n"
+		got := halfClosed(t, h, head+strings.Repeat("x", 1000))
+		if strings.HasPrefix(got, "HTTP/1.1 2") {
+			t.Errorf("the client got %q for 1000 of 100000 body bytes, want no success", got)
+		}
+		if n := whole.Load(); n != 0 {
+			t.Errorf("the backend got %d whole requests, want 0", n)
+		}
+	})
+}
+
+// The request target reaches the backend as the client sent it, query included, on every path:
+// net/http's ReverseProxy would drop query parameters it cannot parse ("a=1;b=2", "%zz").
+func TestQueryPassesAsSent(t *testing.T) {
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("ok")} })
+		h.src.Set(key("app"), be.ep)
+		targets := []string{"/q?a=1;b=2", "/q?q=%zz", "/q?a=%ZZ&b=2&c", "/q?x=1&&y=%2", "/q?"}
+		c := dialRaw(t, h)
+		for _, target := range targets {
+			if a := c.do(rawGet(target)); a.Code != http.StatusOK {
+				t.Errorf("GET %s: %+v", target, a)
+			}
+		}
+		post := "POST /q?a=1;b=%zz HTTP/1.1\r\nhost: app.example.com\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi"
+		if a := c.do(post); a.Code != http.StatusOK {
+			t.Errorf("POST: %+v", a)
+		}
+		var got []string
+		for _, r := range be.requests() {
+			got = append(got, r.RequestURI)
+		}
+		want := append(targets, "/q?a=1;b=%zz")
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("request targets the backend got (-sent +got):\n%s", diff)
+		}
+	})
+}
+
+// Header names with "_" are not forwarded, on every path (nginx's default): a backend that reads
+// "Transfer_Encoding" as Transfer-Encoding cannot be handed one past the proxy's rules.
+func TestUnderscoreHeadersAreDropped(t *testing.T) {
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("ok")} })
+		h.src.Set(key("app"), be.ep)
+		under := []string{"Transfer_Encoding: chunked", "X_Forwarded_For: 6.6.6.6", "My_Header: x", "My-Header: y"}
+		c := dialRaw(t, h)
+		if a := c.do(rawGet("/u", under...)); a.Code != http.StatusOK {
+			t.Errorf("GET: %+v", a)
+		}
+		post := rawReq("POST", "/u", append(under, "Content-Type: text/plain", "Content-Length: 2")...) + "hi"
+		if a := c.do(post); a.Code != http.StatusOK {
+			t.Errorf("POST: %+v", a)
+		}
+		seen := be.requests()
+		if len(seen) != 2 {
+			t.Fatalf("the backend got %d requests, want 2", len(seen))
+		}
+		for _, r := range seen {
+			for k := range r.Wire {
+				if strings.Contains(k, "_") {
+					t.Errorf("%s %s: the backend got %s: %q", r.Method, r.RequestURI, k, r.Wire[k])
+				}
+			}
+			if got := r.Wire["My-Header"]; len(got) != 1 || got[0] != "y" {
+				t.Errorf("%s %s: My-Header = %q, want [y]", r.Method, r.RequestURI, got)
+			}
+			if got := r.Wire["X-Forwarded-For"]; len(got) != 1 || got[0] != "127.0.0.1" {
+				t.Errorf("%s %s: X-Forwarded-For = %q, want [127.0.0.1]", r.Method, r.RequestURI, got)
+			}
+		}
+	})
+}
+
+// A client that sends its header block slowly is cut off once the header timeout passed since its
+// first byte, on every path: a connection the fast path hands to net/http (here a header block
+// over the fast path's 4 KiB) does not get a second full timeout there.
+func TestHeaderTimeoutRunsFromTheFirstByteAcrossAHandOff(t *testing.T) {
+	const timeout = time.Second
+	headerTimeout := func(_ *proxy.Options, s *proxy.Server) { s.ReadHeaderTimeout = timeout }
+	onBothPathsWith(t, headerTimeout, func(t *testing.T, h *harness, fast bool) {
+		c := dialRaw(t, h)
+		start := time.Now()
+		if _, err := io.WriteString(c.c, "GET / HTTP/1.1\r\nhost: app.example.com\r\nX-Pad: "); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(timeout * 6 / 10)
+		if _, err := io.WriteString(c.c, strings.Repeat("a", 5000)); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(c.c) // until the proxy closes the connection
+		if took := time.Since(start); took > timeout*14/10 {
+			t.Errorf("the connection was closed %v after the first byte (got %q), want about %v", took.Round(time.Millisecond), got, timeout)
+		}
+	})
+}
+
+// A request with both Content-Length and Transfer-Encoding is read by its Transfer-Encoding, and the
+// connection is closed after the answer (RFC 9112 section 6.1): what follows on it could be a
+// smuggled request.
+func TestBothLengthsCloseTheConnection(t *testing.T) {
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		if !fast {
+			t.Skip("net/http reads the request without telling that it had both; see docs/interceptor.md")
+		}
+		var bodies []string
+		var mu sync.Mutex
+		_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			bodies = append(bodies, string(b))
+			mu.Unlock()
+			_, _ = io.WriteString(w, "ok")
+		})
+		h.src.Set(key("app"), ep)
+		c := dialRaw(t, h)
+		req := "POST /both HTTP/1.1\r\nhost: app.example.com\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
+		a := c.do(req)
+		if a.Code != http.StatusOK || a.Body != "ok" || !a.Close {
+			t.Errorf("POST with both: %+v, want 200 %q with Connection: close", a, "ok")
+		}
+		if !c.closed() {
+			t.Errorf("the connection stayed open after a request with both Content-Length and Transfer-Encoding")
+		}
+		// A plain one afterwards on a new connection is not affected.
+		c = dialRaw(t, h)
+		if a := c.do("POST /plain HTTP/1.1\r\nhost: app.example.com\r\nContent-Length: 2\r\n\r\nhi"); a.Code != http.StatusOK || a.Close {
+			t.Errorf("plain POST: %+v, want 200 keeping the connection", a)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if diff := cmp.Diff([]string{"hi", "hi"}, bodies); diff != "" {
+			t.Errorf("bodies the backend got (-want +got):\n%s", diff)
+		}
+	})
+}
