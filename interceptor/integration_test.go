@@ -81,7 +81,7 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 			"--kubeconfig=" + kubeconfig, "--health-probe-bind-address=" + testenv.FreeAddr(t),
 			"--proxy-bind-address=" + proxyAddr, "--admin-bind-address=" + adminAddr,
 			"--namespace=" + installNS, "--drain-delay=0", "--drain-timeout=5s", "--table-resync=2s",
-		}, dial)
+		}, runOptions{dial: dial})
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -36,7 +36,7 @@ func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, nil) }()
+	go func() { done <- run(ctx, args, runOptions{}) }()
 
 	get := func(url string) (int, string) {
 		resp, err := http.Get(url)

@@ -56,6 +56,10 @@ type Interceptor struct {
 	DrainDelay time.Duration
 	// DrainTimeout bounds the wait for in-flight and held requests and WebSockets after the delay.
 	DrainTimeout time.Duration
+
+	// Standalone is a file of HTTPScaledObject documents to route by instead of Kubernetes (see
+	// pkg/standalone); empty means the routing table and EndpointSlices of the cluster.
+	Standalone string
 }
 
 // Bind registers the interceptor's flags on fs, with defaults taken from the environment. Probes and
@@ -81,6 +85,7 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&i.HTTP1FastPath, "http1-fast-path", envBool("HTTPSCALE_HTTP1_FAST_PATH", true), "Serve plain body-less HTTP/1.1 requests on the proxy's fast path (the rest goes to net/http).")
 	fs.IntVar(&i.EventLoops, "event-loops", envInt("HTTPSCALE_EVENT_LOOPS", -1), "Event loops serving the fast path's plain requests to warm apps on Linux (0: a goroutine per connection; -1: one per GOMAXPROCS).")
 	fs.DurationVar(&i.DrainDelay, "drain-delay", envDuration("HTTPSCALE_DRAIN_DELAY", 5*time.Second), "After SIGTERM, keep serving this long with readiness failing.")
+	fs.StringVar(&i.Standalone, "standalone", env("HTTPSCALE_STANDALONE", ""), "Run without Kubernetes, routing by this file of HTTPScaledObject documents with their endpoints (reloaded when it changes).")
 	fs.DurationVar(&i.DrainTimeout, "drain-timeout", envDuration("HTTPSCALE_DRAIN_TIMEOUT", 60*time.Second), "After the delay, wait this long for in-flight and held requests and WebSockets.")
 }
 
