@@ -158,7 +158,7 @@ func TestStandaloneRoutesByFile(t *testing.T) {
 	})
 
 	// A broken file keeps the last good table and logs an error naming the problem.
-	write(hso("shop", "shop.example.com", "shop", "localhost:9") + "spec: {hosts: [x]}\n")
+	write(hso("shop", "shop.example.com", "shop", "localhost:9") + hso("cold", "cold.example.com", "cold", blue))
 	eventually(t, 10*time.Second, "the broken file is reported", func() bool {
 		return strings.Contains(logs.String(), "standalone file not loaded")
 	})
@@ -170,11 +170,11 @@ func TestStandaloneRoutesByFile(t *testing.T) {
 	}
 
 	// Counts are visible on the admin port: shop got 1 (blue) + at least 1 (re-route poll) + 1 requests.
-	if c := appCount(adminAddr, "default/shop"); c.Received < 3 {
-		t.Errorf("admin counts for default/shop: %+v, want at least 3 received", c)
+	if c := appCount(adminAddr, "default/shop"); c.Requests < 3 {
+		t.Errorf("admin counts for default/shop: %+v, want at least 3 requests", c)
 	}
-	if c := appCount(adminAddr, "default/cold"); c.Received != 1 || c.Held != 0 {
-		t.Errorf("admin counts for default/cold: %+v, want 1 received and none held", c)
+	if c := appCount(adminAddr, "default/cold"); c.Requests != 1 || c.Held != 0 {
+		t.Errorf("admin counts for default/cold: %+v, want 1 request and none held", c)
 	}
 
 	stop()
@@ -195,7 +195,7 @@ func TestStandaloneRejectsAnInvalidFileAtStart(t *testing.T) {
 	}
 	err := run(context.Background(), []string{"--standalone=" + file, "--proxy-bind-address=127.0.0.1:0", "--admin-bind-address=127.0.0.1:0"},
 		runOptions{logs: &syncBuffer{}})
-	if err == nil || !strings.Contains(err.Error(), "document 2") || !strings.Contains(err.Error(), `unknown field "spec.hots"`) {
-		t.Fatalf("run = %v, want an error naming document 2 and spec.hots", err)
+	if err == nil || !strings.Contains(err.Error(), "document 2") || !strings.Contains(err.Error(), `unknown field "hots"`) {
+		t.Fatalf("run = %v, want an error naming document 2 and the field hots", err)
 	}
 }

@@ -76,7 +76,7 @@ func TestParseNamesWhatToFix(t *testing.T) {
 	for _, tc := range []struct {
 		name, file, want string
 	}{
-		{"unknown field", doc("{name: a}", `{hots: [a.example.com]}`), `document 1: error unmarshaling JSON: while decoding JSON: json: unknown field "spec.hots"`},
+		{"unknown field", doc("{name: a}", `{hots: [a.example.com]}`), `document 1: error unmarshaling JSON: while decoding JSON: json: unknown field "hots"`},
 		{"wrong kind", "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n", `document 1: apiVersion "v1" kind "Service": want apiVersion httpscale.dev/v1alpha1, kind HTTPScaledObject`},
 		{"no name", doc("{}", ok), "document 1: metadata.name is required"},
 		{"no service", doc("{name: a}", `{hosts: [a.example.com], scaleTargetRef: {name: a, port: 80}}`), "default/a: spec.scaleTargetRef.service is required"},
