@@ -121,16 +121,7 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 	}
 
 	// web is at zero: the request is held, counted, and answered once its EndpointSlice turns ready.
-	type result struct {
-		code int
-		body string
-		hdr  http.Header
-	}
-	held := make(chan result, 1)
-	go func() {
-		code, body, hdr := get(proxyAddr, "web.example.com:8080", "/cart")
-		held <- result{code, body, hdr}
-	}()
+	held := getAsync(proxyAddr, "web.example.com:8080", "/cart")
 	eventually(t, 10*time.Second, "the held request shows in /counts", func() bool {
 		c := appCount(adminAddr, "shop/web")
 		return c.Held == 1 && c.Requests == 1
@@ -156,11 +147,7 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 	}
 
 	// tiny holds at most one request; the second gets 503 + Retry-After, the first 504 after 1.5s.
-	first := make(chan result, 1)
-	go func() {
-		code, body, hdr := get(proxyAddr, "tiny.example.com", "/")
-		first <- result{code, body, hdr}
-	}()
+	first := getAsync(proxyAddr, "tiny.example.com", "/")
 	eventually(t, 10*time.Second, "the first request to tiny is held", func() bool {
 		return appCount(adminAddr, "shop/tiny").Held == 1
 	})
@@ -249,6 +236,23 @@ func get(proxyAddr, host, path string) (int, string, http.Header) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, strings.TrimSpace(string(b)), resp.Header
+}
+
+// response is what get returned.
+type response struct {
+	code int
+	body string
+	hdr  http.Header
+}
+
+// getAsync sends get in the background (a request that is held) and delivers its response.
+func getAsync(proxyAddr, host, path string) <-chan response {
+	ch := make(chan response, 1)
+	go func() {
+		code, body, hdr := get(proxyAddr, host, path)
+		ch <- response{code, body, hdr}
+	}()
+	return ch
 }
 
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {

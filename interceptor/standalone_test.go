@@ -125,16 +125,7 @@ func TestStandaloneRoutesByFile(t *testing.T) {
 	}
 
 	// An app without endpoints holds its requests, as an app at zero does, until the file lists one.
-	type result struct {
-		code int
-		body string
-		hdr  http.Header
-	}
-	held := make(chan result, 1)
-	go func() {
-		code, body, hdr := get(proxyAddr, "cold.example.com", "/")
-		held <- result{code, body, hdr}
-	}()
+	held := getAsync(proxyAddr, "cold.example.com", "/")
 	eventually(t, 10*time.Second, "the cold app's request is held", func() bool { return appCount(adminAddr, "default/cold").Held == 1 })
 	select {
 	case r := <-held:

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -67,16 +66,4 @@ func resolvePort(svc *corev1.Service, port *int32, portName *string, field strin
 // interceptors route with (routing.EntryFromSpec, shared with the interceptor's standalone mode).
 func buildEntry(hso *v1.HTTPScaledObject, target routing.Backend, fallback *routing.Backend) routing.Entry {
 	return routing.EntryFromSpec(hso, target, fallback)
-}
-
-// parseDuration reads a duration the API server already validated; nil or unparsable means "default".
-func parseDuration(d *v1.Duration) time.Duration {
-	if d == nil {
-		return 0
-	}
-	v, err := time.ParseDuration(string(*d))
-	if err != nil {
-		return 0
-	}
-	return v
 }

@@ -1,10 +1,6 @@
 package routing
 
-import (
-	"time"
-
-	v1 "github.com/httpscale/httpscale/api/v1alpha1"
-)
+import v1 "github.com/httpscale/httpscale/api/v1alpha1"
 
 // EntryFromSpec turns an HTTPScaledObject and its resolved backends into the Entry the interceptors
 // route with. It copies the routing fields (hosts, path prefixes, headers, timeouts, cold start,
@@ -33,9 +29,9 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 	}
 	if t := hso.Spec.Timeouts; t != nil {
 		e.Timeouts = Timeouts{
-			Readiness:      specDuration(t.Readiness),
-			Request:        specDuration(t.Request),
-			ResponseHeader: specDuration(t.ResponseHeader),
+			Readiness:      t.Readiness.Parsed(),
+			Request:        t.Request.Parsed(),
+			ResponseHeader: t.ResponseHeader.Parsed(),
 		}
 	}
 	if cs := hso.Spec.ColdStart; cs != nil {
@@ -52,16 +48,4 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 		e.ViaService = f.ViaService
 	}
 	return e
-}
-
-// specDuration reads an API duration; nil or unparsable means zero ("use the default").
-func specDuration(d *v1.Duration) time.Duration {
-	if d == nil {
-		return 0
-	}
-	v, err := time.ParseDuration(string(*d))
-	if err != nil {
-		return 0
-	}
-	return v
 }
