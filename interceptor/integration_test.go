@@ -74,26 +74,11 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxyAddr, adminAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(runCtx, []string{
-			"--kubeconfig=" + kubeconfig, "--health-probe-bind-address=" + testenv.FreeAddr(t),
-			"--proxy-bind-address=" + proxyAddr, "--admin-bind-address=" + adminAddr,
-			"--namespace=" + installNS, "--drain-delay=0", "--drain-timeout=5s", "--table-resync=2s",
-		}, runOptions{dial: dial})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("interceptor exited with %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("interceptor did not stop within 30s")
-		}
-	})
+	startRun(t, []string{
+		"--kubeconfig=" + kubeconfig, "--health-probe-bind-address=" + testenv.FreeAddr(t),
+		"--proxy-bind-address=" + proxyAddr, "--admin-bind-address=" + adminAddr,
+		"--namespace=" + installNS, "--drain-delay=0", "--drain-timeout=5s", "--table-resync=2s",
+	}, runOptions{dial: dial})
 
 	status := func() admin.Status {
 		var st admin.Status
@@ -236,6 +221,31 @@ func get(proxyAddr, host, path string) (int, string, http.Header) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, strings.TrimSpace(string(b)), resp.Header
+}
+
+// startRun runs the interceptor with args until the returned stop is called or the test ends; stop
+// cancels it like SIGTERM and fails the test unless run returns nil within 30s. stop is idempotent.
+func startRun(t *testing.T, args []string, o runOptions) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, o) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("interceptor exited with %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("interceptor did not stop within 30s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // response is what get returned.

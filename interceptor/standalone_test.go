@@ -81,32 +81,11 @@ func TestStandaloneRoutesByFile(t *testing.T) {
 
 	logs := &syncBuffer{}
 	proxyAddr, adminAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{
-			"--standalone=" + file, "--kubeconfig=" + filepath.Join(t.TempDir(), "no-such-kubeconfig"),
-			"--proxy-bind-address=" + proxyAddr, "--admin-bind-address=" + adminAddr,
-			"--drain-delay=0", "--drain-timeout=5s",
-		}, runOptions{logs: logs})
-	}()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("interceptor exited with %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("interceptor did not stop within 30s")
-		}
-	}
-	t.Cleanup(stop)
+	stop := startRun(t, []string{
+		"--standalone=" + file, "--kubeconfig=" + filepath.Join(t.TempDir(), "no-such-kubeconfig"),
+		"--proxy-bind-address=" + proxyAddr, "--admin-bind-address=" + adminAddr,
+		"--drain-delay=0", "--drain-timeout=5s",
+	}, runOptions{logs: logs})
 
 	eventually(t, 30*time.Second, "the admin port is ready", func() bool {
 		resp, err := http.Get("http://" + adminAddr + admin.PathReadyz)
