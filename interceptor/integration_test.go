@@ -74,26 +74,11 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxyAddr, adminAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(runCtx, []string{
-			"--kubeconfig=" + kubeconfig, "--health-probe-bind-address=" + testenv.FreeAddr(t),
-			"--proxy-bind-address=" + proxyAddr, "--admin-bind-address=" + adminAddr,
-			"--namespace=" + installNS, "--drain-delay=0", "--drain-timeout=5s", "--table-resync=2s",
-		}, dial)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("interceptor exited with %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("interceptor did not stop within 30s")
-		}
-	})
+	startRun(t, []string{
+		"--kubeconfig=" + kubeconfig, "--health-probe-bind-address=" + testenv.FreeAddr(t),
+		"--proxy-bind-address=" + proxyAddr, "--admin-bind-address=" + adminAddr,
+		"--namespace=" + installNS, "--drain-delay=0", "--drain-timeout=5s", "--table-resync=2s",
+	}, runOptions{dial: dial})
 
 	status := func() admin.Status {
 		var st admin.Status
@@ -121,16 +106,7 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 	}
 
 	// web is at zero: the request is held, counted, and answered once its EndpointSlice turns ready.
-	type result struct {
-		code int
-		body string
-		hdr  http.Header
-	}
-	held := make(chan result, 1)
-	go func() {
-		code, body, hdr := get(proxyAddr, "web.example.com:8080", "/cart")
-		held <- result{code, body, hdr}
-	}()
+	held := getAsync(proxyAddr, "web.example.com:8080", "/cart")
 	eventually(t, 10*time.Second, "the held request shows in /counts", func() bool {
 		c := appCount(adminAddr, "shop/web")
 		return c.Held == 1 && c.Requests == 1
@@ -156,11 +132,7 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 	}
 
 	// tiny holds at most one request; the second gets 503 + Retry-After, the first 504 after 1.5s.
-	first := make(chan result, 1)
-	go func() {
-		code, body, hdr := get(proxyAddr, "tiny.example.com", "/")
-		first <- result{code, body, hdr}
-	}()
+	first := getAsync(proxyAddr, "tiny.example.com", "/")
 	eventually(t, 10*time.Second, "the first request to tiny is held", func() bool {
 		return appCount(adminAddr, "shop/tiny").Held == 1
 	})
@@ -249,6 +221,48 @@ func get(proxyAddr, host, path string) (int, string, http.Header) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, strings.TrimSpace(string(b)), resp.Header
+}
+
+// startRun runs the interceptor with args until the returned stop is called or the test ends; stop
+// cancels it like SIGTERM and fails the test unless run returns nil within 30s. stop is idempotent.
+func startRun(t *testing.T, args []string, o runOptions) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, o) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("interceptor exited with %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("interceptor did not stop within 30s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// response is what get returned.
+type response struct {
+	code int
+	body string
+	hdr  http.Header
+}
+
+// getAsync sends get in the background (a request that is held) and delivers its response.
+func getAsync(proxyAddr, host, path string) <-chan response {
+	ch := make(chan response, 1)
+	go func() {
+		code, body, hdr := get(proxyAddr, host, path)
+		ch <- response{code, body, hdr}
+	}()
+	return ch
 }
 
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {

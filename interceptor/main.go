@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -26,23 +27,38 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
 
 func main() {
-	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], nil); err != nil {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], runOptions{}); err != nil {
 		fmt.Fprintln(os.Stderr, "interceptor:", err)
 		os.Exit(1)
 	}
 }
 
-// run runs the interceptor until ctx ends; dial, when non-nil, replaces the upstream dialer (tests).
-func run(ctx context.Context, args []string, dial dialFunc) error {
+// runOptions are what tests change in a run.
+type runOptions struct {
+	// dial, when non-nil, replaces the upstream dialer.
+	dial dialFunc
+	// logs, when non-nil, receives the logs instead of stderr.
+	logs io.Writer
+}
+
+// run runs the interceptor until ctx ends: against Kubernetes, or with --standalone from a file.
+func run(ctx context.Context, args []string, o runOptions) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("building scheme: %w", err)
 	}
 	cfg := &config.Interceptor{}
 	return component.Run(ctx, component.Spec{
-		Name:   "interceptor",
-		Config: cfg,
-		Scheme: scheme,
+		Name:      "interceptor",
+		Config:    cfg,
+		Scheme:    scheme,
+		LogWriter: o.logs,
+		WithoutKubernetes: func() func(context.Context, logr.Logger) error {
+			if cfg.Standalone == "" {
+				return nil
+			}
+			return func(ctx context.Context, log logr.Logger) error { return runStandalone(ctx, cfg, o.dial, log) }
+		},
 		Options: func(o *manager.Options) {
 			// The drain runs inside the manager's shutdown; give it its whole budget.
 			t := cfg.DrainDelay + cfg.DrainTimeout + 15*time.Second
@@ -50,15 +66,21 @@ func run(ctx context.Context, args []string, dial dialFunc) error {
 			o.PprofBindAddress = cfg.PprofAddr // off unless asked for (memory measurements)
 		},
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
-			// One registry per run, served on the admin port: the process's own metrics plus every
-			// part's, and no global state shared between runs (tests start several in one process).
-			metrics := prometheus.NewRegistry()
-			metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			metrics := newMetricsRegistry()
 			kube, err := wireKubernetes(mgr, cfg, metrics, log)
 			if err != nil {
 				return err
 			}
-			return setupServers(mgr, cfg, kube, metrics, dial, log)
+			return setupServers(mgr, cfg, kube, metrics, o.dial, log)
 		},
 	}, args)
+}
+
+// newMetricsRegistry returns the registry served on the admin port: the process's own metrics plus
+// every part's. One per run, so that no global state is shared between runs (tests start several in
+// one process).
+func newMetricsRegistry() *prometheus.Registry {
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return metrics
 }

@@ -13,6 +13,9 @@ import (
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
+// TestRunServesAdminAndProxyAndStopsCleanlyOnCancel starts the interceptor as on a fresh install,
+// before the operator wrote any routing table, and stops it: it serves, says why it is not ready,
+// and logs nothing at error level (no table yet and shutting down are normal states).
 func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
 	env, _, err := testenv.Start()
 	if err != nil {
@@ -36,7 +39,8 @@ func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, nil) }()
+	logs := &syncBuffer{}
+	go func() { done <- run(ctx, args, runOptions{logs: logs}) }()
 
 	get := func(url string) (int, string) {
 		resp, err := http.Get(url)
@@ -76,6 +80,16 @@ func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
 	if code, body := get("http://" + proxyAddr + "/"); code != http.StatusNotFound || body != "Not Found: no_route\n" {
 		t.Errorf("proxy port for an unknown host: %d %q, want 404", code, body)
 	}
+	waiting := `"msg":"waiting for the operator to write the first routing table"`
+	for !strings.Contains(logs.String(), waiting) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s line within 60s; logs:\n%s", waiting, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := get("http://" + adminAddr + admin.PathReadyz); code == http.StatusOK || !strings.Contains(body, "the operator has not written a routing table yet") {
+		t.Errorf("/readyz without a table: %d %q, want a failure saying the operator has not written a table", code, body)
+	}
 
 	cancel()
 	select {
@@ -85,5 +99,14 @@ func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("run did not return within 30s of cancellation")
+	}
+	out := logs.String()
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.Contains(line, `"level":"error"`) || strings.Contains(line, `"stacktrace"`) {
+			t.Errorf("error-level line on a fresh install or at shutdown: %s", line)
+		}
+	}
+	if !strings.Contains(out, `"msg":"stopped cleanly"`) {
+		t.Errorf("no stopped-cleanly line; logs:\n%s", out)
 	}
 }

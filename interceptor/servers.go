@@ -34,7 +34,31 @@ const (
 // adminDrainTimeout bounds the admin server's own shutdown, which starts once the proxy drained.
 const adminDrainTimeout = 5 * time.Second
 
-// setupServers adds the proxy server and the admin server to mgr. On shutdown the proxy drains
+// setupServers adds the proxy server and the admin server to mgr, and the manager's readiness check
+// mirrors the admin port's.
+func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.Registry, dial dialFunc, log logr.Logger) error {
+	srv, err := newServers(cfg, kube, metricsReg, dial, log)
+	if err != nil {
+		return err
+	}
+	for _, r := range srv.runnables {
+		if err := mgr.Add(r); err != nil {
+			return fmt.Errorf("adding server: %w", err)
+		}
+	}
+	if err := mgr.AddReadyzCheck("proxy", func(*http.Request) error { return srv.ready() }); err != nil {
+		return fmt.Errorf("adding readiness check: %w", err)
+	}
+	return nil
+}
+
+// servers are the proxy and admin servers and the readiness they report.
+type servers struct {
+	runnables []manager.Runnable
+	ready     func() error
+}
+
+// newServers builds the proxy server and the admin server. On shutdown the proxy drains
 // first (readiness fails at once, then DrainDelay, then up to DrainTimeout for in-flight and held
 // requests and WebSockets); the admin server keeps answering probes, counts and wake streams until
 // the proxy has drained.
@@ -42,24 +66,23 @@ const adminDrainTimeout = 5 * time.Second
 // dial replaces the proxy's upstream dialer when non-nil. The binary passes nil; the integration test
 // maps pod IPs (which EndpointSlices require to be outside 127.0.0.0/8) to loopback backends with it,
 // so that run is tested as the binary runs it, against a real API server.
-func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.Registry, dial dialFunc, log logr.Logger) error {
+func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.Registry, dial dialFunc, log logr.Logger) (servers, error) {
+	var runnables []manager.Runnable
 	if os.Getenv("GOGC") == "" {
 		// --gc-percent lets a small heap grow 4x between collections (cheap in CPU per request); a
 		// heap made large by tens of thousands of routed apps may only grow by gcHeadroom, so the
 		// percentage does not multiply every app's memory.
 		tuner := gcheadroom.Start(gcheadroom.Options{MaxPercent: cfg.GCPercent, MinPercent: min(cfg.GCPercent, gcMinPercent), Headroom: gcHeadroom})
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		runnables = append(runnables, manager.RunnableFunc(func(ctx context.Context) error {
 			<-ctx.Done()
 			tuner.Stop()
 			return nil
-		})); err != nil {
-			return fmt.Errorf("adding GC tuner: %w", err)
-		}
+		}))
 	}
 	reg := queue.NewRegistry(nil)
 	metrics, err := proxy.NewMetrics(metricsReg, reg)
 	if err != nil {
-		return fmt.Errorf("registering proxy metrics: %w", err)
+		return servers{}, fmt.Errorf("registering proxy metrics: %w", err)
 	}
 	p, err := proxy.New(proxy.Options{
 		Tables:                kube.tables,
@@ -80,7 +103,7 @@ func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, 
 		DialContext:           dial,
 	})
 	if err != nil {
-		return err
+		return servers{}, err
 	}
 	if kube.onTableChange != nil {
 		kube.onTableChange(p.TableChanged)
@@ -127,14 +150,5 @@ func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, 
 		DrainTimeout: adminDrainTimeout,
 		Log:          log.WithName("admin"),
 	}
-	for _, r := range []manager.Runnable{proxySrv, adminSrv} {
-		if err := mgr.Add(r); err != nil {
-			return fmt.Errorf("adding server: %w", err)
-		}
-	}
-	// The manager's own probe port mirrors the admin port's readiness.
-	if err := mgr.AddReadyzCheck("proxy", func(*http.Request) error { return ready() }); err != nil {
-		return fmt.Errorf("adding readiness check: %w", err)
-	}
-	return nil
+	return servers{runnables: append(runnables, proxySrv, adminSrv), ready: ready}, nil
 }

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -64,66 +63,7 @@ func resolvePort(svc *corev1.Service, port *int32, portName *string, field strin
 }
 
 // buildEntry turns a valid object and its resolved backends into the routing-table entry the
-// interceptors route with.
+// interceptors route with (routing.EntryFromSpec, shared with the interceptor's standalone mode).
 func buildEntry(hso *v1.HTTPScaledObject, target routing.Backend, fallback *routing.Backend) routing.Entry {
-	e := routing.Entry{
-		Namespace:  hso.Namespace,
-		Name:       hso.Name,
-		Generation: hso.Generation,
-		Service:    target.Service,
-		Port:       target.Port,
-		PortName:   target.PortName,
-		TargetPort: target.TargetPort,
-		Protocol:   target.Protocol,
-	}
-	for _, h := range hso.Spec.Hosts {
-		e.Hosts = append(e.Hosts, string(h))
-	}
-	for _, p := range hso.Spec.PathPrefixes {
-		e.PathPrefixes = append(e.PathPrefixes, string(p))
-	}
-	for _, h := range hso.Spec.Headers {
-		m := routing.HeaderMatch{Name: h.Name}
-		if h.Value != nil {
-			v := *h.Value
-			m.Value = &v
-		}
-		e.Headers = append(e.Headers, m)
-	}
-	if t := hso.Spec.Timeouts; t != nil {
-		e.Timeouts = routing.Timeouts{
-			Readiness:      parseDuration(t.Readiness),
-			Request:        parseDuration(t.Request),
-			ResponseHeader: parseDuration(t.ResponseHeader),
-		}
-	}
-	if cs := hso.Spec.ColdStart; cs != nil {
-		if cs.QueueLimit != nil {
-			e.ColdStart.QueueLimit = *cs.QueueLimit
-		}
-		e.ColdStart.Fallback = fallback
-		if p := cs.Placeholder; p != nil {
-			e.ColdStart.Placeholder = &routing.Placeholder{StatusCode: p.StatusCode, Headers: p.Headers, Body: p.Body}
-		}
-	}
-	if f := hso.Spec.Forwarding; f != nil {
-		if f.ZoneAware != nil {
-			za := *f.ZoneAware
-			e.ZoneAware = &za
-		}
-		e.ViaService = f.ViaService
-	}
-	return e
-}
-
-// parseDuration reads a duration the API server already validated; nil or unparsable means "default".
-func parseDuration(d *v1.Duration) time.Duration {
-	if d == nil {
-		return 0
-	}
-	v, err := time.ParseDuration(string(*d))
-	if err != nil {
-		return 0
-	}
-	return v
+	return routing.EntryFromSpec(hso, target, fallback)
 }

@@ -44,8 +44,8 @@ func TriggerMetadata(hso *v1.HTTPScaledObject) trigger.Metadata {
 	if rr := sm.RequestRate; rr != nil {
 		m.RequestRateTarget = float64(rr.TargetValue)
 		// Admission only lets positive durations through; "" (unset) parses as 0.
-		m.Window = cmp.Or(parseDuration(&rr.Window), trigger.DefaultWindow)
-		m.Granularity = cmp.Or(parseDuration(&rr.Granularity), trigger.DefaultGranularity)
+		m.Window = cmp.Or(rr.Window.Parsed(), trigger.DefaultWindow)
+		m.Granularity = cmp.Or(rr.Granularity.Parsed(), trigger.DefaultGranularity)
 	}
 	return m
 }

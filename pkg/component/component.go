@@ -7,6 +7,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,6 +39,11 @@ type Spec struct {
 	Options func(*manager.Options)
 	// Setup adds the binary's controllers and Runnables to the manager.
 	Setup func(mgr manager.Manager, log logr.Logger) error
+	// WithoutKubernetes, when set and returning a function once the flags are parsed and valid, runs
+	// the binary with that function instead of a manager: no API server configuration is loaded.
+	WithoutKubernetes func() func(ctx context.Context, log logr.Logger) error
+	// LogWriter receives the logs; nil means stderr.
+	LogWriter io.Writer
 }
 
 // Run parses args, builds the manager and blocks until ctx ends and the manager has stopped. It returns
@@ -45,7 +51,7 @@ type Spec struct {
 func Run(ctx context.Context, spec Spec, args []string) error {
 	fs := flag.NewFlagSet(spec.Name, flag.ContinueOnError)
 	spec.Config.Bind(fs)
-	zapOpts := zap.Options{}
+	zapOpts := zap.Options{DestWriter: spec.LogWriter}
 	zapOpts.BindFlags(fs)
 	printedVersion := bindVersion(fs, spec.Name)
 	if err := fs.Parse(args); err != nil {
@@ -60,6 +66,11 @@ func Run(ctx context.Context, spec Spec, args []string) error {
 	log := zap.New(zap.UseFlagOptions(&zapOpts)).WithName(spec.Name)
 	ctrl.SetLogger(log)
 
+	if spec.WithoutKubernetes != nil {
+		if run := spec.WithoutKubernetes(); run != nil {
+			return run(ctx, log)
+		}
+	}
 	common := spec.Config.Base()
 	restCfg, err := common.RESTConfig()
 	if err != nil {

@@ -59,6 +59,9 @@ type Interceptor struct {
 
 	// PprofAddr serves net/http/pprof (heap profiles for memory measurements); "" or "0" disables it.
 	PprofAddr string
+	// Standalone is a file of HTTPScaledObject documents to route by instead of Kubernetes (see
+	// pkg/standalone); empty means the routing table and EndpointSlices of the cluster.
+	Standalone string
 }
 
 // Bind registers the interceptor's flags on fs, with defaults taken from the environment. Probes and
@@ -85,6 +88,7 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&i.EventLoops, "event-loops", envInt("HTTPSCALE_EVENT_LOOPS", -1), "Event loops serving the fast path's plain requests to warm apps on Linux (0: a goroutine per connection; -1: one per GOMAXPROCS).")
 	fs.DurationVar(&i.DrainDelay, "drain-delay", envDuration("HTTPSCALE_DRAIN_DELAY", 5*time.Second), "After SIGTERM, keep serving this long with readiness failing.")
 	fs.StringVar(&i.PprofAddr, "pprof-bind-address", env("HTTPSCALE_PPROF_BIND_ADDRESS", ""), `Address serving /debug/pprof/ (off when empty or "0"); for profiling, never expose it.`)
+	fs.StringVar(&i.Standalone, "standalone", env("HTTPSCALE_STANDALONE", ""), "Run without Kubernetes, routing by this file of HTTPScaledObject documents with their endpoints (reloaded when it changes).")
 	fs.DurationVar(&i.DrainTimeout, "drain-timeout", envDuration("HTTPSCALE_DRAIN_TIMEOUT", 60*time.Second), "After the delay, wait this long for in-flight and held requests and WebSockets.")
 }
 

@@ -186,6 +186,8 @@ func (c *Collector) startCycle(ctx context.Context) {
 	c.pending = 0
 	reps, err := c.opts.Discovery.Replicas(ctx)
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// Shutting down: the read was cancelled, nothing to report.
 	case err != nil && err.Error() != c.discoveryErr:
 		c.log.Error(err, "discovering interceptor replicas; keeping the previous set")
 		c.discoveryErr = err.Error()

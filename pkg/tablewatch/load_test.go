@@ -2,10 +2,13 @@ package tablewatch
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/httpscale/httpscale/pkg/routing"
@@ -90,5 +93,36 @@ func TestLoadKeepsTheLastGoodTable(t *testing.T) {
 		if err := w.Ready(); err != nil {
 			t.Errorf("%s: Ready = %v, want nil (a good table is served)", tc.name, err)
 		}
+	}
+}
+
+// A fresh install has no table until the operator writes one: that is logged once at info level,
+// counts no load error, and Ready says what is awaited.
+func TestLoadBeforeTheFirstTableIsNotAnError(t *testing.T) {
+	w := newTestWatcher(t)
+	var lines []string
+	log := funcr.New(func(prefix, args string) { lines = append(lines, prefix+" "+args) }, funcr.Options{})
+	for range 3 {
+		w.load("read", nil, nil, log)
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], `"msg"="waiting for the operator to write the first routing table"`) {
+		t.Errorf("log lines = %q, want one info line saying it waits for the operator", lines)
+	}
+	if got := testutil.ToFloat64(w.metrics.loadErrors.WithLabelValues(reasonIncomplete)); got != 0 {
+		t.Errorf("%s{reason=incomplete} = %v, want 0", MetricLoadErrors, got)
+	}
+	if got := testutil.ToFloat64(w.metrics.failing); got != 0 {
+		t.Errorf("%s = %v, want 0", MetricFailing, got)
+	}
+	if err := w.Ready(); err == nil || !strings.Contains(err.Error(), "the operator has not written a routing table yet: no ConfigMap ns/httpscale-routing-table") {
+		t.Errorf("Ready = %v, want it to say the operator has not written a table", err)
+	}
+
+	// Once a table was served, a missing head is a real problem again.
+	_, head, cms := testTable(t, "a")
+	w.load("read", head, cms, log)
+	w.load("watch", nil, cms, logr.Discard())
+	if got := testutil.ToFloat64(w.metrics.loadErrors.WithLabelValues(reasonIncomplete)); got != 1 {
+		t.Errorf("%s{reason=incomplete} after the head vanished = %v, want 1", MetricLoadErrors, got)
 	}
 }

@@ -306,6 +306,10 @@ func (w *Watcher) load(source string, head *corev1.ConfigMap, cms []*corev1.Conf
 			return
 		}
 	}
+	if head == nil && w.table.Load() == nil {
+		w.waitForFirstTable(log)
+		return
+	}
 	t, err := routing.FromConfigMaps(head, cms)
 	if err != nil {
 		w.fail(reasonOf(err), err, log)
@@ -342,6 +346,22 @@ func (w *Watcher) succeed() {
 	w.status.Store(&s)
 	w.metrics.failing.Set(0)
 }
+
+// waitForFirstTable records that no table was ever written: the normal state of a fresh install
+// until the operator writes its first one. It is not a load error (nothing is broken, nothing to
+// act on), so it is logged once at info level and counts no error; Ready reports it.
+func (w *Watcher) waitForFirstTable(log logr.Logger) {
+	s := *w.status.Load()
+	if errors.Is(s.LastError, errNoTableYet) {
+		return
+	}
+	s.LastError = fmt.Errorf("%w: no ConfigMap %s/%s", errNoTableYet, w.namespace, w.base)
+	w.status.Store(&s)
+	log.Info("waiting for the operator to write the first routing table")
+}
+
+// errNoTableYet is the state before the operator wrote the first routing table.
+var errNoTableYet = errors.New("the operator has not written a routing table yet")
 
 func (w *Watcher) fail(reason string, err error, log logr.Logger) {
 	w.metrics.loadErrors.WithLabelValues(reason).Inc()

@@ -1,0 +1,51 @@
+package routing
+
+import v1 "github.com/httpscale/httpscale/api/v1alpha1"
+
+// EntryFromSpec turns an HTTPScaledObject and its resolved backends into the Entry the interceptors
+// route with. It copies the routing fields (hosts, path prefixes, headers, timeouts, cold start,
+// forwarding) and shares no memory with hso. Durations are expected to be valid (the API server
+// validated them); an unparsable one is left zero, which means the interceptor's default. The result
+// is not validated: NewTable does that.
+func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) Entry {
+	e := Entry{
+		Namespace:  hso.Namespace,
+		Name:       hso.Name,
+		Generation: hso.Generation,
+		Service:    target.Service,
+		Port:       target.Port,
+		PortName:   target.PortName,
+		TargetPort: target.TargetPort,
+		Protocol:   target.Protocol,
+	}
+	for _, h := range hso.Spec.Hosts {
+		e.Hosts = append(e.Hosts, string(h))
+	}
+	for _, p := range hso.Spec.PathPrefixes {
+		e.PathPrefixes = append(e.PathPrefixes, string(p))
+	}
+	for _, h := range hso.Spec.Headers {
+		e.Headers = append(e.Headers, HeaderMatch{Name: h.Name, Value: clonePtr(h.Value)})
+	}
+	if t := hso.Spec.Timeouts; t != nil {
+		e.Timeouts = Timeouts{
+			Readiness:      t.Readiness.Parsed(),
+			Request:        t.Request.Parsed(),
+			ResponseHeader: t.ResponseHeader.Parsed(),
+		}
+	}
+	if cs := hso.Spec.ColdStart; cs != nil {
+		if cs.QueueLimit != nil {
+			e.ColdStart.QueueLimit = *cs.QueueLimit
+		}
+		e.ColdStart.Fallback = clonePtr(fallback)
+		if p := cs.Placeholder; p != nil {
+			e.ColdStart.Placeholder = &Placeholder{StatusCode: p.StatusCode, Headers: p.Headers, Body: p.Body}
+		}
+	}
+	if f := hso.Spec.Forwarding; f != nil {
+		e.ZoneAware = clonePtr(f.ZoneAware)
+		e.ViaService = f.ViaService
+	}
+	return e
+}
