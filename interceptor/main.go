@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -49,6 +50,7 @@ func run(ctx context.Context, args []string, dial dialFunc) error {
 			o.GracefulShutdownTimeout = &t
 		},
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
+			setGCPercent(cfg.GCPercent)
 			// One registry per run, served on the admin port: the process's own metrics plus every
 			// part's, and no global state shared between runs (tests start several in one process).
 			metrics := prometheus.NewRegistry()
@@ -60,4 +62,13 @@ func run(ctx context.Context, args []string, dial dialFunc) error {
 			return setupServers(mgr, cfg, kube, metrics, dial, log)
 		},
 	}, args)
+}
+
+// setGCPercent sets the process's garbage-collector target from --gc-percent unless GOGC is set. It is
+// process-wide, so run sets it once the flags are parsed and before any part allocates, not inside a
+// part's setup.
+func setGCPercent(percent int) {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(percent)
+	}
 }

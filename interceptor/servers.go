@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"runtime/debug"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -35,9 +33,6 @@ const adminDrainTimeout = 5 * time.Second
 // maps pod IPs (which EndpointSlices require to be outside 127.0.0.0/8) to loopback backends with it,
 // so that run is tested as the binary runs it, against a real API server.
 func setupServers(mgr manager.Manager, cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.Registry, dial dialFunc, log logr.Logger) error {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(cfg.GCPercent)
-	}
 	reg := queue.NewRegistry(nil)
 	metrics, err := proxy.NewMetrics(metricsReg, reg)
 	if err != nil {
