@@ -142,6 +142,9 @@ func TestInvalidEnvironmentIsAnError(t *testing.T) {
 			t.Errorf("error %q does not contain %q", err, want)
 		}
 	}
+	if strings.Contains(err.Error(), "--queue-limit 0") || strings.Contains(err.Error(), "--kube-api-qps 0") {
+		t.Errorf("error %q also complains about the zero a failed parse left behind", err)
+	}
 }
 
 func TestEnvironmentValidatedLikeFlags(t *testing.T) {

@@ -49,6 +49,9 @@ func loadEnv(fs *flag.FlagSet) error {
 		}
 		if err := fs.Set(f.Name, v); err != nil {
 			errs = append(errs, fmt.Errorf("environment variable %s=%q (sets --%s): want %s: %w", name, v, f.Name, want(f.Value), err))
+			// Some flag types store a zero before failing; put the default back so that Validate does
+			// not add a second, misleading complaint about the zero.
+			_ = f.Value.Set(f.DefValue)
 		}
 	})
 	return errors.Join(errs...)
