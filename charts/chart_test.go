@@ -62,6 +62,9 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"interceptor.probePort=9090", "must be three different ports"},
 		{"scaler.metricsPort=9090", "must be three different ports"},
 		{"webhook.port=8081", "webhook.port must not be 8080 or 8081"},
+		{"kubeApi.qps=0", "/kubeApi/qps"},
+		{"kubeApi.qps=-2", "/kubeApi/qps"},
+		{"kubeApi.burst=0", "/kubeApi/burst"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := runHelm(t, "template", "httpscale", chartDir, "--set", tc.set)
@@ -92,6 +95,14 @@ func TestDefaults(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, m.keys()); diff != "" {
 		t.Errorf("rendered objects (-want +got):\n%s", diff)
+	}
+
+	// No client-side throttling by default, for every component (client-go's 5 requests/s otherwise).
+	for _, c := range components {
+		cc := container(t, get[*appsv1.Deployment](t, m, "Deployment", "httpscale-"+c), c)
+		if !hasArg(cc, "--kube-api-qps=-1") || !hasArg(cc, "--kube-api-burst=100") {
+			t.Errorf("%s args %v lack --kube-api-qps=-1 --kube-api-burst=100", c, cc.Args)
+		}
 	}
 
 	op := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-operator")
@@ -198,6 +209,13 @@ func TestNonDefaultValues(t *testing.T) {
 		kind, name, _ := strings.Cut(gone, " ")
 		if m.find(kind, name) != nil {
 			t.Errorf("%s rendered although the values turn it off", gone)
+		}
+	}
+
+	for _, c := range components {
+		cc := container(t, get[*appsv1.Deployment](t, m, "Deployment", "httpscale-"+c), c)
+		if !hasArg(cc, "--kube-api-qps=75.5") || !hasArg(cc, "--kube-api-burst=1500000") {
+			t.Errorf("%s args %v lack --kube-api-qps=75.5 --kube-api-burst=1500000", c, cc.Args)
 		}
 	}
 

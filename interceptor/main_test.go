@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +36,7 @@ func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
 	args := []string{
 		"--kubeconfig=" + kubeconfig, "--health-probe-bind-address=" + testenv.FreeAddr(t),
 		"--proxy-bind-address=" + proxyAddr, "--admin-bind-address=" + adminAddr,
-		"--namespace=httpscale-system", "--drain-delay=0", "--drain-timeout=5s",
+		"--namespace=httpscale-system", "--drain-delay=0", "--drain-timeout=5s", "--gc-percent=321",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -65,6 +67,14 @@ func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
 			t.Fatal("admin port did not answer /healthz within 60s")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// --gc-percent is the process's GC target (GOGC, when set, wins).
+	if os.Getenv("GOGC") == "" {
+		got := debug.SetGCPercent(100)
+		debug.SetGCPercent(got)
+		if got != 321 {
+			t.Errorf("GC percent %d, want --gc-percent's 321", got)
+		}
 	}
 	code, body := get("http://" + adminAddr + admin.PathStatus)
 	var st admin.Status

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
-	"os"
-	"strconv"
-	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
@@ -26,16 +24,44 @@ type Common struct {
 	ProbeAddr string
 	// MetricsAddr serves Prometheus metrics; "0" disables it.
 	MetricsAddr string
+	// KubeAPIQPS and KubeAPIBurst are the client-side rate limit of every API server request, applied
+	// whatever the config source (in-cluster, kubeconfig, $KUBECONFIG, ~/.kube/config). A QPS of -1
+	// turns the limit off and leaves fairness to the API server's API Priority and Fairness.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
+
+	// envErr holds the environment variables that did not parse (see loadEnv).
+	envErr error
 }
+
+// Defaults of the API client's rate limit: no client-side limit, as controller-runtime sets for
+// in-cluster config. client-go's own defaults (5 requests/s, burst 10) would make a burst of 100
+// HTTPScaledObjects take at least 38 s to route (each needs two writes to its object).
+const (
+	DefaultKubeAPIQPS   = -1
+	DefaultKubeAPIBurst = 100
+)
 
 func (c *Common) bind(fs *flag.FlagSet, probeAddr, metricsAddr string) {
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "Path to a kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config).")
-	fs.StringVar(&c.ProbeAddr, "health-probe-bind-address", env("HTTPSCALE_HEALTH_PROBE_BIND_ADDRESS", probeAddr), "Address serving /healthz and /readyz.")
-	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", env("HTTPSCALE_METRICS_BIND_ADDRESS", metricsAddr), `Address serving Prometheus /metrics; "0" disables it.`)
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config).")
+	fs.StringVar(&c.ProbeAddr, "health-probe-bind-address", probeAddr, "Address serving /healthz and /readyz.")
+	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", metricsAddr, `Address serving Prometheus /metrics; "0" disables it.`)
+	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", DefaultKubeAPIQPS, "Requests per second to the API server; -1 means no client-side limit (API Priority and Fairness still applies).")
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", DefaultKubeAPIBurst, "Requests to the API server allowed at once above --kube-api-qps (ignored when it is -1).")
 }
 
+// loadEnv sets every flag bound on fs from its environment variable; a binary's Bind calls it last.
+// Validate reports the variables that did not parse.
+func (c *Common) loadEnv(fs *flag.FlagSet) { c.envErr = loadEnv(fs) }
+
 func (c *Common) validate() error {
-	var errs []error
+	errs := []error{c.envErr}
+	if q := c.KubeAPIQPS; q != -1 && (q <= 0 || math.IsNaN(q) || math.IsInf(q, 0)) {
+		errs = append(errs, fmt.Errorf("--kube-api-qps %v: want a positive number of requests per second, or -1 for no client-side limit (0 would silently mean client-go's 5/s)", q))
+	}
+	if c.KubeAPIBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-burst %d: want at least 1", c.KubeAPIBurst))
+	}
 	if err := validateAddr("health-probe-bind-address", c.ProbeAddr); err != nil {
 		errs = append(errs, err)
 	}
@@ -47,8 +73,19 @@ func (c *Common) validate() error {
 	return errors.Join(errs...)
 }
 
-// RESTConfig loads the API server connection settings.
+// RESTConfig loads the API server connection settings and applies the client rate limit
+// (--kube-api-qps, --kube-api-burst) whichever source they came from.
 func (c *Common) RESTConfig() (*rest.Config, error) {
+	cfg, err := c.load()
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS = float32(c.KubeAPIQPS)
+	cfg.Burst = c.KubeAPIBurst
+	return cfg, nil
+}
+
+func (c *Common) load() (*rest.Config, error) {
 	if c.Kubeconfig != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 		if err != nil {
@@ -70,37 +107,8 @@ func validateAddr(name, addr string) error {
 	return nil
 }
 
-// env returns the environment variable's value, or def when it is unset or empty.
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func envBool(name string, def bool) bool {
-	if b, err := strconv.ParseBool(os.Getenv(name)); err == nil {
-		return b
-	}
-	return def
-}
-
 // Base returns the settings every binary shares.
 func (c *Common) Base() *Common { return c }
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return d
-	}
-	return def
-}
 
 // InterceptorAdmin is how the operator and the scaler find every interceptor replica's admin port.
 type InterceptorAdmin struct {
@@ -113,8 +121,8 @@ type InterceptorAdmin struct {
 
 // Bind registers the two flags on fs.
 func (a *InterceptorAdmin) Bind(fs *flag.FlagSet) {
-	fs.StringVar(&a.InterceptorSelector, "interceptor-admin-selector", env("HTTPSCALE_INTERCEPTOR_ADMIN_SELECTOR", "kubernetes.io/service-name=httpscale-interceptor-admin"), "Label selector of the interceptor admin Service's EndpointSlices.")
-	fs.StringVar(&a.InterceptorAdminPort, "interceptor-admin-port-name", env("HTTPSCALE_INTERCEPTOR_ADMIN_PORT_NAME", "admin"), "Name of the admin port in those EndpointSlices; empty takes the first port.")
+	fs.StringVar(&a.InterceptorSelector, "interceptor-admin-selector", "kubernetes.io/service-name=httpscale-interceptor-admin", "Label selector of the interceptor admin Service's EndpointSlices.")
+	fs.StringVar(&a.InterceptorAdminPort, "interceptor-admin-port-name", "admin", "Name of the admin port in those EndpointSlices; empty takes the first port.")
 }
 
 // Selector parses InterceptorSelector.

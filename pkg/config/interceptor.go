@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"time"
+
+	"github.com/httpscale/httpscale/pkg/proxy"
 )
 
 // Interceptor configures the interceptor binary.
@@ -64,32 +66,35 @@ type Interceptor struct {
 	Standalone string
 }
 
-// Bind registers the interceptor's flags on fs, with defaults taken from the environment. Probes and
-// metrics are served on the admin port, so the manager's own metrics server is off by default.
+// Bind registers the interceptor's flags on fs, then takes their values from the environment (see
+// EnvName). Probes and metrics are served on the admin port, so the manager's own metrics server is off
+// by default. The proxy's defaults are pkg/proxy's own (proxy.Defaults), so the binary and the library
+// cannot drift apart.
 func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	i.bind(fs, ":9091", "0")
-	fs.StringVar(&i.Namespace, "namespace", env("HTTPSCALE_NAMESPACE", env("POD_NAMESPACE", "httpscale-system")), "Install namespace holding the routing-table ConfigMaps (env POD_NAMESPACE).")
-	fs.StringVar(&i.ProxyAddr, "proxy-bind-address", env("HTTPSCALE_PROXY_BIND_ADDRESS", ":8080"), "Address serving proxied traffic (HTTP/1.1 and h2c).")
-	fs.StringVar(&i.AdminAddr, "admin-bind-address", env("HTTPSCALE_ADMIN_BIND_ADDRESS", ":9090"), "Address serving /status /counts /wake /metrics /healthz /readyz.")
-	fs.StringVar(&i.Zone, "zone", env("HTTPSCALE_ZONE", ""), "This replica's zone; empty reads the topology.kubernetes.io/zone label of the node named by NODE_NAME.")
-	fs.StringVar(&i.NodeName, "node-name", env("HTTPSCALE_NODE_NAME", env("NODE_NAME", "")), "Node this replica runs on (env NODE_NAME).")
-	fs.BoolVar(&i.ZoneAware, "zone-aware", envBool("HTTPSCALE_ZONE_AWARE", true), "Prefer endpoints in this replica's zone (per-app override in the HTTPScaledObject).")
-	fs.DurationVar(&i.ReadinessTimeout, "readiness-timeout", envDuration("HTTPSCALE_READINESS_TIMEOUT", 2*time.Minute), "Default time a request is held waiting for a ready endpoint.")
-	fs.DurationVar(&i.RequestTimeout, "request-timeout", envDuration("HTTPSCALE_REQUEST_TIMEOUT", 0), "Default bound of a whole forwarded request including its body; 0 means none.")
-	fs.DurationVar(&i.ResponseHeaderTimeout, "response-header-timeout", envDuration("HTTPSCALE_RESPONSE_HEADER_TIMEOUT", 0), "Default bound of the wait for response headers; 0 means none.")
-	fs.IntVar(&i.QueueLimit, "queue-limit", envInt("HTTPSCALE_QUEUE_LIMIT", 1000), "Default number of requests held at once per app; more get 503.")
-	fs.DurationVar(&i.RetryAfter, "retry-after", envDuration("HTTPSCALE_RETRY_AFTER", 5*time.Second), "Retry-After sent with a 503 for a full hold queue.")
-	fs.DurationVar(&i.DialTimeout, "dial-timeout", envDuration("HTTPSCALE_DIAL_TIMEOUT", 2*time.Second), "Bound of one connection attempt to a pod.")
-	fs.StringVar(&i.ClusterDomain, "cluster-domain", env("HTTPSCALE_CLUSTER_DOMAIN", "cluster.local"), "Cluster DNS domain, for apps forwarded via their Service.")
-	fs.DurationVar(&i.TableResync, "table-resync", envDuration("HTTPSCALE_TABLE_RESYNC", time.Minute), "Period of the routing table's full re-read.")
-	fs.IntVar(&i.MaxConnsPerEndpoint, "max-conns-per-endpoint", envInt("HTTPSCALE_MAX_CONNS_PER_ENDPOINT", 512), "Connections open at once to one pod; more requests wait for one.")
-	fs.IntVar(&i.GCPercent, "gc-percent", envInt("HTTPSCALE_GC_PERCENT", 400), "Go GC target percentage (ignored when GOGC is set).")
-	fs.BoolVar(&i.HTTP1FastPath, "http1-fast-path", envBool("HTTPSCALE_HTTP1_FAST_PATH", true), "Serve plain body-less HTTP/1.1 requests on the proxy's fast path (the rest goes to net/http).")
-	fs.IntVar(&i.EventLoops, "event-loops", envInt("HTTPSCALE_EVENT_LOOPS", -1), "Event loops serving the fast path's plain requests to warm apps on Linux (0: a goroutine per connection; -1: one per GOMAXPROCS).")
-	fs.DurationVar(&i.DrainDelay, "drain-delay", envDuration("HTTPSCALE_DRAIN_DELAY", 5*time.Second), "After SIGTERM, keep serving this long with readiness failing.")
-	fs.StringVar(&i.PprofAddr, "pprof-bind-address", env("HTTPSCALE_PPROF_BIND_ADDRESS", ""), `Address serving /debug/pprof/ (off when empty or "0"); for profiling, never expose it.`)
-	fs.StringVar(&i.Standalone, "standalone", env("HTTPSCALE_STANDALONE", ""), "Run without Kubernetes, routing by this file of HTTPScaledObject documents with their endpoints (reloaded when it changes).")
-	fs.DurationVar(&i.DrainTimeout, "drain-timeout", envDuration("HTTPSCALE_DRAIN_TIMEOUT", 60*time.Second), "After the delay, wait this long for in-flight and held requests and WebSockets.")
+	fs.StringVar(&i.Namespace, "namespace", "httpscale-system", "Install namespace holding the routing-table ConfigMaps (env POD_NAMESPACE).")
+	fs.StringVar(&i.ProxyAddr, "proxy-bind-address", ":8080", "Address serving proxied traffic (HTTP/1.1 and h2c).")
+	fs.StringVar(&i.AdminAddr, "admin-bind-address", ":9090", "Address serving /status /counts /wake /metrics /healthz /readyz.")
+	fs.StringVar(&i.Zone, "zone", "", "This replica's zone; empty reads the topology.kubernetes.io/zone label of the node named by NODE_NAME.")
+	fs.StringVar(&i.NodeName, "node-name", "", "Node this replica runs on (env NODE_NAME).")
+	fs.BoolVar(&i.ZoneAware, "zone-aware", true, "Prefer endpoints in this replica's zone (per-app override in the HTTPScaledObject).")
+	fs.DurationVar(&i.ReadinessTimeout, "readiness-timeout", proxy.Defaults.ReadinessTimeout, "Default time a request is held waiting for a ready endpoint.")
+	fs.DurationVar(&i.RequestTimeout, "request-timeout", 0, "Default bound of a whole forwarded request including its body; 0 means none.")
+	fs.DurationVar(&i.ResponseHeaderTimeout, "response-header-timeout", 0, "Default bound of the wait for response headers; 0 means none.")
+	fs.IntVar(&i.QueueLimit, "queue-limit", proxy.Defaults.QueueLimit, "Default number of requests held at once per app; more get 503.")
+	fs.DurationVar(&i.RetryAfter, "retry-after", proxy.Defaults.RetryAfter, "Retry-After sent with a 503 for a full hold queue, in whole seconds (at least 1s).")
+	fs.DurationVar(&i.DialTimeout, "dial-timeout", proxy.Defaults.DialTimeout, "Bound of one connection attempt to a pod.")
+	fs.StringVar(&i.ClusterDomain, "cluster-domain", proxy.Defaults.ClusterDomain, "Cluster DNS domain, for apps forwarded via their Service.")
+	fs.DurationVar(&i.TableResync, "table-resync", time.Minute, "Period of the routing table's full re-read.")
+	fs.IntVar(&i.MaxConnsPerEndpoint, "max-conns-per-endpoint", proxy.Defaults.MaxConnsPerEndpoint, "Connections open at once to one pod; more requests wait for one.")
+	fs.IntVar(&i.GCPercent, "gc-percent", 400, "Go GC target percentage (ignored when GOGC is set).")
+	fs.BoolVar(&i.HTTP1FastPath, "http1-fast-path", true, "Serve plain body-less HTTP/1.1 requests on the proxy's fast path (the rest goes to net/http).")
+	fs.IntVar(&i.EventLoops, "event-loops", -1, "Event loops serving the fast path's plain requests to warm apps on Linux (0: a goroutine per connection; -1: one per GOMAXPROCS).")
+	fs.DurationVar(&i.DrainDelay, "drain-delay", 5*time.Second, "After SIGTERM, keep serving this long with readiness failing.")
+	fs.DurationVar(&i.DrainTimeout, "drain-timeout", 60*time.Second, "After the delay, wait this long for in-flight and held requests and WebSockets.")
+	fs.StringVar(&i.PprofAddr, "pprof-bind-address", "", `Address serving /debug/pprof/ (off when empty or "0"); for profiling, never expose it.`)
+	fs.StringVar(&i.Standalone, "standalone", "", "Run without Kubernetes, routing by this file of HTTPScaledObject documents with their endpoints (reloaded when it changes).")
+	i.loadEnv(fs)
 }
 
 // Validate reports every invalid setting at once.
@@ -120,11 +125,15 @@ func (i *Interceptor) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"request-timeout": i.RequestTimeout, "response-header-timeout": i.ResponseHeaderTimeout,
-		"retry-after": i.RetryAfter, "drain-delay": i.DrainDelay,
+		"drain-delay": i.DrainDelay,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("--%s %s: must not be negative", name, d))
 		}
+	}
+	// Retry-After is sent in whole seconds; 0 would tell clients to retry at once into the full queue.
+	if i.RetryAfter < time.Second {
+		errs = append(errs, fmt.Errorf("--retry-after %s: want at least 1s (Retry-After is sent in whole seconds; 0 would ask clients to retry at once)", i.RetryAfter))
 	}
 	return errors.Join(errs...)
 }

@@ -37,26 +37,27 @@ type Operator struct {
 	Schedules Schedules
 }
 
-// Bind registers the operator's flags on fs, with defaults taken from the environment.
+// Bind registers the operator's flags on fs, then takes their values from the environment (see EnvName).
 func (o *Operator) Bind(fs *flag.FlagSet) {
 	o.bind(fs, ":8081", ":8080")
-	fs.BoolVar(&o.LeaderElect, "leader-elect", envBool("HTTPSCALE_LEADER_ELECT", true), "Elect one active operator replica.")
-	fs.StringVar(&o.Namespace, "namespace", env("POD_NAMESPACE", "httpscale-system"), "Namespace the operator is installed in; the routing table is written here.")
-	fs.Func("watch-namespaces", "Comma-separated namespaces whose HTTPScaledObjects are reconciled (default: all). Env HTTPSCALE_WATCH_NAMESPACES.", func(s string) error {
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "Elect one active operator replica.")
+	fs.StringVar(&o.Namespace, "namespace", "httpscale-system", "Namespace the operator is installed in; the routing table is written here.")
+	fs.Func("watch-namespaces", "Comma-separated namespaces whose HTTPScaledObjects are reconciled (default: all).", func(s string) error {
 		o.WatchNamespaces = splitList(s)
 		return nil
 	})
-	o.WatchNamespaces = splitList(env("HTTPSCALE_WATCH_NAMESPACES", ""))
-	fs.StringVar(&o.TableName, "routing-table-name", env("HTTPSCALE_ROUTING_TABLE_NAME", "httpscale-routing-table"), "Name of the routing table's head ConfigMap.")
-	fs.StringVar(&o.ScalerAddress, "scaler-address", env("HTTPSCALE_SCALER_ADDRESS", "httpscale-scaler.httpscale-system.svc.cluster.local:9090"), "host:port of the scaler's gRPC service, written into ScaledObject triggers.")
+	o.WatchNamespaces = splitList("")
+	fs.StringVar(&o.TableName, "routing-table-name", "httpscale-routing-table", "Name of the routing table's head ConfigMap.")
+	fs.StringVar(&o.ScalerAddress, "scaler-address", "httpscale-scaler.httpscale-system.svc.cluster.local:9090", "host:port of the scaler's gRPC service, written into ScaledObject triggers.")
 	o.InterceptorAdmin.Bind(fs)
-	fs.DurationVar(&o.ProbeInterval, "propagation-probe-interval", envDuration("HTTPSCALE_PROPAGATION_PROBE_INTERVAL", 2*time.Second), "How often interceptors are asked which routing table they serve.")
-	fs.DurationVar(&o.ProbeTimeout, "propagation-probe-timeout", envDuration("HTTPSCALE_PROPAGATION_PROBE_TIMEOUT", time.Second), "Timeout of one such question.")
-	fs.DurationVar(&o.TableDebounce, "routing-table-debounce", envDuration("HTTPSCALE_ROUTING_TABLE_DEBOUNCE", 250*time.Millisecond), "Quiet time that ends a burst of changes before the routing table is written.")
-	fs.DurationVar(&o.TableMaxDelay, "routing-table-max-delay", envDuration("HTTPSCALE_ROUTING_TABLE_MAX_DELAY", 2*time.Second), "Longest a continuing burst of changes may postpone a routing-table write.")
-	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", envInt("HTTPSCALE_MAX_CONCURRENT_RECONCILES", 4), "Parallel reconciles.")
+	fs.DurationVar(&o.ProbeInterval, "propagation-probe-interval", 2*time.Second, "How often interceptors are asked which routing table they serve.")
+	fs.DurationVar(&o.ProbeTimeout, "propagation-probe-timeout", time.Second, "Timeout of one such question.")
+	fs.DurationVar(&o.TableDebounce, "routing-table-debounce", 250*time.Millisecond, "Quiet time that ends a burst of changes before the routing table is written.")
+	fs.DurationVar(&o.TableMaxDelay, "routing-table-max-delay", 2*time.Second, "Longest a continuing burst of changes may postpone a routing-table write.")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel reconciles.")
 	o.Webhook.Bind(fs)
 	o.Schedules.Bind(fs)
+	o.loadEnv(fs)
 }
 
 // Validate reports every invalid setting at once.

@@ -26,19 +26,20 @@ type Scaler struct {
 	TLSCertFile, TLSKeyFile, TLSClientCAFile string
 }
 
-// Bind registers the scaler's flags on fs, with defaults taken from the environment.
+// Bind registers the scaler's flags on fs, then takes their values from the environment (see EnvName).
 func (s *Scaler) Bind(fs *flag.FlagSet) {
 	s.bind(fs, ":9191", ":9190")
-	fs.StringVar(&s.GRPCAddr, "grpc-bind-address", env("HTTPSCALE_GRPC_BIND_ADDRESS", ":9090"), "Address serving KEDA's external scaler gRPC API and gRPC health.")
-	fs.StringVar(&s.Namespace, "namespace", env("POD_NAMESPACE", "httpscale-system"), "Namespace of the interceptor admin Service (the install namespace).")
+	fs.StringVar(&s.GRPCAddr, "grpc-bind-address", ":9090", "Address serving KEDA's external scaler gRPC API and gRPC health.")
+	fs.StringVar(&s.Namespace, "namespace", "httpscale-system", "Namespace of the interceptor admin Service (the install namespace).")
 	s.InterceptorAdmin.Bind(fs)
-	fs.DurationVar(&s.PollInterval, "poll-interval", envDuration("HTTPSCALE_POLL_INTERVAL", 200*time.Millisecond), "How often every interceptor replica's counts are polled.")
-	fs.DurationVar(&s.PollTimeout, "poll-timeout", envDuration("HTTPSCALE_POLL_TIMEOUT", time.Second), "Timeout of one poll of one replica.")
-	fs.DurationVar(&s.StaleGrace, "stale-grace", envDuration("HTTPSCALE_STALE_GRACE", 15*time.Second), "How long a replica that stopped answering keeps contributing its last counts (marked stale) before it is ignored.")
-	fs.DurationVar(&s.WakeHold, "wake-hold", envDuration("HTTPSCALE_WAKE_HOLD", 5*time.Second), "How long a wake notice keeps an app active (it only has to bridge the gap until a poll counts the held request).")
-	fs.StringVar(&s.TLSCertFile, "tls-cert-file", env("HTTPSCALE_TLS_CERT_FILE", ""), "PEM certificate for the gRPC port; enables TLS (KEDA's enableTLS).")
-	fs.StringVar(&s.TLSKeyFile, "tls-key-file", env("HTTPSCALE_TLS_KEY_FILE", ""), "PEM private key of --tls-cert-file.")
-	fs.StringVar(&s.TLSClientCAFile, "tls-client-ca-file", env("HTTPSCALE_TLS_CLIENT_CA_FILE", ""), "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS).")
+	fs.DurationVar(&s.PollInterval, "poll-interval", 200*time.Millisecond, "How often every interceptor replica's counts are polled.")
+	fs.DurationVar(&s.PollTimeout, "poll-timeout", time.Second, "Timeout of one poll of one replica.")
+	fs.DurationVar(&s.StaleGrace, "stale-grace", 15*time.Second, "How long a replica that stopped answering keeps contributing its last counts (marked stale) before it is ignored.")
+	fs.DurationVar(&s.WakeHold, "wake-hold", 5*time.Second, "How long a wake notice keeps an app active (it only has to bridge the gap until a poll counts the held request).")
+	fs.StringVar(&s.TLSCertFile, "tls-cert-file", "", "PEM certificate for the gRPC port; enables TLS (KEDA's enableTLS).")
+	fs.StringVar(&s.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file.")
+	fs.StringVar(&s.TLSClientCAFile, "tls-client-ca-file", "", "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS).")
+	s.loadEnv(fs)
 }
 
 // Validate reports every invalid setting at once.

@@ -26,16 +26,16 @@ type Webhook struct {
 	CAValidity, CertValidity time.Duration
 }
 
-// Bind registers the webhook flags on fs, with defaults from the environment.
+// Bind registers the webhook flags on fs (Operator.Bind reads the environment).
 func (w *Webhook) Bind(fs *flag.FlagSet) {
-	fs.StringVar(&w.BindAddress, "webhook-bind-address", env("HTTPSCALE_WEBHOOK_BIND_ADDRESS", ":9443"), `Address the validating webhook serves on; "0" disables it.`)
-	fs.BoolVar(&w.SelfManagedCerts, "webhook-self-managed-certs", envBool("HTTPSCALE_WEBHOOK_SELF_MANAGED_CERTS", true), "Generate, rotate and publish the webhook's serving certificate; false reads it from --webhook-cert-dir (cert-manager).")
-	fs.StringVar(&w.CertDir, "webhook-cert-dir", env("HTTPSCALE_WEBHOOK_CERT_DIR", "/tmp/k8s-webhook-server/serving-certs"), "Folder with tls.crt and tls.key when certificates are not self-managed.")
-	fs.StringVar(&w.ServiceName, "webhook-service-name", env("HTTPSCALE_WEBHOOK_SERVICE_NAME", "httpscale-operator-webhook"), "Service the API server reaches the webhook through.")
-	fs.StringVar(&w.SecretName, "webhook-secret-name", env("HTTPSCALE_WEBHOOK_SECRET_NAME", "httpscale-operator-webhook-tls"), "Secret in the install namespace holding the self-managed CA and certificate.")
-	fs.StringVar(&w.ConfigurationName, "webhook-configuration-name", env("HTTPSCALE_WEBHOOK_CONFIGURATION_NAME", "httpscale-operator-webhook"), "ValidatingWebhookConfiguration whose caBundle is kept current.")
-	fs.DurationVar(&w.CAValidity, "webhook-ca-validity", envDuration("HTTPSCALE_WEBHOOK_CA_VALIDITY", 10*365*24*time.Hour), "Lifetime of the self-managed CA.")
-	fs.DurationVar(&w.CertValidity, "webhook-cert-validity", envDuration("HTTPSCALE_WEBHOOK_CERT_VALIDITY", 365*24*time.Hour), "Lifetime of the self-managed serving certificate.")
+	fs.StringVar(&w.BindAddress, "webhook-bind-address", ":9443", `Address the validating webhook serves on; "0" disables it.`)
+	fs.BoolVar(&w.SelfManagedCerts, "webhook-self-managed-certs", true, "Generate, rotate and publish the webhook's serving certificate; false reads it from --webhook-cert-dir (cert-manager).")
+	fs.StringVar(&w.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Folder with tls.crt and tls.key when certificates are not self-managed.")
+	fs.StringVar(&w.ServiceName, "webhook-service-name", "httpscale-operator-webhook", "Service the API server reaches the webhook through.")
+	fs.StringVar(&w.SecretName, "webhook-secret-name", "httpscale-operator-webhook-tls", "Secret in the install namespace holding the self-managed CA and certificate.")
+	fs.StringVar(&w.ConfigurationName, "webhook-configuration-name", "httpscale-operator-webhook", "ValidatingWebhookConfiguration whose caBundle is kept current.")
+	fs.DurationVar(&w.CAValidity, "webhook-ca-validity", 10*365*24*time.Hour, "Lifetime of the self-managed CA.")
+	fs.DurationVar(&w.CertValidity, "webhook-cert-validity", 365*24*time.Hour, "Lifetime of the self-managed serving certificate.")
 }
 
 // Validate reports every invalid webhook setting.
@@ -67,7 +67,7 @@ type Schedules struct {
 
 // Bind registers the schedule flags on fs.
 func (s *Schedules) Bind(fs *flag.FlagSet) {
-	fs.DurationVar(&s.StartingDeadline, "schedule-starting-deadline", envDuration("HTTPSCALE_SCHEDULE_STARTING_DEADLINE", time.Hour), "How late a schedule execution missed while the operator was down may still be applied; later ones are recorded as missed.")
+	fs.DurationVar(&s.StartingDeadline, "schedule-starting-deadline", time.Hour, "How late a schedule execution missed while the operator was down may still be applied; later ones are recorded as missed.")
 }
 
 // Validate reports an invalid schedule setting.

@@ -15,6 +15,9 @@ func TestWebhookAndScheduleFlags(t *testing.T) {
 	var s Schedules
 	w.Bind(fs)
 	s.Bind(fs)
+	if err := loadEnv(fs); err != nil {
+		t.Fatal(err)
+	}
 	if err := fs.Parse([]string{"--webhook-bind-address=127.0.0.1:9555"}); err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,8 @@ type Options struct {
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// Defaults are the values used for zero Options fields.
+// Defaults are the values used for zero Options fields. They are the only definition: the interceptor's
+// flags (pkg/config) take their defaults from here.
 var Defaults = Options{
 	ReadinessTimeout:    2 * time.Minute,
 	QueueLimit:          1000,

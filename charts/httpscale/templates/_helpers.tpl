@@ -54,10 +54,12 @@ httpscale-scaler.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:{{ .Va
       fieldPath: metadata.name
 {{- end }}
 
-{{/* zap logging flags every component accepts. */}}
-{{- define "httpscale.logArgs" -}}
+{{/* zap logging and API client flags every component accepts. */}}
+{{- define "httpscale.commonArgs" -}}
 - --zap-log-level={{ .Values.logging.level }}
 - --zap-encoder={{ .Values.logging.encoder }}
+- --kube-api-qps={{ .Values.kubeApi.qps }}
+- --kube-api-burst={{ int .Values.kubeApi.burst }}
 {{- end }}
 
 {{/* Pod-level settings shared by the components: (dict "root" $ "c" .Values.operator). */}}

@@ -1,25 +1,49 @@
 // Command rate sends GET requests at a fixed rate (open loop: a slow answer does not delay the next
-// request) and prints latency percentiles, so that proxies can be compared at equal load.
+// request) and prints latency percentiles, so that proxies can be compared at equal load. -host sets
+// the Host header, so a routing proxy can be measured at its address with the app's host name
+// (rate -url http://127.0.0.1:8080/ -host shop.example.com).
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"time"
 )
 
 func main() {
-	url := flag.String("url", "http://127.0.0.1:18090/", "target URL")
-	rate := flag.Int("rate", 1000, "requests per second")
-	dur := flag.Duration("duration", 10*time.Second, "measured duration")
-	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured warm-up at the same rate")
-	name := flag.String("name", "", "label printed with the result")
-	flag.Parse()
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("rate", flag.ContinueOnError)
+	url := fs.String("url", "http://127.0.0.1:18090/", "target URL")
+	rate := fs.Int("rate", 1000, "requests per second")
+	dur := fs.Duration("duration", 10*time.Second, "measured duration")
+	warmup := fs.Duration("warmup", 2*time.Second, "unmeasured warm-up at the same rate")
+	name := fs.String("name", "", "label printed with the result")
+	host := fs.String("host", "", "Host header of every request (default: the URL's host)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *rate < 1 {
+		return fmt.Errorf("-rate %d: want at least 1 request per second", *rate)
+	}
+	base, err := http.NewRequest(http.MethodGet, *url, nil)
+	if err != nil {
+		return fmt.Errorf("-url %q: %w", *url, err)
+	}
+	if *host != "" {
+		base.Host = *host
+	}
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}
 	var mu sync.Mutex
@@ -35,7 +59,7 @@ func main() {
 		due := start.Add(time.Duration(i) * interval)
 		time.Sleep(time.Until(due))
 		wg.Go(func() {
-			resp, err := client.Get(*url)
+			resp, err := client.Do(base.Clone(context.Background()))
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
@@ -55,10 +79,11 @@ func main() {
 	}
 	wg.Wait()
 	if len(lat) == 0 {
-		log.Fatalf("%s: no successful request (%d errors)", *name, errs)
+		return fmt.Errorf("%s: no successful request (%d errors)", *name, errs)
 	}
 	slices.Sort(lat)
 	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-	fmt.Printf("%-8s rate=%d n=%d errors=%d p50=%v p90=%v p99=%v max=%v\n", *name, *rate, len(lat), errs,
+	_, err = fmt.Fprintf(out, "%-8s rate=%d n=%d errors=%d p50=%v p90=%v p99=%v max=%v\n", *name, *rate, len(lat), errs,
 		q(0.50).Round(time.Microsecond), q(0.90).Round(time.Microsecond), q(0.99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
+	return err
 }

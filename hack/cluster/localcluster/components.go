@@ -9,7 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 )
 
 // InterceptorAddr is where one interceptor replica listens.
@@ -106,7 +109,11 @@ func (c Config) StartHTTPScale(ctx context.Context, bins Binaries, progress io.W
 		}
 	}
 	hp := func(ip string, port int) string { return net.JoinHostPort(ip, fmt.Sprint(port)) }
-	common := []string{"POD_NAMESPACE=" + Namespace, "HTTPSCALE_LEADER_ELECT=false"}
+	apiEnv, err := c.chartKubeAPIEnv()
+	if err != nil {
+		return nil, err
+	}
+	common := append([]string{"POD_NAMESPACE=" + Namespace, "HTTPSCALE_LEADER_ELECT=false"}, apiEnv...)
 	h := &HTTPScale{Addresses: a, Components: map[string]*Component{}}
 	h.Components["httpscale-scaler"] = &Component{Bin: bins.Scaler, Probe: hp(a.Scaler, ScalerProbePort), Env: append([]string{
 		"KUBECONFIG=" + kcs["httpscale-scaler"], "POD_IP=" + a.Scaler,
@@ -190,6 +197,33 @@ func (c Config) StopComponent(comp *Component) error {
 // run here as processes with tokens of the chart's ServiceAccounts, so they run against the chart's
 // RBAC, webhook configuration and certificate Secret. The operator, started before the interceptors,
 // then issues the webhook's certificate and patches the configuration's caBundle.
+// chartKubeAPIEnv returns the API client rate limit of the chart's default values (kubeApi.qps and
+// kubeApi.burst) as the binaries' environment, so the processes talk to the API server exactly as a
+// chart install's pods do, not with client-go's 5 requests/s.
+func (c Config) chartKubeAPIEnv() ([]string, error) {
+	file := filepath.Join(c.RepoRoot, "charts", "httpscale", "values.yaml")
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading the chart's values: %w", err)
+	}
+	var values struct {
+		KubeAPI struct {
+			QPS   *float64 `json:"qps"`
+			Burst *int     `json:"burst"`
+		} `json:"kubeApi"`
+	}
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", file, err)
+	}
+	if values.KubeAPI.QPS == nil || values.KubeAPI.Burst == nil {
+		return nil, fmt.Errorf("%s sets no kubeApi.qps and kubeApi.burst", file)
+	}
+	return []string{
+		"HTTPSCALE_KUBE_API_QPS=" + strconv.FormatFloat(*values.KubeAPI.QPS, 'g', -1, 64),
+		"HTTPSCALE_KUBE_API_BURST=" + strconv.Itoa(*values.KubeAPI.Burst),
+	}, nil
+}
+
 func (c Config) installChart(ctx context.Context, progress io.Writer) error {
 	tools := exec.CommandContext(ctx, filepath.Join(c.RepoRoot, "hack", "tools.sh"), "helm")
 	tools.Stderr = progress
