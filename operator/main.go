@@ -4,6 +4,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/go-logr/logr"
@@ -33,7 +34,10 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string) error {
+func run(ctx context.Context, args []string) error { return runWithLogs(ctx, args, nil) }
+
+// runWithLogs is run with the logs going to logs (nil: stderr).
+func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 	cfg := &config.Operator{}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
@@ -44,9 +48,10 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	return component.Run(ctx, component.Spec{
-		Name:   "operator",
-		Config: cfg,
-		Scheme: scheme,
+		Name:      "operator",
+		Config:    cfg,
+		Scheme:    scheme,
+		LogWriter: logs,
 		Options: func(o *manager.Options) {
 			o.LeaderElection = cfg.LeaderElect
 			o.LeaderElectionID = "operator.httpscale.dev"

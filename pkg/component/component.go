@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -63,8 +64,11 @@ func Run(ctx context.Context, spec Spec, args []string) error {
 	if err := spec.Config.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
-	log := zap.New(zap.UseFlagOptions(&zapOpts)).WithName(spec.Name)
+	log := shutdownLogger(ctx, zap.New(zap.UseFlagOptions(&zapOpts))).WithName(spec.Name)
 	ctrl.SetLogger(log)
+	// client-go logs through klog (leader election among others): the same format, level and
+	// shutdown rule as everything else, instead of klog's own lines on stderr.
+	klog.SetLogger(log.WithName("client-go"))
 
 	if spec.WithoutKubernetes != nil {
 		if run := spec.WithoutKubernetes(); run != nil {
