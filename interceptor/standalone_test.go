@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -9,31 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
-
-// syncBuffer is a log destination the test reads while the interceptor writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // hso is one standalone document routing host to service, listing eps (comma-separated) as endpoints.
 func hso(name, host, service, eps string) string {
@@ -79,7 +59,7 @@ func TestStandaloneRoutesByFile(t *testing.T) {
 	}
 	write(hso("shop", "shop.example.com", "shop", blue) + hso("cold", "cold.example.com", "cold", ""))
 
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	proxyAddr, adminAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	stop := startRun(t, []string{
 		"--standalone=" + file, "--kubeconfig=" + filepath.Join(t.TempDir(), "no-such-kubeconfig"),
@@ -164,7 +144,7 @@ func TestStandaloneRejectsAnInvalidFileAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := run(context.Background(), []string{"--standalone=" + file, "--proxy-bind-address=127.0.0.1:0", "--admin-bind-address=127.0.0.1:0"},
-		runOptions{logs: &syncBuffer{}})
+		runOptions{logs: &testenv.LogBuffer{}})
 	if err == nil || !strings.Contains(err.Error(), "document 2") || !strings.Contains(err.Error(), `unknown field "hots"`) {
 		t.Fatalf("run = %v, want an error naming document 2 and the field hots", err)
 	}

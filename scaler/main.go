@@ -4,6 +4,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/go-logr/logr"
@@ -28,7 +29,10 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string) error {
+func run(ctx context.Context, args []string) error { return runWithLogs(ctx, args, nil) }
+
+// runWithLogs is run with the logs going to logs (nil: stderr).
+func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("building scheme: %w", err)
@@ -36,7 +40,7 @@ func run(ctx context.Context, args []string) error {
 	cfg := &config.Scaler{}
 	var sel labels.Selector // parsed once, in Options (the config was validated before)
 	return component.Run(ctx, component.Spec{
-		Name: "scaler", Config: cfg, Scheme: scheme,
+		Name: "scaler", Config: cfg, Scheme: scheme, LogWriter: logs,
 		Options: func(o *manager.Options) {
 			sel, _ = cfg.Selector()
 			o.Cache.ByObject = scaling.CacheByObject(cfg.Namespace, sel)

@@ -24,8 +24,14 @@ import (
 	"github.com/httpscale/httpscale/pkg/trigger"
 )
 
+// TestRunStopsCleanlyOnCancel runs the scaler on a fresh install (no interceptor yet), stops it as
+// SIGTERM does, and fails on any error-level line.
 func TestRunStopsCleanlyOnCancel(t *testing.T) {
-	testenv.CheckCleanShutdown(t, run, "--grpc-bind-address="+testenv.FreeAddr(t))
+	logs := &testenv.LogBuffer{}
+	testenv.CheckCleanShutdown(t, func(ctx context.Context, args []string) error {
+		return runWithLogs(ctx, args, logs)
+	}, "--grpc-bind-address="+testenv.FreeAddr(t))
+	testenv.ExpectQuietShutdown(t, logs.String())
 }
 
 // TestRunServesKEDAWithOnlyItsGeneratedRBAC runs the binary as a user bound to nothing but the

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -81,4 +83,36 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// LogBuffer collects a binary's log lines while it runs; safe for concurrent writes.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// ExpectQuietShutdown fails t unless logs (JSON lines) end with a clean stop and hold no error-level
+// line or stack trace: on a fresh install and a SIGTERM nothing asks the user to act.
+func ExpectQuietShutdown(t *testing.T, logs string) {
+	t.Helper()
+	if !strings.Contains(logs, "stopped cleanly") {
+		t.Fatalf("no stopped-cleanly line; logs:\n%s", logs)
+	}
+	for line := range strings.SplitSeq(logs, "\n") {
+		if strings.Contains(line, `"level":"error"`) || strings.Contains(line, `"stacktrace"`) {
+			t.Errorf("error-level line on a fresh install or its shutdown: %s", line)
+		}
+	}
 }
