@@ -155,15 +155,18 @@ func (w *TableWriter) Written() *Written {
 // Start seeds the desired set from the table already in the cluster (so a restarted operator never
 // writes a table missing apps it has not reconciled yet), then writes on every change until ctx ends.
 //
-// Writes are coalesced: after a change the writer waits until no further change arrived for Debounce,
-// but never longer than MaxDelay after the first one, and then writes the whole table once. A burst of
-// thousands of changes therefore costs about (burst duration / MaxDelay) + 1 writes.
+// A change that finds the writer idle (no write within the last Debounce) is written at once, so a
+// single new or changed object is routed without waiting for a quiet period. Changes that follow a
+// write closely are coalesced: the writer waits until no further change arrived for Debounce, but
+// never longer than MaxDelay after the first one, and then writes the whole table once. A burst of
+// thousands of changes therefore costs about (burst duration / MaxDelay) + 2 writes.
 func (w *TableWriter) Start(ctx context.Context) error {
 	w.init()
 	if err := w.seed(ctx); err != nil {
 		return err
 	}
 	startedAt := time.Now()
+	var lastWrite time.Time // zero: idle since the start
 	retry := time.Duration(0)
 	for {
 		var wait <-chan time.Time
@@ -183,7 +186,8 @@ func (w *TableWriter) Start(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !w.settle(ctx) {
+		// Leading edge when idle; trailing debounce while changes keep coming.
+		if time.Since(lastWrite) < w.Debounce && !w.settle(ctx) {
 			return nil
 		}
 		w.mu.Lock()
@@ -198,6 +202,7 @@ func (w *TableWriter) Start(ctx context.Context) error {
 			retry = time.Second
 			continue
 		}
+		lastWrite = time.Now()
 		retry = 0
 	}
 }

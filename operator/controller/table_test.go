@@ -155,8 +155,8 @@ func TestChangedKeys(t *testing.T) {
 	}
 }
 
-// The writer's pacing, in simulated time: one change is written after the quiet period; a steady
-// stream of changes is written once per MaxDelay, not once per change.
+// The writer's pacing, in simulated time: one change to an idle writer is written at once; a steady
+// stream of changes is written at its first change and then once per MaxDelay, not once per change.
 func TestTableWriterCoalesces(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		scheme := runtime.NewScheme()
@@ -177,24 +177,34 @@ func TestTableWriterCoalesces(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
 		go func() { done <- w.Start(ctx) }()
+		time.Sleep(time.Second) // the start-up write of the (empty) table, then idle
 		synctest.Wait()
+		base := w.Tables.Load()
 
 		w.Set("ns/one", ptrTo(cand("ns/one", "one.example.com", time.Hour)))
-		time.Sleep(200 * time.Millisecond)
 		synctest.Wait()
-		if got := w.Tables.Load(); got != 0 {
-			t.Fatalf("written %d tables before the quiet period ended", got)
-		}
-		time.Sleep(100 * time.Millisecond)
-		synctest.Wait()
-		if got := w.Tables.Load(); got != 1 {
-			t.Fatalf("written %d tables after the quiet period, want 1", got)
+		if got := w.Tables.Load() - base; got != 1 {
+			t.Fatalf("an idle writer wrote %d tables at once for one change, want 1 (no quiet period first)", got)
 		}
 		if !slices.Equal(notified, []string{"ns/one"}) {
 			t.Errorf("notified %v, want [ns/one]", notified)
 		}
 
-		// 200 changes, one every 50 ms (10 s): a write every 2 s plus the last one.
+		// A second change right after the write waits for the quiet period.
+		w.Set("ns/two", ptrTo(cand("ns/two", "two.example.com", time.Hour)))
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		if got := w.Tables.Load() - base; got != 1 {
+			t.Fatalf("written %d tables before the quiet period after a write ended, want 1", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		if got := w.Tables.Load() - base; got != 2 {
+			t.Fatalf("written %d tables after the quiet period, want 2", got)
+		}
+		time.Sleep(time.Second) // idle again
+
+		// 200 changes, one every 50 ms (10 s): the first at once, then a write every 2 s plus the last one.
 		for i := range 200 {
 			key := fmt.Sprintf("ns/app-%03d", i)
 			w.Set(key, ptrTo(cand(key, fmt.Sprintf("app-%03d.example.com", i), time.Hour)))
@@ -202,15 +212,15 @@ func TestTableWriterCoalesces(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if got := w.Tables.Load() - 1; got < 5 || got > 6 {
-			t.Errorf("200 changes over 10s made %d writes, want 5 or 6 (one per MaxDelay)", got)
+		if got := w.Tables.Load() - base - 2; got < 6 || got > 7 {
+			t.Errorf("200 changes over 10s made %d writes, want 6 or 7 (the first change, then one per MaxDelay)", got)
 		}
 		table, err := readStored(ctx, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if table.Len() != 201 || table.Version() != w.Written().Version {
-			t.Errorf("stored table has %d entries, version %s; want 201, %s", table.Len(), table.Version(), w.Written().Version)
+		if table.Len() != 202 || table.Version() != w.Written().Version {
+			t.Errorf("stored table has %d entries, version %s; want 202, %s", table.Len(), table.Version(), w.Written().Version)
 		}
 
 		// Setting what is already there changes nothing and writes nothing.
