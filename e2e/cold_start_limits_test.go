@@ -11,7 +11,6 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
@@ -26,10 +25,9 @@ var _ = Describe("Cold-start limits", Ordered, func() {
 
 	// neverReady pins the app's pods to a zone without nodes: woken, it stays Pending, never ready.
 	neverReady := func(ctx SpecContext, name string) {
-		var d appsv1.Deployment
-		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &d)).To(Succeed())
-		d.Spec.Template.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "nowhere"}
-		Expect(f.Client.Update(ctx, &d)).To(Succeed())
+		updateDeployment(ctx, ns, name, func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "nowhere"}
+		})
 	}
 
 	BeforeAll(func(ctx SpecContext) { h, ns, _ = scenario(ctx, "limits") })

@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -187,4 +188,18 @@ func watchReplicas(ctx context.Context, ns, name string, min int32) <-chan time.
 		}
 	}()
 	return ch
+}
+
+// updateDeployment changes a Deployment as a user's retrying client does: read, change, write, and
+// again on a conflict (the Deployment controller or KEDA may have written it in between).
+func updateDeployment(ctx context.Context, ns, name string, change func(*appsv1.Deployment)) {
+	GinkgoHelper()
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var d appsv1.Deployment
+		if err := f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &d); err != nil {
+			return err
+		}
+		change(&d)
+		return f.Client.Update(ctx, &d)
+	})).To(Succeed(), "updating Deployment %s/%s", ns, name)
 }

@@ -170,10 +170,7 @@ var _ = Describe("The local cluster", Ordered, func() {
 		}).WithContext(ctx).Should(Succeed())
 
 		By("removing the pods the trigger counts")
-		var web appsv1.Deployment
-		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &web)).To(Succeed())
-		web.Spec.Replicas = ptr.To[int32](0)
-		Expect(f.Client.Update(ctx, &web)).To(Succeed())
+		updateDeployment(ctx, ns, "web", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) })
 		Eventually(func(g Gomega) {
 			var d appsv1.Deployment
 			g.Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "scaled"}, &d)).To(Succeed())

@@ -10,7 +10,6 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
@@ -32,11 +31,10 @@ var _ = Describe("Zone-aware routing", Ordered, func() {
 			s.Replicas.Min = ptr.To[int32](1)
 			s.Replicas.Max = ptr.To[int32](1)
 		})
-		var d appsv1.Deployment
-		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, &d)).To(Succeed())
-		d.Spec.Template.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "zone-b"}
-		d.Spec.Template.Spec.TopologySpreadConstraints = nil
-		Expect(f.Client.Update(ctx, &d)).To(Succeed())
+		updateDeployment(ctx, ns, "app", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "zone-b"}
+			d.Spec.Template.Spec.TopologySpreadConstraints = nil
+		})
 		zoneA, _ := f.SampleApp(ns, "app-a", 1)
 		zoneA.Spec.Selector.MatchLabels = map[string]string{"app": "app", "pin": "zone-a"}
 		zoneA.Spec.Template.Labels = map[string]string{"app": "app", "pin": "zone-a"}
@@ -71,10 +69,7 @@ var _ = Describe("Zone-aware routing", Ordered, func() {
 	})
 
 	It("falls back to another zone when its own has no ready pod", func(ctx SpecContext) {
-		var d appsv1.Deployment
-		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app-a"}, &d)).To(Succeed())
-		d.Spec.Replicas = ptr.To[int32](0)
-		Expect(f.Client.Update(ctx, &d)).To(Succeed())
+		updateDeployment(ctx, ns, "app-a", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) })
 		Eventually(func() map[string]int { return zonesOf(ctx, 0, 20) }).WithContext(ctx).
 			Should(Equal(map[string]int{"zone-b": 20}))
 	})
