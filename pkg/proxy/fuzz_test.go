@@ -1,0 +1,344 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// Differential fuzz targets: each hand-written HTTP/1.1 parser or writer against net/http. `make
+// test` runs them on their seeds (testdata/fuzz/<FuzzName>/ and the f.Add calls below); `make
+// fuzz` runs them for longer (see docs/development.md).
+
+// fuzzClientIP is the client address the raw path appends to X-Forwarded-For; refConn's.
+const fuzzClientIP = "192.0.2.1"
+
+// screenedHead returns the header block the fast path's screen would look at, or nil when the
+// screen hands the connection to net/http without looking (no CRLF CRLF in the read buffer).
+func screenedHead(in []byte) []byte {
+	end := headerEnd(in)
+	if end < 0 || end > h1ReadBuffer {
+		return nil
+	}
+	return in[:end]
+}
+
+// FuzzFastRequest: when the screen (fastRequest) passes a head, net/http's server must accept it
+// as a body-less HTTP/1.1 request; when the raw path's parser (rawRequest.parse) takes it too, it
+// must see the same method, target, Host, header fields and keep-alive as net/http's handler does.
+func FuzzFastRequest(f *testing.F) {
+	for _, s := range requestSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		block := screenedHead(in)
+		if block == nil || !fastRequest(block) {
+			return // net/http reads it: nothing of ours to compare
+		}
+		ref := refRequest(block)
+		if ref == nil {
+			t.Fatalf("fastRequest accepts %q; net/http's server rejects it", block)
+		}
+		if ref.Proto != "HTTP/1.1" || ref.ContentLength != 0 || len(ref.TransferEncoding) > 0 {
+			t.Fatalf("fastRequest accepts %q; net/http reads %s with Content-Length %d, Transfer-Encoding %q",
+				block, ref.Proto, ref.ContentLength, ref.TransferEncoding)
+		}
+		rq := new(rawRequest)
+		if !rq.parse(string(block)) {
+			return // left to the general path, which uses net/http's parser
+		}
+		got := &seenRequest{
+			Method: rq.method, RequestURI: rq.target, Proto: "HTTP/1.1", Host: rq.host,
+			Header: http.Header{}, TransferEncoding: ref.TransferEncoding, Close: rq.close,
+		}
+		for _, h := range rq.headers {
+			if !asciiEqualFold(h.name, "Host") {
+				k := http.CanonicalHeaderKey(h.name)
+				got.Header[k] = append(got.Header[k], h.value)
+			}
+		}
+		if rq.noCache { // net/http's parser adds it; the raw path adds it to what it writes
+			got.Header["Cache-Control"] = []string{"no-cache"}
+		}
+		if d := cmp.Diff(ref, got); d != "" {
+			t.Fatalf("rawRequest.parse(%q) differs from net/http (-net/http +raw):\n%s", block, d)
+		}
+	})
+}
+
+// FuzzRawRequestWrite: the head the raw path writes upstream (rawRequest.write), read by
+// http.ReadRequest, must be the request the general path (the ReverseProxy with the interceptor's
+// rewrite, written by Request.Write) sends for the same client head: method, target, Host, header
+// fields (hop-by-hop removed, X-Forwarded-* set), body framing.
+func FuzzRawRequestWrite(f *testing.F) {
+	for _, s := range requestSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		block := screenedHead(in)
+		if block == nil || !fastRequest(block) {
+			return
+		}
+		rq := new(rawRequest)
+		if !rq.parse(string(block)) {
+			return
+		}
+		var out bytes.Buffer
+		rq.write(&out, fuzzClientIP)
+		br := bufio.NewReader(bytes.NewReader(out.Bytes()))
+		up, err := http.ReadRequest(br)
+		if err != nil {
+			t.Fatalf("the raw path writes %q for %q; net/http cannot read it: %v", out.Bytes(), block, err)
+		}
+		if br.Buffered() > 0 {
+			t.Fatalf("the raw path writes %q for %q: %d bytes after the head", out.Bytes(), block, br.Buffered())
+		}
+		got := seen(up)
+		want := refForwarded(t, block)
+		if want == nil {
+			t.Fatalf("the raw path forwards %q; net/http's server rejects it", block)
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Fatalf("for %q the raw path sends %q, which differs from the general path's (-general +raw):\n%s", block, out.Bytes(), d)
+		}
+	})
+}
+
+// refForwarded returns the request the general path sends upstream for head, as the upstream's
+// parser reads it, or nil when net/http's server rejects head.
+func refForwarded(t *testing.T, head []byte) *seenRequest {
+	var want *seenRequest
+	rp := (&Proxy{}).newReverseProxy()
+	rp.ModifyResponse = nil
+	rp.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		var b bytes.Buffer
+		if err := r.Write(&b); err != nil {
+			return nil, err
+		}
+		up, err := http.ReadRequest(bufio.NewReader(&b))
+		if err != nil {
+			return nil, err
+		}
+		want = seen(up)
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	})
+	var rpErr error
+	rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
+		rpErr = err
+		w.WriteHeader(http.StatusBadGateway)
+	}
+	accepted := false
+	refServe(head, func(w http.ResponseWriter, r *http.Request) {
+		if accepted {
+			return
+		}
+		accepted = true
+		r.URL.Host = "upstream.invalid" // RoundTrip's endpoint
+		rp.ServeHTTP(w, r)
+	})
+	if rpErr != nil {
+		t.Fatalf("the general path fails to forward %q: %v", head, rpErr)
+	}
+	if accepted && want == nil {
+		t.Fatalf("the general path sends nothing for %q", head)
+	}
+	return want
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// FuzzRawResponse: a response stream (head, body, and whatever follows) is relayed by rawRelay when
+// parseRawResponse takes its head. Then net/http's ReadResponse must accept the stream with the
+// same status and framing; the client must get the same header fields (hop-by-hop removed, Date
+// added) and body as net/http reads; and the upstream connection must be reused exactly when
+// net/http would find the next response on it (the body complete, no bytes left over, no close).
+func FuzzRawResponse(f *testing.F) {
+	for _, s := range responseSeeds {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, in []byte, head bool) {
+		method := http.MethodGet
+		if head {
+			method = http.MethodHead
+		}
+		upC, upPeer := net.Pipe()
+		defer func() { _ = upPeer.Close() }()
+		tr := &h1Transport{now: time.Now, maxIdle: 1, idleTimeout: time.Hour, hosts: map[string]*hostPool{"up": {open: 1}}}
+		pc := &h1Conn{t: tr, addr: "up", c: upC, br: bufio.NewReaderSize(bytes.NewReader(in), h1ConnBuffer)}
+		headLen, err := readHeadLen(pc)
+		if err != nil || headLen == 0 {
+			_ = upC.Close()
+			return // incomplete, too large or bare LF: relayed by net/http
+		}
+		hb, _ := pc.br.Peek(headLen)
+		if _, ok := parseRawResponse(hb); !ok {
+			_ = upC.Close()
+			return // relayed by net/http
+		}
+
+		rbr := bufio.NewReader(bytes.NewReader(in))
+		ref, err := http.ReadResponse(rbr, &http.Request{Method: method})
+		if err != nil {
+			t.Fatalf("parseRawResponse accepts %q; net/http rejects it: %v", in, err)
+		}
+		if len(ref.TransferEncoding) > 0 || ref.ContentLength < 0 && method != http.MethodHead {
+			t.Fatalf("parseRawResponse accepts %q as Content-Length framed; net/http reads Transfer-Encoding %q, Content-Length %d",
+				in, ref.TransferEncoding, ref.ContentLength)
+		}
+		refBody, refErr := io.ReadAll(ref.Body)
+		rest, _ := io.ReadAll(rbr)
+		refReuse := refErr == nil && !ref.Close && len(rest) == 0
+
+		var out bytes.Buffer
+		sc := &h1ServerConn{s: &h1Server{}, bw: bufio.NewWriter(&out)}
+		rq := new(rawRequest)
+		if !rq.parse(method + " / HTTP/1.1\r\nHost: example.com\r\n\r\n") {
+			t.Fatal("the request does not parse")
+		}
+		code, keep := (&Proxy{fast: tr}).rawRelay(sc, rq, nil, pc, headLen)
+		_ = sc.bw.Flush()
+		reused := tr.hosts["up"] != nil && len(tr.hosts["up"].idle) == 1
+		if reused {
+			_ = upC.Close()
+		}
+		if code != ref.StatusCode {
+			t.Fatalf("for %q rawRelay records %d; net/http reads %d", in, code, ref.StatusCode)
+		}
+		if reused != refReuse {
+			t.Fatalf("for %q (%s) rawRelay reuses the upstream connection: %v; net/http would: %v (body error %v, %d bytes left, Close %v)",
+				in, method, reused, refReuse, refErr, len(rest), ref.Close)
+		}
+		if keep != (refErr == nil) {
+			t.Fatalf("for %q rawRelay keeps the client connection: %v; net/http reads the body with error %v", in, keep, refErr)
+		}
+
+		cbr := bufio.NewReader(&out)
+		cl, err := http.ReadResponse(cbr, &http.Request{Method: method})
+		if err != nil {
+			t.Fatalf("for %q rawRelay writes %q, which net/http cannot read: %v", in, out.Bytes(), err)
+		}
+		clBody, clErr := io.ReadAll(cl.Body)
+		if refErr == nil && (clErr != nil || cbr.Buffered() > 0) {
+			t.Fatalf("for %q rawRelay writes %q: body error %v, %d bytes after the response", in, out.Bytes(), clErr, cbr.Buffered())
+		}
+		if refErr != nil && clErr == nil {
+			t.Fatalf("for %q (body error %v) rawRelay writes %q, a complete response", in, refErr, out.Bytes())
+		}
+		if !bytes.Equal(clBody, refBody) {
+			t.Fatalf("for %q the client gets the body %q; net/http reads %q", in, clBody, refBody)
+		}
+		want := ref.Header.Clone()
+		for _, k := range hopHeaders {
+			delete(want, k)
+		}
+		if _, ok := want["Date"]; !ok {
+			want["Date"] = cl.Header["Date"]
+		}
+		if cl.StatusCode != ref.StatusCode || cl.Status != ref.Status {
+			t.Fatalf("for %q the client gets %q; net/http reads %q", in, cl.Status, ref.Status)
+		}
+		if d := cmp.Diff(want, cl.Header); d != "" {
+			t.Fatalf("for %q the client gets other header fields than net/http reads (-net/http +client):\n%s", in, d)
+		}
+	})
+}
+
+// FuzzResponseWriter: a handler's response written by h1Response (the fast path's writer, which
+// also relays every response the raw path does not pass on itself: chunked, close-delimited, with
+// trailers) must reach a client as what net/http's server writes for the same handler: status,
+// body and trailers, framed so that the client finds the end (chunked or Content-Length).
+func FuzzResponseWriter(f *testing.F) {
+	f.Add([]byte("hello, world"), []byte{3, 0, 5}, "v", false, false)
+	f.Add([]byte("hello, world"), []byte{}, "", true, false)
+	f.Add(bytes.Repeat([]byte("x"), 5000), []byte{255, 1}, "a\r\nb", false, true)
+	f.Add([]byte("0\r\n\r\n"), []byte{1, 1, 1}, "0", false, false)
+	f.Add([]byte(""), []byte{}, "t", false, true)
+	f.Fuzz(func(t *testing.T, body, cuts []byte, trailer string, declare, flush bool) {
+		handle := func(w http.ResponseWriter) {
+			h := w.Header()
+			h.Set("Content-Type", "application/octet-stream") // no sniffing on either side
+			h.Set("Trailer", "X-Fuzz-Trailer")
+			if declare {
+				h.Set("Content-Length", strconv.Itoa(len(body)))
+			}
+			rest := body
+			for _, c := range cuts {
+				n := min(int(c), len(rest))
+				_, _ = w.Write(rest[:n])
+				rest = rest[n:]
+				if flush {
+					w.(http.Flusher).Flush()
+				}
+			}
+			_, _ = w.Write(rest)
+			h.Set("X-Fuzz-Trailer", trailer)
+		}
+		const req = "GET / HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"
+		refOut := refServe([]byte(req), func(w http.ResponseWriter, _ *http.Request) { handle(w) })
+
+		var out bytes.Buffer
+		sc := &h1ServerConn{s: &h1Server{}, bw: bufio.NewWriter(&out)}
+		w := new(h1Response)
+		w.reset(sc, &http.Request{Method: http.MethodGet, Close: true})
+		handle(w)
+		w.end(true)
+
+		want, wantErr := readAll(refOut)
+		got, gotErr := readAll(out.Bytes())
+		if (wantErr == nil) != (gotErr == nil) {
+			t.Fatalf("net/http writes %q (read: %v); h1Response writes %q (read: %v)", refOut, wantErr, out.Bytes(), gotErr)
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Fatalf("net/http writes %q; h1Response writes %q (-net/http +h1Response):\n%s", refOut, out.Bytes(), d)
+		}
+	})
+}
+
+// readResult is what a client reads of one response.
+type readResult struct {
+	Status  string
+	Body    string
+	Trailer http.Header
+	Left    int // bytes after the response
+}
+
+func readAll(b []byte) (*readResult, error) {
+	br := bufio.NewReader(bytes.NewReader(b))
+	res, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, err
+	}
+	if res.ContentLength < 0 && len(res.TransferEncoding) == 0 {
+		return nil, errors.New("close-delimited: a keep-alive client could not find the end")
+	}
+	return &readResult{Status: res.Status, Body: string(body), Trailer: res.Trailer, Left: br.Buffered()}, nil
+}
+
+// Seeds every run starts from; testdata/fuzz/<FuzzName>/ holds the rest (smuggling shapes, odd
+// framing, inputs the fuzzer found).
+var requestSeeds = []string{
+	"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n",
+	"GET /a/b?c=d&e HTTP/1.1\r\nHost: example.com:8080\r\nUser-Agent: x\r\nConnection: close\r\n\r\n",
+	"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nX-Forwarded-For: 10.0.0.1\r\nTe: trailers\r\n\r\n",
+}
+
+var responseSeeds = []string{
+	"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+	"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabcdef",
+	"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nKeep-Alive: timeout=5\r\n\r\nshort",
+}
