@@ -65,6 +65,11 @@ func FuzzFastRequest(f *testing.F) {
 				got.Header[k] = append(got.Header[k], h.value)
 			}
 		}
+		// net/http keeps one of several equal Content-Length values; the raw path drops the lines
+		// (it writes its own, see FuzzRawRequestWrite) and fastRequest lets only "0" through.
+		if cl := got.Header["Content-Length"]; len(cl) > 1 {
+			got.Header["Content-Length"] = cl[:1]
+		}
 		if rq.noCache { // net/http's parser adds it; the raw path adds it to what it writes
 			got.Header["Cache-Control"] = []string{"no-cache"}
 		}
@@ -116,6 +121,7 @@ func FuzzRawRequestWrite(f *testing.F) {
 // parser reads it, or nil when net/http's server rejects head.
 func refForwarded(t *testing.T, head []byte) *seenRequest {
 	var want *seenRequest
+	var target string
 	rp := (&Proxy{}).newReverseProxy()
 	rp.ModifyResponse = nil
 	rp.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
@@ -142,6 +148,7 @@ func refForwarded(t *testing.T, head []byte) *seenRequest {
 		}
 		accepted = true
 		r.URL.Host = "upstream.invalid" // RoundTrip's endpoint
+		target = r.RequestURI
 		rp.ServeHTTP(w, r)
 	})
 	if rpErr != nil {
@@ -149,6 +156,11 @@ func refForwarded(t *testing.T, head []byte) *seenRequest {
 	}
 	if accepted && want == nil {
 		t.Fatalf("the general path sends nothing for %q", head)
+	}
+	if want != nil {
+		// The target goes upstream as the client sent it (forwardDirect and the raw path), where
+		// the ReverseProxy re-encodes a query it cannot parse ("/?a=%zz&b=\xff" → "/?b=%FF").
+		want.RequestURI = target
 	}
 	return want
 }
