@@ -21,39 +21,57 @@ import (
 // fuzzClientIP is the client address the raw path appends to X-Forwarded-For; refConn's.
 const fuzzClientIP = "192.0.2.1"
 
-// screenedHead returns the header block the fast path's screen would look at, or nil when the
-// screen hands the connection to net/http without looking (no CRLF CRLF in the read buffer).
-func screenedHead(in []byte) []byte {
+// fastHead returns the header block at the start of in when the fast path's screen passes it, or
+// nil when net/http reads the request (no CRLF CRLF in the read buffer, or refused by fastRequest).
+func fastHead(in []byte) []byte {
 	end := headerEnd(in)
-	if end < 0 || end > h1ReadBuffer {
+	if end < 0 || end > h1ReadBuffer || !fastRequest(in[:end]) {
 		return nil
 	}
 	return in[:end]
 }
 
-// FuzzFastRequest: when the screen (fastRequest) passes a head, net/http's server must accept it
-// as a body-less HTTP/1.1 request; when the raw path's parser (rawRequest.parse) takes it too, it
-// must see the same method, target, Host, header fields and keep-alive as net/http's handler does.
-func FuzzFastRequest(f *testing.F) {
+func addRequestSeeds(f *testing.F) {
 	for _, s := range requestSeeds {
 		f.Add([]byte(s))
 	}
+}
+
+// FuzzFastRequest: a head the screen (fastRequest) passes is served by the raw path when its parser
+// (rawRequest.parse) takes it, else parsed by http.ReadRequest, whose error is answered 400 (see
+// serveOne). So: a head net/http's server rejects must be declined by the parser and rejected by
+// http.ReadRequest; a head it accepts must be a body-less HTTP/1.1 request that http.ReadRequest
+// accepts too, and one the parser takes must give the same method, target, Host, header fields and
+// keep-alive as net/http's handler sees.
+func FuzzFastRequest(f *testing.F) {
+	addRequestSeeds(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
-		block := screenedHead(in)
-		if block == nil || !fastRequest(block) {
+		block := fastHead(in)
+		if block == nil {
 			return // net/http reads it: nothing of ours to compare
 		}
 		ref := refRequest(block)
+		rq := new(rawRequest)
+		raw := rq.parse(string(block))
+		_, readErr := http.ReadRequest(bufio.NewReader(bytes.NewReader(block)))
 		if ref == nil {
-			t.Fatalf("fastRequest accepts %q; net/http's server rejects it", block)
+			if raw {
+				t.Fatalf("the raw path takes %q; net/http's server rejects it", block)
+			}
+			if readErr == nil {
+				t.Fatalf("the fast path serves %q; net/http's server rejects it", block)
+			}
+			return // answered 400 by both
+		}
+		if !raw && readErr != nil {
+			t.Fatalf("the fast path answers 400 to %q (%v); net/http's server accepts it", block, readErr)
 		}
 		if ref.Proto != "HTTP/1.1" || ref.ContentLength != 0 || len(ref.TransferEncoding) > 0 {
 			t.Fatalf("fastRequest accepts %q; net/http reads %s with Content-Length %d, Transfer-Encoding %q",
 				block, ref.Proto, ref.ContentLength, ref.TransferEncoding)
 		}
-		rq := new(rawRequest)
-		if !rq.parse(string(block)) {
-			return // left to the general path, which uses net/http's parser
+		if !raw {
+			return // served from http.ReadRequest's request
 		}
 		got := &seenRequest{
 			Method: rq.method, RequestURI: rq.target, Proto: "HTTP/1.1", Host: rq.host,
@@ -84,12 +102,10 @@ func FuzzFastRequest(f *testing.F) {
 // rewrite, written by Request.Write) sends for the same client head: method, target, Host, header
 // fields (hop-by-hop removed, X-Forwarded-* set), body framing.
 func FuzzRawRequestWrite(f *testing.F) {
-	for _, s := range requestSeeds {
-		f.Add([]byte(s))
-	}
+	addRequestSeeds(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
-		block := screenedHead(in)
-		if block == nil || !fastRequest(block) {
+		block := fastHead(in)
+		if block == nil {
 			return
 		}
 		rq := new(rawRequest)
