@@ -370,3 +370,108 @@ var responseSeeds = []string{
 	"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabcdef",
 	"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nKeep-Alive: timeout=5\r\n\r\nshort",
 }
+
+// FuzzRelayResponse: an upstream response that the raw path does not pass on itself (chunked with
+// trailers, close-delimited, 204/304, HTTP/1.0, ...) is read by http.ReadResponse and relayed by
+// relayResponse through h1Response. A client must read from it what it reads when net/http's server
+// relays the same upstream response with httputil.ReverseProxy: status, header fields, body,
+// trailers, and a broken upstream body as a broken response. Deliberate differences: no Content-Type
+// sniffing, and Date, Content-Length, Transfer-Encoding and Connection (the framing) may differ.
+func FuzzRelayResponse(f *testing.F) {
+	for _, s := range responseSeeds {
+		f.Add([]byte(s), false)
+	}
+	f.Add([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n5;a=b\r\nhello\r\n0\r\nX-T: v\r\n\r\n"), false)
+	f.Add([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel"), false)
+	f.Add([]byte("HTTP/1.0 200 OK\r\n\r\nuntil close"), true)
+	f.Fuzz(func(t *testing.T, in []byte, head bool) {
+		method := http.MethodGet
+		if head {
+			method = http.MethodHead
+		}
+		upstream := func() *http.Response {
+			res, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(in)), &http.Request{Method: method})
+			if err != nil || res.StatusCode < 200 {
+				return nil // both paths answer 502, or the transports skip 1xx
+			}
+			return res
+		}
+		if upstream() == nil {
+			return
+		}
+
+		rp := (&Proxy{}).newReverseProxy()
+		rp.ModifyResponse = nil
+		rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusBadGateway) }
+		rp.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			res := upstream()
+			res.Request = r
+			return res, nil
+		})
+		clientReq := method + " / HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"
+		refOut := refServe([]byte(clientReq), func(w http.ResponseWriter, r *http.Request) {
+			r.URL.Host = "upstream.invalid"
+			rp.ServeHTTP(w, r)
+		})
+
+		var out bytes.Buffer
+		sc := &h1ServerConn{s: &h1Server{}, bw: bufio.NewWriter(&out)}
+		req := &http.Request{Method: method, Host: "example.com", Close: true, ProtoMajor: 1, ProtoMinor: 1}
+		w := new(h1Response)
+		w.reset(sc, req)
+		res := upstream()
+		res.Request = req
+		func() {
+			defer func() {
+				if v := recover(); v != nil && v != http.ErrAbortHandler { //nolint:errorlint // sentinel value
+					panic(v)
+				} else if v != nil {
+					_ = sc.bw.Flush() // what was written before the abort; the connection closes
+				}
+			}()
+			if err := (&Proxy{}).relayResponse(w, req, res); err != nil {
+				t.Fatalf("relayResponse refuses %q: %v", in, err)
+			}
+			w.end(true)
+		}()
+
+		want, wantErr := readRelayed(refOut, method)
+		got, gotErr := readRelayed(out.Bytes(), method)
+		if (wantErr == nil) != (gotErr == nil) {
+			t.Fatalf("for %q net/http relays %q (read: %v); h1Response writes %q (read: %v)", in, refOut, wantErr, out.Bytes(), gotErr)
+		}
+		if wantErr != nil {
+			return
+		}
+		if _, ok := res.Header["Content-Type"]; !ok {
+			delete(want.Header, "Content-Type") // net/http sniffs one
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Fatalf("for %q net/http relays %q; h1Response writes %q (-net/http +h1Response):\n%s", in, refOut, out.Bytes(), d)
+		}
+	})
+}
+
+// relayed is what a client reads of a relayed response, framing aside.
+type relayed struct {
+	Status  string
+	Header  http.Header
+	Body    string
+	Trailer http.Header
+}
+
+func readRelayed(b []byte, method string) (*relayed, error) {
+	res, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b)), &http.Request{Method: method})
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, err
+	}
+	h := res.Header.Clone()
+	for _, k := range []string{"Date", "Content-Length", "Transfer-Encoding", "Connection"} {
+		delete(h, k)
+	}
+	return &relayed{Status: res.Status, Header: h, Body: string(body), Trailer: res.Trailer}, nil
+}
