@@ -815,7 +815,7 @@ func (w *h1Response) sendHead(final bool) {
 				}
 			}
 		}
-	} else {
+	} else if w.req.Method != http.MethodHead { // a HEAD answer announces what a GET would send, as net/http's does
 		h.Del("Trailer")
 	}
 	if w.req.Close || w.sc.s.shuttingDown() || anyHasToken(h["Connection"], "close") {
