@@ -91,6 +91,17 @@ unit: ## Unit and envtest suites (real kube-apiserver + etcd, built on first use
 .PHONY: test
 test: verify-generated vet build unit e2e ## Everything: generated-file drift, vet, build, unit + envtest, e2e (root).
 
+# The differential fuzz targets of the HTTP/1.1 fast path (pkg/proxy/fuzz_test.go); `make unit` runs
+# them on their seed corpora only.
+FUZZTIME ?= 2m
+FUZZ_TARGETS := FuzzFastRequest FuzzRawRequestWrite FuzzRawResponse FuzzResponseWriter FuzzRelayResponse
+
+.PHONY: fuzz
+fuzz: ## Fuzz the fast path's HTTP/1.1 parsers and writers against net/http, FUZZTIME (2m) per target.
+	for t in $(FUZZ_TARGETS); do \
+		$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./pkg/proxy/ || exit 1; \
+	done
+
 .PHONY: e2e
 e2e: build ## End-to-end suite on a local control plane in a network namespace, then the real-node check (root; tools built on first use).
 	$(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e -ginkgo.v

@@ -852,7 +852,7 @@ func (w *h1Response) sendHead(final bool) {
 				}
 			}
 		}
-	} else {
+	} else if w.req.Method != http.MethodHead { // a HEAD answer announces what a GET would send, as net/http's does
 		h.Del("Trailer")
 	}
 	if w.req.Close || w.sc.s.shuttingDown() || anyHasToken(h["Connection"], "close") {
@@ -862,7 +862,12 @@ func (w *h1Response) sendHead(final bool) {
 	_, _ = bw.WriteString("HTTP/1.1 ")
 	_, _ = bw.WriteString(strconv.Itoa(w.status))
 	_ = bw.WriteByte(' ')
-	_, _ = bw.WriteString(http.StatusText(w.status))
+	if text := http.StatusText(w.status); text != "" {
+		_, _ = bw.WriteString(text)
+	} else { // net/http's reason phrase for a code it does not know
+		_, _ = bw.WriteString("status code ")
+		_, _ = bw.WriteString(strconv.Itoa(w.status))
+	}
 	_, _ = bw.WriteString("\r\n")
 	for k, vs := range h {
 		if len(k) > 0 && (k[0] == 'C' && k == "Connection" || k == "Transfer-Encoding" || hasPrefix(k, http.TrailerPrefix)) {
