@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"net"
 	"net/http"
@@ -202,7 +203,11 @@ func FuzzRawResponse(f *testing.F) {
 		}
 		upC, upPeer := net.Pipe()
 		defer func() { _ = upPeer.Close() }()
-		tr := &h1Transport{now: time.Now, maxIdle: 1, idleTimeout: time.Hour, hosts: map[string]*hostPool{"up": {open: 1}}}
+		tr := &h1Transport{now: time.Now, maxIdle: 1, idleTimeout: time.Hour, hosts: map[string]*hostPool{"up": {open: 1}},
+			discarded: discardCounters{
+				leftover:    prometheus.NewCounter(prometheus.CounterOpts{Name: "leftover"}),
+				unsolicited: prometheus.NewCounter(prometheus.CounterOpts{Name: "unsolicited"}),
+			}}
 		pc := &h1Conn{t: tr, addr: "up", c: upC, br: bufio.NewReaderSize(bytes.NewReader(in), h1ConnBuffer)}
 		headLen, err := readHeadLen(pc)
 		if err != nil || headLen == 0 {
