@@ -22,6 +22,7 @@ import (
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/schedule"
+	"github.com/httpscale/httpscale/pkg/appkey"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
@@ -66,7 +67,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// its grace period and releases the leader lease.
 		return ctrl.Result{}, nil
 	}
-	key := req.Namespace + "/" + req.Name
+	key := appkey.New(req.Namespace, req.Name).String()
 	hso := &v1.HTTPScaledObject{}
 	if err := r.Client.Get(ctx, req.NamespacedName, hso); err != nil {
 		if apierrors.IsNotFound(err) {
