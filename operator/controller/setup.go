@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/operator/schedule"
+	"github.com/httpscale/httpscale/operator/scheduler"
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/appkey"
 	"github.com/httpscale/httpscale/pkg/routing"
@@ -74,7 +74,7 @@ type Options struct {
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
 	// Schedules runs spec.schedules in every reconcile; nil disables scheduled scaling.
-	Schedules *schedule.Scheduler
+	Schedules *scheduler.Scheduler
 }
 
 // CacheOptions narrows the manager's cache to what the operator reads: HTTPScaledObjects and the
