@@ -16,7 +16,7 @@ import (
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/controller"
-	"github.com/httpscale/httpscale/operator/schedule"
+	"github.com/httpscale/httpscale/operator/scheduler"
 	"github.com/httpscale/httpscale/operator/webhook"
 	"github.com/httpscale/httpscale/pkg/component"
 	"github.com/httpscale/httpscale/pkg/config"
@@ -65,7 +65,7 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 				return err
 			}
 			opts := options(cfg)
-			opts.Schedules = schedule.NewScheduler(mgr.GetClient(), cfg.Schedules, mgr.GetEventRecorder("httpscale-operator"), log)
+			opts.Schedules = scheduler.New(mgr.GetClient(), cfg.Schedules, mgr.GetEventRecorder("httpscale-operator"), log)
 			_, err := controller.Setup(mgr, opts, log)
 			return err
 		},

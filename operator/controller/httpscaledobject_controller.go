@@ -21,7 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/operator/schedule"
+	"github.com/httpscale/httpscale/operator/scheduler"
+	"github.com/httpscale/httpscale/pkg/appkey"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
@@ -54,7 +55,7 @@ type Reconciler struct {
 	Prober        *Prober
 	ScalerAddress string
 	// Schedules runs spec.schedules; nil disables scheduled scaling.
-	Schedules *schedule.Scheduler
+	Schedules *scheduler.Scheduler
 	Log       logr.Logger
 }
 
@@ -66,7 +67,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// its grace period and releases the leader lease.
 		return ctrl.Result{}, nil
 	}
-	key := req.Namespace + "/" + req.Name
+	key := appkey.New(req.Namespace, req.Name).String()
 	hso := &v1.HTTPScaledObject{}
 	if err := r.Client.Get(ctx, req.NamespacedName, hso); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -109,7 +110,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	hso.Status.TargetWorkload = hso.Spec.ScaleTargetRef.Kind + "/" + hso.Spec.ScaleTargetRef.Name
 
-	var sched schedule.Outcome
+	var sched scheduler.Outcome
 	if r.Schedules != nil {
 		if sched, err = r.Schedules.Reconcile(ctx, hso); err != nil {
 			return ctrl.Result{}, fmt.Errorf("running schedules of %s: %w", key, err)
@@ -202,7 +203,7 @@ func (r *Reconciler) service(ctx context.Context, namespace, name, field, reason
 // syncScaledObject creates or updates the KEDA ScaledObject, or removes ours when the user owns it.
 // While the object is invalid its ScaledObject is neither created nor changed: a typo in a Service
 // name must not hand a running app to an autoscaler that sees no traffic for it.
-func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObject, valid bool, sched schedule.Outcome) error {
+func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObject, valid bool, sched scheduler.Outcome) error {
 	existing := &kedav1alpha1.ScaledObject{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(hso), existing)
 	if err != nil && !apierrors.IsNotFound(err) {

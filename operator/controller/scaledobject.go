@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/pkg/appkey"
 	rules "github.com/httpscale/httpscale/pkg/schedule"
 	"github.com/httpscale/httpscale/pkg/trigger"
 )
@@ -29,7 +30,7 @@ const (
 // scaler never reads the HTTPScaledObject itself. With no scalingMetric it scales on a concurrency of
 // 100, the API's default.
 func TriggerMetadata(hso *v1.HTTPScaledObject) trigger.Metadata {
-	m := trigger.Metadata{App: hso.Namespace + "/" + hso.Name}
+	m := trigger.Metadata{App: appkey.New(hso.Namespace, hso.Name).String()}
 	sm := hso.Spec.ScalingMetric
 	if sm == nil || (sm.Concurrency == nil && sm.RequestRate == nil) {
 		m.ConcurrencyTarget = defaultConcurrencyTarget

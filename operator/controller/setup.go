@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,8 +30,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/operator/schedule"
+	"github.com/httpscale/httpscale/operator/scheduler"
 	"github.com/httpscale/httpscale/pkg/admin"
+	"github.com/httpscale/httpscale/pkg/appkey"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
@@ -74,7 +74,7 @@ type Options struct {
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
 	// Schedules runs spec.schedules in every reconcile; nil disables scheduled scaling.
-	Schedules *schedule.Scheduler
+	Schedules *scheduler.Scheduler
 }
 
 // CacheOptions narrows the manager's cache to what the operator reads: HTTPScaledObjects and the
@@ -136,7 +136,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		}
 		all := make([]string, len(list.Items))
 		for i := range list.Items {
-			all[i] = list.Items[i].Namespace + "/" + list.Items[i].Name
+			all[i] = appkey.New(list.Items[i].Namespace, list.Items[i].Name).String()
 		}
 		keys.Enqueue(all)
 	}
@@ -245,7 +245,7 @@ func byIndex(c client.Client, index string, value func(string) string, forget fu
 		for i := range list.Items {
 			key := types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}
 			if forget != nil {
-				forget(key.String())
+				forget(appkey.New(key.Namespace, key.Name).String())
 			}
 			reqs[i] = reconcile.Request{NamespacedName: key}
 		}
@@ -269,7 +269,9 @@ func (s *keySource) Start(_ context.Context, q workqueue.TypedRateLimitingInterf
 	defer s.mu.Unlock()
 	s.queue = q
 	for _, k := range s.pending {
-		q.Add(request(k))
+		if r, ok := request(k); ok {
+			q.Add(r)
+		}
 	}
 	s.pending = nil
 	return nil
@@ -284,13 +286,20 @@ func (s *keySource) Enqueue(keys []string) {
 		return
 	}
 	for _, k := range keys {
-		s.queue.Add(request(k))
+		if r, ok := request(k); ok {
+			s.queue.Add(r)
+		}
 	}
 }
 
 func (s *keySource) String() string { return "routing-table and propagation changes" }
 
-func request(key string) reconcile.Request {
-	ns, name, _ := strings.Cut(key, "/")
-	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}
+// request turns an app key into a reconcile request. Every key comes from appkey.Key.String of an
+// object's namespace and name, so it parses; one that does not would name no object and is dropped.
+func request(key string) (reconcile.Request, bool) {
+	k, err := appkey.Parse(key)
+	if err != nil {
+		return reconcile.Request{}, false
+	}
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: k.Namespace, Name: k.Name}}, true
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/pkg/appkey"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
@@ -257,7 +258,7 @@ func (w *TableWriter) seed(ctx context.Context) error {
 		}
 		for i := range list.Items {
 			o := &list.Items[i]
-			existing[o.Namespace+"/"+o.Name] = o
+			existing[appkey.New(o.Namespace, o.Name).String()] = o
 		}
 	}
 	table, err := w.readCurrent(ctx)

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/pkg/appkey"
 )
 
 // TargetChecker verifies that a scale target exists and has a /scale subresource, for any kind.
@@ -81,7 +82,7 @@ type checkResult struct {
 // Check returns nil when hso's scale target can be scaled, an *invalidError when the user must fix
 // something, or another error for transient failures.
 func (c *TargetChecker) Check(ctx context.Context, hso *v1.HTTPScaledObject) error {
-	key := hso.Namespace + "/" + hso.Name
+	key := appkey.New(hso.Namespace, hso.Name).String()
 	now := c.Now()
 	c.mu.Lock()
 	if r, ok := c.results[key]; ok && r.generation == hso.Generation && now.Sub(r.at) < c.TTL {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/pkg/appkey"
 )
 
 // PeerGroupKind is the kind Convert reads.
@@ -67,7 +68,7 @@ func IsPeer(obj *unstructured.Unstructured) bool {
 func Convert(obj *unstructured.Unstructured, opts Options) (*v1.HTTPScaledObject, []Warning, error) {
 	id := obj.GetName()
 	if ns := obj.GetNamespace(); ns != "" {
-		id = ns + "/" + id
+		id = appkey.New(ns, id).String()
 	}
 	gvk := obj.GroupVersionKind()
 	if gvk.GroupKind() != PeerGroupKind || gvk.Version != PeerVersion {

@@ -8,6 +8,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/httpscale/httpscale/pkg/appkey"
 )
 
 // Protocols an Entry or Backend can speak to its upstream.
@@ -112,7 +114,7 @@ type Placeholder struct {
 }
 
 // Key returns "namespace/name", the entry's identity in a Table.
-func (e *Entry) Key() string { return e.Namespace + "/" + e.Name }
+func (e *Entry) Key() string { return appkey.New(e.Namespace, e.Name).String() }
 
 // Target returns the entry's destination as a Backend, so callers can treat it and a fallback alike.
 func (e *Entry) Target() Backend {

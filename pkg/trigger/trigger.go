@@ -7,8 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/httpscale/httpscale/pkg/appkey"
 )
 
 // Type is the KEDA trigger type the operator writes.
@@ -95,8 +96,7 @@ func Parse(md map[string]string) (Metadata, error) {
 	}
 	if !m.Fleet {
 		m.App = md[KeyHTTPScaledObject]
-		ns, name, ok := strings.Cut(m.App, "/")
-		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		if _, err := appkey.Parse(m.App); err != nil {
 			errs = append(errs, fmt.Errorf("%s: want namespace/name of an HTTPScaledObject, got %q", KeyHTTPScaledObject, m.App))
 		}
 	}

@@ -1,4 +1,4 @@
-package schedule_test
+package scheduler_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/operator/schedule"
+	"github.com/httpscale/httpscale/operator/scheduler"
 	rules "github.com/httpscale/httpscale/pkg/schedule"
 )
 
@@ -29,7 +29,7 @@ var _ = Describe("Wake-up at the next execution", func() {
 		ns := newNamespace(ctx)
 		hso := app(ns, "ticker", v1.ScheduleRule{Name: "every-minute", Schedule: "* * * * *", TargetMinReplicas: ptr.To[int32](6)})
 		key := client.ObjectKeyFromObject(hso)
-		s := &schedule.Scheduler{Client: k8s, Now: now, Options: rules.Options{Location: time.UTC, StartingDeadline: time.Minute}, Log: logr.Discard()}
+		s := &scheduler.Scheduler{Client: k8s, Now: now, Options: rules.Options{Location: time.UTC, StartingDeadline: time.Minute}, Log: logr.Discard()}
 
 		mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: k8s.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 		Expect(err).NotTo(HaveOccurred())

@@ -1,4 +1,4 @@
-package schedule_test
+package scheduler_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/operator/schedule"
+	"github.com/httpscale/httpscale/operator/scheduler"
 	rules "github.com/httpscale/httpscale/pkg/schedule"
 )
 
@@ -64,7 +64,7 @@ func kedaObject(ns, name, target string, minR, maxR int32) *kedav1alpha1.ScaledO
 // reconcile does what the operator's reconciler does with a Scheduler: run the step, build the generated
 // ScaledObject from spec.replicas with the schedule's bounds on top (unless the user owns it), and write
 // status. It returns the requeue delay.
-func reconcile(ctx context.Context, s *schedule.Scheduler, key client.ObjectKey) time.Duration {
+func reconcile(ctx context.Context, s *scheduler.Scheduler, key client.ObjectKey) time.Duration {
 	hso := &v1.HTTPScaledObject{}
 	Expect(k8s.Get(ctx, key, hso)).To(Succeed())
 	orig := hso.DeepCopy()
@@ -112,7 +112,7 @@ var _ = Describe("Scheduled scaling", func() {
 		Expect(k8s.Create(ctx, hso)).To(Succeed())
 		key := client.ObjectKeyFromObject(hso)
 		clk := &clock{now: at("2026-05-04T05:00:00Z")} // Monday 07:00 in Berlin
-		s := &schedule.Scheduler{Client: k8s, Now: clk.Now, Options: opts, Log: logr.Discard()}
+		s := &scheduler.Scheduler{Client: k8s, Now: clk.Now, Options: opts, Log: logr.Discard()}
 
 		By("before any rule fired, spec.replicas applies")
 		Expect(reconcile(ctx, s, key)).To(Equal(time.Hour))
@@ -144,7 +144,7 @@ var _ = Describe("Scheduled scaling", func() {
 		Expect([]int32{minR, maxR}).To(Equal([]int32{0, 10}))
 
 		By("after an outage the operator catches up on the missed 08:00 within the deadline")
-		restarted := &schedule.Scheduler{Client: k8s, Now: func() time.Time { return at("2026-05-05T06:40:00Z") }, Options: opts, Log: logr.Discard()}
+		restarted := &scheduler.Scheduler{Client: k8s, Now: func() time.Time { return at("2026-05-05T06:40:00Z") }, Options: opts, Log: logr.Discard()}
 		reconcile(ctx, restarted, key)
 		minR, maxR = bounds(ctx, key)
 		Expect([]int32{minR, maxR}).To(Equal([]int32{4, 20}))
@@ -154,7 +154,7 @@ var _ = Describe("Scheduled scaling", func() {
 		Expect(st[0].SuccessfulExecutions[0].ExecutionTime.Time).To(BeTemporally("==", at("2026-05-05T06:40:00Z")))
 
 		By("an outage beyond the deadline is recorded as missed and the bounds in force stay")
-		late := &schedule.Scheduler{Client: k8s, Now: func() time.Time { return at("2026-05-05T21:30:00Z") }, Options: opts, Log: logr.Discard()}
+		late := &scheduler.Scheduler{Client: k8s, Now: func() time.Time { return at("2026-05-05T21:30:00Z") }, Options: opts, Log: logr.Discard()}
 		reconcile(ctx, late, key)
 		minR, maxR = bounds(ctx, key)
 		Expect([]int32{minR, maxR}).To(Equal([]int32{4, 20}))
@@ -172,7 +172,7 @@ var _ = Describe("Scheduled scaling", func() {
 		Expect(k8s.Create(ctx, hso)).To(Succeed())
 		key := client.ObjectKeyFromObject(hso)
 		clk := &clock{now: at("2026-05-04T08:00:00Z")}
-		s := &schedule.Scheduler{Client: k8s, Now: clk.Now, Options: opts, Log: logr.Discard()}
+		s := &scheduler.Scheduler{Client: k8s, Now: clk.Now, Options: opts, Log: logr.Discard()}
 
 		Expect(reconcile(ctx, s, key)).To(Equal(30 * time.Minute))
 		clk.now = at("2026-05-04T08:30:01Z")
@@ -197,7 +197,7 @@ var _ = Describe("Scheduled scaling", func() {
 		Expect(k8s.Create(ctx, hso)).To(Succeed())
 		key := client.ObjectKeyFromObject(hso)
 		clk := &clock{now: at("2026-05-04T08:00:00Z")}
-		s := &schedule.Scheduler{Client: k8s, Now: clk.Now, Options: opts, Log: logr.Discard()}
+		s := &scheduler.Scheduler{Client: k8s, Now: clk.Now, Options: opts, Log: logr.Discard()}
 		reconcile(ctx, s, key)
 		clk.now = at("2026-05-04T08:30:00Z")
 		Expect(reconcile(ctx, s, key)).To(Equal(24 * time.Hour))

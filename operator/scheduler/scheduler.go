@@ -1,8 +1,8 @@
-// Package schedule runs an HTTPScaledObject's schedule rules inside the operator's reconcile: it decides
+// Package scheduler runs an HTTPScaledObject's schedule rules inside the operator's reconcile: it decides
 // which replica bounds apply now, maintains status.schedules, patches the user's own ScaledObject when a
 // rule fires on an object with the skip-scaledobject annotation, and says when to reconcile again (at
 // the next execution, not by polling).
-package schedule
+package scheduler
 
 import (
 	"context"
@@ -136,9 +136,9 @@ func describe(minReplicas, maxReplicas *int32) string {
 	return "no bounds"
 }
 
-// NewScheduler returns a Scheduler for the operator: the manager's client, the real clock, the
+// New returns a Scheduler for the operator: the manager's client, the real clock, the
 // operator's time zone for rules without one, and the configured starting deadline.
-func NewScheduler(c client.Client, cfg config.Schedules, recorder events.EventRecorder, log logr.Logger) *Scheduler {
+func New(c client.Client, cfg config.Schedules, recorder events.EventRecorder, log logr.Logger) *Scheduler {
 	deadline := cfg.StartingDeadline
 	if deadline <= 0 {
 		deadline = DefaultStartingDeadline
