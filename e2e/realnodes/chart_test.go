@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -100,10 +102,12 @@ func TestChartOnRealNodes(t *testing.T) {
 	readyTime := time.Since(t0)
 	checkOperatorHA(ctx, t, cfg)
 
-	coldStart := checkColdStart(ctx, t, cfg)
+	cs := checkColdStart(ctx, t, cfg)
 
-	t.Logf("timings: cluster up (real nodes, KEDA) %.1fs, image build %.1fs, push %.1fs, helm install -> all pods Ready %.1fs, cold start first request -> answered %s",
-		upTime.Seconds(), buildTime.Seconds(), pushTime.Seconds(), readyTime.Seconds(), coldStart.Round(time.Millisecond))
+	t.Logf("timings: cluster up (real nodes, KEDA) %.1fs, image build %.1fs, push %.1fs, helm install -> all pods Ready %.1fs, cold start first request -> answered %s, KEDA back to zero %s",
+		upTime.Seconds(), buildTime.Seconds(), pushTime.Seconds(), readyTime.Seconds(), cs.first.Round(time.Millisecond), cs.toZero.Round(time.Millisecond))
+	t.Logf("%d wakes from zero, request -> answered: p50 %s, p99 %s, max %s", len(cs.wakes),
+		percentile(cs.wakes, 50).Round(time.Millisecond), percentile(cs.wakes, 99).Round(time.Millisecond), slices.Max(cs.wakes).Round(time.Millisecond))
 }
 
 func chartAppVersion(t *testing.T) string {
@@ -293,19 +297,25 @@ spec:
   scaleTargetRef: {name: app, service: app, port: 80}
   schedules: [{name: never, schedule: "61 8 * * *", targetMinReplicas: 1}]
 `
-	// Only the webhook judges cron syntax (the CRD's schema cannot).
+	// Only the webhook judges cron syntax (the CRD's schema cannot); kubectl prints a webhook's
+	// Invalid denial by its causes, without the "admission webhook ... denied" prefix.
 	_, err = cfg.KubectlRun(ctx, bad, "apply", "-f", "-")
-	if err == nil || !strings.Contains(err.Error(), `admission webhook "httpscaledobjects.httpscale.dev" denied the request`) {
+	if err == nil || !strings.Contains(err.Error(), `schedule "61 8 * * *" is not a valid 5-field cron expression`) {
 		t.Errorf("an HTTPScaledObject with an invalid cron schedule: got %v, want a denial from the operator's webhook", err)
 	}
-	t.Logf("operator: leader %s; webhook denied an invalid object: %v", holder, err)
+	ca, err2 := cfg.KubectlRun(ctx, "", "get", "validatingwebhookconfiguration", "httpscale-operator-webhook", "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}")
+	if err2 != nil || len(ca) < 100 {
+		t.Errorf("webhook caBundle not patched by the operator: %q %v", ca, err2)
+	}
+	t.Logf("operator: leader %s; webhook (self-managed certificate) denied an invalid object: %v", holder, err)
 }
 
 const appHost = "chart.realnodes.test"
 
-// checkColdStart creates the sample app at zero replicas and an HTTPScaledObject for it, then sends one
-// request through the interceptor Service and returns how long it took to be answered.
-func checkColdStart(ctx context.Context, t *testing.T, cfg localcluster.Config) time.Duration {
+// checkColdStart creates the sample app at zero replicas and an HTTPScaledObject for it, sends one
+// request through the interceptor Service, waits for KEDA to scale the app back to zero, then wakes it
+// wakeCount more times.
+func checkColdStart(ctx context.Context, t *testing.T, cfg localcluster.Config) coldStarts {
 	bin := filepath.Join(t.TempDir(), "sampleapp")
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./e2e/sampleapp")
 	build.Dir, build.Env = repoRoot(), append(os.Environ(), "CGO_ENABLED=0")
@@ -338,7 +348,42 @@ func checkColdStart(ctx context.Context, t *testing.T, cfg localcluster.Config) 
 
 	client := cfg.HTTPClient()
 	client.Timeout = 2 * time.Minute
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:8080/hello", proxyIP), nil)
+	url := fmt.Sprintf("http://%s:8080/hello", proxyIP)
+	var r coldStarts
+	r.first = coldRequest(ctx, t, cfg, client, url)
+
+	// Back to zero by KEDA alone: no traffic for scaledownPeriod (5s), noticed at KEDA's next poll.
+	t0 := time.Now()
+	scaledToZero(ctx, t, cfg, 2*time.Minute)
+	r.toZero = time.Since(t0)
+	t.Logf("KEDA scaled the app back to 0 after %s", r.toZero.Round(time.Millisecond))
+
+	r.wakes = wakes(ctx, t, cfg, client, url, wakeCount)
+	return r
+}
+
+const wakeCount = 20
+
+// coldStarts: the first request's time to an answer, the time KEDA took to scale back to zero, and the
+// times of the repeated wakes.
+type coldStarts struct {
+	first, toZero time.Duration
+	wakes         []time.Duration
+}
+
+// percentile returns the nearest-rank percentile p (0-100] of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(i, 0)]
+}
+
+// coldRequest sends one request for appHost while the app has no pods and checks that the interceptor
+// held it until a real pod was Ready and the app answered; it returns the time to the answer.
+func coldRequest(ctx context.Context, t *testing.T, cfg localcluster.Config, client *http.Client, url string) time.Duration {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +391,7 @@ func checkColdStart(ctx context.Context, t *testing.T, cfg localcluster.Config) 
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("GET %s through the interceptor Service %s: %v", appHost, proxyIP, err)
+		t.Fatalf("GET %s with Host %s: %v", url, appHost, err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -377,6 +422,66 @@ func checkColdStart(ctx context.Context, t *testing.T, cfg localcluster.Config) 
 	}
 	t.Logf("cold start: %s answered by pod %s after %s (interceptor wait %s)", appHost, ans.PodIP, took.Round(time.Millisecond), resp.Header.Get("X-Httpscale-Cold-Start-Wait"))
 	return took
+}
+
+// scaledToZero waits until the app has no pods and no endpoints, so the next request is a cold one.
+func scaledToZero(ctx context.Context, t *testing.T, cfg localcluster.Config, within time.Duration) {
+	t.Helper()
+	waitFor(ctx, t, within, "app at zero replicas with no pods and no ready endpoints", func() (bool, string) {
+		r := replicas(ctx, t, cfg)
+		n := len(pods(ctx, t, cfg, "default", "app=app"))
+		eps, err := readyEndpoints(ctx, cfg)
+		return r == "0" && n == 0 && err == nil && eps == 0, fmt.Sprintf("replicas %s, pods %d, ready endpoints %d %v", r, n, eps, err)
+	})
+}
+
+// readyEndpoints counts the ready endpoints of the Service app (a jsonpath filter fails on slices
+// without endpoints).
+func readyEndpoints(ctx context.Context, cfg localcluster.Config) (int, error) {
+	out, err := cfg.KubectlRun(ctx, "", "-n", "default", "get", "endpointslices", "-l", "kubernetes.io/service-name=app", "-o", "json")
+	if err != nil {
+		return 0, err
+	}
+	var list struct {
+		Items []struct {
+			Endpoints []struct {
+				Conditions struct {
+					Ready *bool `json:"ready"`
+				} `json:"conditions"`
+			} `json:"endpoints"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// wakes measures n more cold starts. Between them the app goes back to zero the quick way: once KEDA
+// reports the ScaledObject inactive (no request in flight or held), the test scales the Deployment to 0
+// itself instead of waiting for KEDA's polling interval and cooldown.
+func wakes(ctx context.Context, t *testing.T, cfg localcluster.Config, client *http.Client, url string, n int) []time.Duration {
+	var ds []time.Duration
+	for range n {
+		waitFor(ctx, t, 60*time.Second, "KEDA reporting the app inactive", func() (bool, string) {
+			out, err := cfg.KubectlRun(ctx, "", "-n", "default", "get", "scaledobject", "app", "-o", `jsonpath={.status.conditions[?(@.type=="Active")].status}`)
+			return err == nil && out == "False", fmt.Sprint(out, err)
+		})
+		if _, err := cfg.KubectlRun(ctx, "", "-n", "default", "scale", "deployment", "app", "--replicas=0"); err != nil {
+			t.Fatal(err)
+		}
+		scaledToZero(ctx, t, cfg, 60*time.Second)
+		ds = append(ds, coldRequest(ctx, t, cfg, client, url))
+	}
+	return ds
 }
 
 func replicas(ctx context.Context, t *testing.T, cfg localcluster.Config) string {
