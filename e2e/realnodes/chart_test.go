@@ -78,7 +78,7 @@ func TestChartOnRealNodes(t *testing.T) {
 	appVersion := chartAppVersion(t)
 	t0 = time.Now()
 	tool := imagesTool(ctx, t)
-	layouts := filepath.Join(cfg.Dir, "images-httpscale")
+	layouts := filepath.Join(t.TempDir(), "images") // OCI layouts, removed with the test
 	digests := buildImages(ctx, t, tool, layouts, appVersion)
 	buildTime := time.Since(t0)
 	t0 = time.Now()
