@@ -65,6 +65,8 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"kubeApi.qps=0", "/kubeApi/qps"},
 		{"kubeApi.qps=-2", "/kubeApi/qps"},
 		{"kubeApi.burst=0", "/kubeApi/burst"},
+		{"scaler.address=httpscale-scaler", "/scaler/address"},
+		{"scaler.service.clusterIP=not-an-ip", "/scaler/service/clusterIP"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := runHelm(t, "template", "httpscale", chartDir, "--set", tc.set)
@@ -467,4 +469,31 @@ func TestEveryValueDocumented(t *testing.T) {
 		}
 	}
 	walk("", values, schema)
+}
+
+// Clusters without DNS for KEDA (the local cluster's real nodes) pin the scaler Service's ClusterIP
+// and write that address into every ScaledObject instead of the Service's name.
+func TestScalerAddressWithoutDNS(t *testing.T) {
+	const ns = "httpscale-system"
+	m := render(t, ns, "--set", "scaler.service.clusterIP=10.96.0.90,scaler.address=10.96.0.90:9090,interceptor.autoscaling.enabled=true")
+	checkConsistent(t, m, ns)
+	if got := get[*corev1.Service](t, m, "Service", "httpscale-scaler").Spec.ClusterIP; got != "10.96.0.90" {
+		t.Errorf("scaler Service clusterIP = %q, want 10.96.0.90", got)
+	}
+	oc := container(t, get[*appsv1.Deployment](t, m, "Deployment", "httpscale-operator"), "operator")
+	if !hasArg(oc, "--scaler-address=10.96.0.90:9090") {
+		t.Errorf("operator args %v lack --scaler-address=10.96.0.90:9090", oc.Args)
+	}
+	so := get[*kedav1alpha1.ScaledObject](t, m, "ScaledObject", "httpscale-interceptor")
+	if got := so.Spec.Triggers[0].Metadata[trigger.KeyScalerAddress]; got != "10.96.0.90:9090" {
+		t.Errorf("interceptor ScaledObject scalerAddress = %s, want 10.96.0.90:9090", got)
+	}
+	// The default stays the Service's DNS name and lets Kubernetes allocate the ClusterIP.
+	d := render(t, ns)
+	if got := get[*corev1.Service](t, d, "Service", "httpscale-scaler").Spec.ClusterIP; got != "" {
+		t.Errorf("default scaler Service clusterIP = %q, want allocated", got)
+	}
+	if oc := container(t, get[*appsv1.Deployment](t, d, "Deployment", "httpscale-operator"), "operator"); !hasArg(oc, "--scaler-address=httpscale-scaler.httpscale-system.svc.cluster.local:9090") {
+		t.Errorf("default operator args %v lack the scaler Service's DNS name", oc.Args)
+	}
 }

@@ -37,9 +37,13 @@ app.kubernetes.io/component: {{ .component }}
 {{ .image.repository }}:{{ .image.tag | default .root.Chart.AppVersion }}
 {{- end }}
 
-{{/* host:port of the scaler's gRPC Service. */}}
+{{/* host:port of the scaler's gRPC Service: scaler.address, else the Service's DNS name. */}}
 {{- define "httpscale.scalerAddress" -}}
+{{- if .Values.scaler.address -}}
+{{ .Values.scaler.address }}
+{{- else -}}
 httpscale-scaler.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:{{ .Values.scaler.grpcPort }}
+{{- end }}
 {{- end }}
 
 {{/* Environment every component gets: its namespace and log settings. */}}
