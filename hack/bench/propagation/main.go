@@ -4,8 +4,9 @@
 // interceptor binary, creates N HTTPScaledObjects and waits until the interceptor serves all of them,
 // then, S times, creates one more object and measures:
 //
-//   - written: object created → the head routing-table ConfigMap with a new version is seen by a
-//     watch of this process (the operator's reconcile, TableWriter.Set, the write, the watch event);
+//   - shard: object created → a watch of this process sees the new table's shard ConfigMap created
+//     (the operator's reconcile, TableWriter.Set, building and encoding the table, the create);
+//   - head: … sees the head ConfigMap with the new version (the update that publishes the table);
 //   - routed: object created → the interceptor's admin /status shows the table with the new entry
 //     (polled every -poll, 2 ms by default: the watch event, fetching shards, decoding, the swap).
 //
@@ -147,7 +148,7 @@ func run() error {
 		return err
 	}
 
-	heads := &headWatch{}
+	heads := &tableWatch{}
 	if err := heads.start(ctx, cs); err != nil {
 		return err
 	}
@@ -175,12 +176,12 @@ func run() error {
 
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("# %s, load average at start: %s", time.Now().UTC().Format(time.RFC3339), load)
-	fmt.Printf("%-7s %-6s %10s %10s %10s\n", "N", "sample", "written", "routed", "wr→routed")
+	fmt.Printf("%-7s %-6s %10s %10s %10s %10s\n", "N", "sample", "shard", "head", "routed", "head→routed")
 	created := 0
 	type row struct {
-		n                    int
-		written, routed, lag []time.Duration
-		load                 string
+		n                           int
+		shard, written, routed, lag []time.Duration
+		load                        string
 	}
 	var rows []row
 	for _, n := range c.sizes {
@@ -202,7 +203,7 @@ func run() error {
 		time.Sleep(c.settle)
 		r := row{n: n}
 		for s := 0; s < c.samples; s++ {
-			before := heads.last()
+			before := heads.headVersion()
 			start := time.Now()
 			if err := create(ctx, k8s, created, c.namespaces); err != nil {
 				return err
@@ -213,16 +214,21 @@ func run() error {
 			}
 			routed := time.Since(start)
 			// This process's watch may see the write after the interceptor routed it.
-			wr, ok := heads.firstAfter(start, before)
-			for wait := time.Now().Add(5 * time.Second); !ok && time.Now().Before(wait); wr, ok = heads.firstAfter(start, before) {
+			sh, wr, ok := heads.after(start, before)
+			for wait := time.Now().Add(5 * time.Second); !ok && time.Now().Before(wait); sh, wr, ok = heads.after(start, before) {
 				time.Sleep(time.Millisecond)
 			}
 			written := wr.Sub(start)
 			lag := routed - written // negative when this process's watch saw the write after the interceptor routed
+			shard := sh.Sub(start)
 			if !ok {
 				written, lag = missing, missing
 			}
-			fmt.Printf("%-7d %-6d %10s %10s %10s\n", n, s, ms(written), ms(routed), ms(lag))
+			if sh.IsZero() {
+				shard = missing
+			}
+			fmt.Printf("%-7d %-6d %10s %10s %10s %10s\n", n, s, ms(shard), ms(written), ms(routed), ms(lag))
+			r.shard = append(r.shard, shard)
 			r.written = append(r.written, written)
 			r.routed = append(r.routed, routed)
 			r.lag = append(r.lag, lag)
@@ -232,9 +238,10 @@ func run() error {
 		r.load = strings.Join(strings.Fields(string(l))[:3], " ")
 		rows = append(rows, r)
 	}
-	fmt.Printf("\n%-7s %-8s %-22s %-22s %-22s %s\n", "N", "samples", "written p50/p99/max", "routed p50/p99/max", "written→routed p50/p99/max", "load (1/5/15 min)")
+	fmt.Printf("\nms, p50/p99/max; shard and head: this process's watch saw the new shard / the head with the new version\n")
+	fmt.Printf("%-7s %-8s %-15s %-15s %-15s %-15s %s\n", "N", "samples", "shard", "head", "routed", "head→routed", "load (1/5/15 min) at the end")
 	for _, r := range rows {
-		fmt.Printf("%-7d %-8d %-22s %-22s %-22s %s\n", r.n, len(r.routed), stats(r.written), stats(r.routed), stats(r.lag), r.load)
+		fmt.Printf("%-7d %-8d %-15s %-15s %-15s %-15s %s\n", r.n, len(r.routed), stats(r.shard), stats(r.written), stats(r.routed), stats(r.lag), r.load)
 	}
 	return nil
 }
@@ -360,20 +367,23 @@ func waitEntries(ctx context.Context, url string, n int, bound, every time.Durat
 	}
 }
 
-// headWatch records when each new version of the head routing-table ConfigMap was seen.
-type headWatch struct {
+// tableWatch records when each routing-table ConfigMap event was seen: the operator creates the new
+// shard (after building and encoding the table), then updates the head.
+type tableWatch struct {
 	mu     sync.Mutex
-	events []headEvent
+	events []tableEvent
 }
 
-type headEvent struct {
+type tableEvent struct {
 	at      time.Time
-	version string
+	typ     watch.EventType
+	name    string
+	version string // the head's version annotation
 }
 
-func (h *headWatch) start(ctx context.Context, cs kubernetes.Interface) error {
+func (h *tableWatch) start(ctx context.Context, cs kubernetes.Interface) error {
 	cms := cs.CoreV1().ConfigMaps(installNS)
-	opts := metav1.ListOptions{FieldSelector: "metadata.name=" + routing.DefaultBaseName}
+	opts := metav1.ListOptions{LabelSelector: routing.LabelTable + "=" + routing.DefaultBaseName}
 	w, err := cms.Watch(ctx, opts)
 	if err != nil {
 		return err
@@ -382,16 +392,13 @@ func (h *headWatch) start(ctx context.Context, cs kubernetes.Interface) error {
 		for {
 			for ev := range w.ResultChan() {
 				at := time.Now()
-				if ev.Type != watch.Added && ev.Type != watch.Modified {
-					continue
-				}
 				cm, ok := ev.Object.(*corev1.ConfigMap)
 				if !ok {
 					continue
 				}
 				opts.ResourceVersion = cm.ResourceVersion
 				h.mu.Lock()
-				h.events = append(h.events, headEvent{at: at, version: cm.Annotations[routing.AnnotationVersion]})
+				h.events = append(h.events, tableEvent{at: at, typ: ev.Type, name: cm.Name, version: cm.Annotations[routing.AnnotationVersion]})
 				h.mu.Unlock()
 			}
 			// The API server ends watches after a while: watch again from the last version seen.
@@ -410,25 +417,35 @@ func (h *headWatch) start(ctx context.Context, cs kubernetes.Interface) error {
 	return nil
 }
 
-func (h *headWatch) last() string {
+// headVersion returns the head's last version seen.
+func (h *tableWatch) headVersion() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.events) == 0 {
-		return ""
+	for i := len(h.events) - 1; i >= 0; i-- {
+		if e := h.events[i]; e.name == routing.DefaultBaseName && e.typ != watch.Deleted {
+			return e.version
+		}
 	}
-	return h.events[len(h.events)-1].version
+	return ""
 }
 
-// firstAfter returns when the first version other than prev was seen after t.
-func (h *headWatch) firstAfter(t time.Time, prev string) (time.Time, bool) {
+// after returns when, after t, the first new shard and the first head with a version other than
+// prev were seen (ok false until the head was).
+func (h *tableWatch) after(t time.Time, prev string) (shard, head time.Time, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, e := range h.events {
-		if e.at.After(t) && e.version != prev {
-			return e.at, true
+		if !e.at.After(t) {
+			continue
+		}
+		switch {
+		case e.name != routing.DefaultBaseName && e.typ == watch.Added && shard.IsZero():
+			shard = e.at
+		case e.name == routing.DefaultBaseName && e.typ != watch.Deleted && e.version != prev:
+			return shard, e.at, true
 		}
 	}
-	return time.Time{}, false
+	return shard, time.Time{}, false
 }
 
 type proc struct {
