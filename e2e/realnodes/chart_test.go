@@ -521,38 +521,7 @@ func waitFor(ctx context.Context, t *testing.T, d time.Duration, what string, ok
 // scaledAppManifests: the sample app at zero replicas on the real nodes, with a readiness probe,
 // behind a Service, and an HTTPScaledObject (min 0) routing appHost to it.
 func scaledAppManifests(cfg localcluster.Config, image string) string {
-	var zoneArgs strings.Builder
-	for _, n := range cfg.Real {
-		fmt.Fprintf(&zoneArgs, "        - --zone=%s=%s\n", n.PodCIDR, n.Zone)
-	}
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: app, namespace: default}
-spec:
-  replicas: 0
-  selector: {matchLabels: {app: app}}
-  template:
-    metadata: {labels: {app: app}}
-    spec:
-      nodeSelector: {type: real}
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: app
-        image: %s
-        args:
-        - --listen=0.0.0.0:8000
-%s        ports: [{containerPort: 8000}]
-        readinessProbe:
-          httpGet: {path: /ready, port: 8000}
-          periodSeconds: 1
----
-apiVersion: v1
-kind: Service
-metadata: {name: app, namespace: default}
-spec:
-  selector: {app: app}
-  ports: [{port: 80, targetPort: 8000}]
----
+	return sampleAppManifests(cfg, image, "app", 0, false) + fmt.Sprintf(`---
 apiVersion: httpscale.dev/v1alpha1
 kind: HTTPScaledObject
 metadata: {name: app, namespace: default}
@@ -561,5 +530,5 @@ spec:
   scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: app, service: app, port: 80}
   replicas: {min: 0, max: 2}
   scaledownPeriod: 5
-`, image, zoneArgs.String(), appHost)
+`, appHost)
 }

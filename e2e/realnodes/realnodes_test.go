@@ -111,7 +111,7 @@ func TestRealNodesServeADeploymentThroughAClusterIP(t *testing.T) {
 	imageTime := time.Since(t0)
 
 	t0 = time.Now()
-	if err := cfg.Apply(ctx, manifests(cfg, image)); err != nil {
+	if err := cfg.Apply(ctx, sampleAppManifests(cfg, image, "sampleapp", 2, true)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cfg.KubectlRun(ctx, "", "-n", "default", "wait", "--for=condition=Available", "deployment/sampleapp", "--timeout=5m"); err != nil {
@@ -166,41 +166,43 @@ func TestRealNodesServeADeploymentThroughAClusterIP(t *testing.T) {
 		toolsTime.Seconds(), upTime.Seconds(), imageTime.Seconds(), readyTime.Seconds())
 }
 
-// manifests: the sample app from the local registry, one replica per real node (zone), with a
-// readiness probe, behind a ClusterIP Service.
-func manifests(cfg localcluster.Config, image string) string {
-	var zoneArgs strings.Builder
+// sampleAppManifests is the sample app on the real nodes (replicas of it, with a readiness probe)
+// behind a ClusterIP Service, both named name in the default namespace; spread adds a zone topology
+// spread so that its pods land on both nodes.
+func sampleAppManifests(cfg localcluster.Config, image, name string, replicas int, spread bool) string {
+	var zoneArgs, spreadSpec strings.Builder
 	for _, n := range cfg.Real {
 		fmt.Fprintf(&zoneArgs, "        - --zone=%s=%s\n", n.PodCIDR, n.Zone)
 	}
+	if spread {
+		fmt.Fprintf(&spreadSpec, "      topologySpreadConstraints:\n      - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: %s}}}\n", name)
+	}
 	return fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
-metadata: {name: sampleapp, namespace: default}
+metadata: {name: %[1]s, namespace: default}
 spec:
-  replicas: 2
-  selector: {matchLabels: {app: sampleapp}}
+  replicas: %[2]d
+  selector: {matchLabels: {app: %[1]s}}
   template:
-    metadata: {labels: {app: sampleapp}}
+    metadata: {labels: {app: %[1]s}}
     spec:
       nodeSelector: {type: real}
-      topologySpreadConstraints:
-      - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: sampleapp}}}
-      terminationGracePeriodSeconds: 1
+%[3]s      terminationGracePeriodSeconds: 1
       containers:
       - name: app
-        image: %s
+        image: %[4]s
         args:
         - --listen=0.0.0.0:8000
-%s        ports: [{containerPort: 8000}]
+%[5]s        ports: [{containerPort: 8000}]
         readinessProbe:
           httpGet: {path: /ready, port: 8000}
           periodSeconds: 1
 ---
 apiVersion: v1
 kind: Service
-metadata: {name: sampleapp, namespace: default}
+metadata: {name: %[1]s, namespace: default}
 spec:
-  selector: {app: sampleapp}
+  selector: {app: %[1]s}
   ports: [{port: 80, targetPort: 8000}]
-`, image, zoneArgs.String())
+`, name, replicas, spreadSpec.String(), image, zoneArgs.String())
 }
