@@ -33,8 +33,7 @@ func LoadState(dir string) (Config, error) {
 }
 
 // ResolveTools runs hack/tools.sh for the control-plane, kwok and (when enabled) KEDA, real-node and
-// CoreDNS binaries,
-// building what is missing, and records their directories.
+// CoreDNS binaries, building what is missing, and records their directories.
 func (c *Config) ResolveTools(progress io.Writer) error {
 	sets := []struct {
 		set string

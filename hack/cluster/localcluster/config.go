@@ -1,7 +1,8 @@
 // Package localcluster runs a local Kubernetes control plane inside a network namespace that it creates:
 // etcd, kube-apiserver (RBAC, token auth, service-account keys, aggregation), kube-controller-manager,
-// kube-scheduler, kwok with fake nodes in two zones, and KEDA's operator and metrics adapter, all as
-// processes tracked by PID in a state directory, and CoreDNS as the cluster's DNS (dns.go). The e2e suite and `make demo` build on it.
+// kube-scheduler, kwok with fake nodes in two zones, KEDA's operator and metrics adapter, and CoreDNS as
+// the cluster's DNS (dns.go), all as processes tracked by PID in a state directory. The e2e suite and
+// `make demo` build on it.
 //
 // Addresses inside the namespace: LocalRange (198.18.0.0/15) is routed to lo, so every address in it is
 // local. Node pod CIDRs come from 198.18.x.0/24, so one sample-app process listening on 0.0.0.0 answers
