@@ -164,6 +164,10 @@ func (c Config) StartProcessWithClusterDNS(name, ns, bin string, args, env []str
 	if !c.DNS {
 		return c.StartProcess(name, bin, args, env)
 	}
+	// A bind mount needs a file to cover; a missing one would only show in the process's log.
+	if _, err := os.Stat("/etc/resolv.conf"); err != nil {
+		return nil, fmt.Errorf("starting %s with the cluster's DNS: %w", name, err)
+	}
 	rc, err := c.ResolvConf(ns)
 	if err != nil {
 		return nil, err
