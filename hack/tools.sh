@@ -123,7 +123,9 @@ in_dir() {
 kwok_dir="$cache_root/kwok-${KWOK_VERSION}-r${RECIPE}"
 keda_dir="$cache_root/keda-${KEDA_VERSION}-r${RECIPE}"
 helm_dir="$cache_root/helm-${HELM_VERSION}-k8s-${K8S_VERSION}-r${RECIPE}"
-dns_dir="$cache_root/coredns-${COREDNS_VERSION}-r${RECIPE}"
+# The plugin set is part of CoreDNS's version here: main.go and go.mod key its directory too.
+dns_key=$(cat "$here/tools/coredns/main.go" "$here/tools/coredns/go.mod" | sha256sum | cut -c1-8)
+dns_dir="$cache_root/coredns-${COREDNS_VERSION}-${dns_key}-r${RECIPE}"
 node_dir="$cache_root/node-k8s-${K8S_VERSION}-containerd-${CONTAINERD_VERSION}-ggcr-${GGCR_VERSION}-r${RECIPE}"
 
 ensure_kwok() {
