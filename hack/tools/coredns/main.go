@@ -1,12 +1,13 @@
 // Command coredns builds CoreDNS from the Go module proxy with only the plugins the local cluster's
 // DNS needs: the kubernetes plugin answers for cluster.local from the API, nothing forwards upstream.
+// The server keeps CoreDNS's own plugin order (dnsserver.Directives); plugins not imported here are
+// not compiled in, and a Corefile naming one fails to load.
 package main
 
 import (
-	"github.com/coredns/coredns/core/dnsserver"
+	_ "github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/coremain"
 
-	// The plugins compiled in; a Corefile naming any other plugin fails to load.
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/cache"
 	_ "github.com/coredns/coredns/plugin/errors"
@@ -17,9 +18,5 @@ import (
 	_ "github.com/coredns/coredns/plugin/ready"
 	_ "github.com/coredns/coredns/plugin/reload"
 )
-
-// The server plugin order stays CoreDNS's own (dnsserver.Directives); plugins that are not compiled in
-// are skipped.
-var _ = dnsserver.Directives
 
 func main() { coremain.Run() }
