@@ -133,7 +133,7 @@ spec:
 		if err := cfg.Apply(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
-		defer cfg.KubectlRun(ctx, "", "-n", "default", "delete", "pod", "dnsprobe", "--wait=false") //nolint:errcheck
+		defer func() { _, _ = cfg.KubectlRun(ctx, "", "-n", "default", "delete", "pod", "dnsprobe", "--wait=false") }()
 		if _, err := cfg.KubectlRun(ctx, "", "-n", "default", "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/dnsprobe", "--timeout=3m"); err != nil {
 			st, _ := cfg.KubectlRun(ctx, "", "-n", "default", "get", "pod", "dnsprobe", "-o", "yaml")
 			t.Fatalf("%v\n%s", err, st)
