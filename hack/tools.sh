@@ -8,6 +8,7 @@
 #                                       helm (helm, in its own directory)
 #                                       kwok (kwok + its stage manifests under stages/)
 #                                       keda (keda operator + keda-adapter)
+#                                       dns (coredns with the plugins of hack/tools/coredns/main.go)
 #                                       node (kubelet, kube-proxy, containerd, containerd-shim-runc-v2,
 #                                             ctr, registry, crane, pause; runc, CNI plugins, iptables
 #                                             and conntrack from Debian when missing)
@@ -25,6 +26,7 @@ KWOK_VERSION=v0.8.0
 KEDA_VERSION=v2.21.0
 CONTAINERD_VERSION=v2.3.7
 GGCR_VERSION=v0.22.1
+COREDNS_VERSION=v1.15.0
 # Bump when the build recipe changes so caches built by an older recipe are not reused.
 RECIPE=1
 
@@ -121,6 +123,9 @@ in_dir() {
 kwok_dir="$cache_root/kwok-${KWOK_VERSION}-r${RECIPE}"
 keda_dir="$cache_root/keda-${KEDA_VERSION}-r${RECIPE}"
 helm_dir="$cache_root/helm-${HELM_VERSION}-k8s-${K8S_VERSION}-r${RECIPE}"
+# The plugin set is part of CoreDNS's version here: main.go and go.mod key its directory too.
+dns_key=$(cat "$here/tools/coredns/main.go" "$here/tools/coredns/go.mod" | sha256sum | cut -c1-8)
+dns_dir="$cache_root/coredns-${COREDNS_VERSION}-${dns_key}-r${RECIPE}"
 node_dir="$cache_root/node-k8s-${K8S_VERSION}-containerd-${CONTAINERD_VERSION}-ggcr-${GGCR_VERSION}-r${RECIPE}"
 
 ensure_kwok() {
@@ -162,6 +167,13 @@ ensure_keda() {
 		chmod u+w "$bin_dir"/crds/*.yaml
 		touch "$bin_dir/crds/.complete"
 	fi
+}
+
+# CoreDNS for the local cluster's DNS, from a wrapper module whose main.go imports only the plugins it
+# needs (no forward: nothing is resolved outside the cluster). Run through in_dir: bin_dir is its own
+# versioned directory.
+ensure_dns() {
+	have coredns || build_go "$here/tools/coredns" coredns .
 }
 
 build_kube() { # build_kube <binary>...
@@ -250,6 +262,7 @@ for set in "$@"; do
 	helm) in_dir "$helm_dir" ensure_helm; out_dir=$helm_dir ;;
 	kwok) in_dir "$kwok_dir" ensure_kwok; out_dir=$kwok_dir ;;
 	keda) in_dir "$keda_dir" ensure_keda; out_dir=$keda_dir ;;
+	dns) in_dir "$dns_dir" ensure_dns; out_dir=$dns_dir ;;
 	node) in_dir "$node_dir" ensure_node; out_dir=$node_dir ;;
 	*) log "unknown tool set: $set"; exit 2 ;;
 	esac

@@ -26,9 +26,9 @@ import (
 // chartNamespace is where the chart goes; the local cluster's KEDA and RBAC proof use the same one.
 const chartNamespace = localcluster.Namespace
 
-// scalerClusterIP is the fixed ClusterIP of the scaler Service (inside the real nodes' Service range
-// 198.18.192.0/20): with no cluster DNS, KEDA dials this address instead of the Service's name.
-const scalerClusterIP = "198.18.200.90"
+// scalerAddress is the chart's default scaler address (its Service's DNS name), which KEDA resolves
+// through the cluster's DNS.
+const scalerAddress = "httpscale-scaler." + chartNamespace + ".svc." + localcluster.ClusterDomain + ":9090"
 
 // TestChartOnRealNodes installs charts/httpscale with its default values, our own images and only the
 // overrides this cluster needs, on the real nodes: every component becomes Ready through its own
@@ -188,10 +188,7 @@ interceptor: {image: {repository: %[1]s/interceptor}, nodeSelector: {type: real}
 scaler:
   image: {repository: %[1]s/scaler}
   nodeSelector: {type: real}
-  # No cluster DNS: KEDA (processes in the namespace) dials a fixed ClusterIP instead of the Service name.
-  service: {clusterIP: %[2]s}
-  address: %[2]s:9090
-`, registry, scalerClusterIP)
+`, registry)
 }
 
 func helmInstall(ctx context.Context, t *testing.T, cfg localcluster.Config, registry string) {
@@ -336,8 +333,8 @@ func checkColdStart(ctx context.Context, t *testing.T, cfg localcluster.Config) 
 		return err == nil && out == "2/2", fmt.Sprint(out, err)
 	})
 	addr, err := cfg.KubectlRun(ctx, "", "-n", "default", "get", "scaledobject", "app", "-o", `jsonpath={.spec.triggers[0].metadata.scalerAddress}`)
-	if err != nil || addr != scalerClusterIP+":9090" {
-		t.Fatalf("ScaledObject app scalerAddress = %q (%v), want %s:9090", addr, err, scalerClusterIP)
+	if err != nil || addr != scalerAddress {
+		t.Fatalf("ScaledObject app scalerAddress = %q (%v), want %s", addr, err, scalerAddress)
 	}
 	if got := replicas(ctx, t, cfg); got != "0" {
 		t.Fatalf("app replicas before the request = %s, want 0", got)

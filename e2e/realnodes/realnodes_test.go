@@ -2,7 +2,8 @@
 
 // Package realnodes proves the local cluster's opt-in real nodes: a locally built image runs as real
 // pods (kubelet, containerd, runc) on both nodes behind a ClusterIP Service that answers inside the
-// namespace, and teardown gives the host back as it was. Run it alone (root; the first run builds the
+// namespace, Service names resolve through the cluster's DNS (dns_test.go), and teardown gives the host
+// back as it was. Run it alone (root; the first run builds the
 // node tools):
 //
 //	go test -tags e2e -count=1 -timeout 60m -v ./e2e/realnodes
@@ -162,6 +163,7 @@ func TestRealNodesServeADeploymentThroughAClusterIP(t *testing.T) {
 		t.Errorf("ClusterIP %s answered only from zones %v in 30s (last error: %v); want one pod per real node", clusterIP, zones, lastErr)
 	}
 	t.Logf("ClusterIP %s answered 200 from pods by zone: %v", clusterIP, zones)
+	t.Run("cluster DNS", func(t *testing.T) { checkClusterDNS(ctx, t, cfg, "sampleapp") })
 	t.Logf("timings: tools %.1fs, cluster up with real nodes Ready %.1fs, image build+push %.1fs, Deployment apply->Available %.1fs",
 		toolsTime.Seconds(), upTime.Seconds(), imageTime.Seconds(), readyTime.Seconds())
 }

@@ -47,6 +47,7 @@ func run() error {
 	cfg := localcluster.Default(name, repoRoot())
 	fs.StringVar(&cfg.Dir, "dir", cfg.Dir, "State directory (pids, logs, pki, kubeconfigs).")
 	fs.BoolVar(&cfg.KEDA, "keda", cfg.KEDA, "Run KEDA's operator and metrics adapter.")
+	fs.BoolVar(&cfg.DNS, "dns", cfg.DNS, "Run CoreDNS as the cluster DNS (on "+cfg.DNSIP+"; cluster.local only, nothing forwarded).")
 	realNodes := fs.Bool("real-nodes", false, "Add two real nodes (kubelet, containerd, runc), a local image registry and kube-proxy; Services move to "+cfg.WithRealNodes().ServiceCIDR+". See docs/local-cluster.md.")
 	fs.IntVar(&cfg.APIServerPort, "apiserver-port", cfg.APIServerPort, "kube-apiserver port (on "+cfg.HostIP+" inside the namespace).")
 	fs.IntVar(&cfg.EtcdPort, "etcd-port", cfg.EtcdPort, "etcd client port (127.0.0.1 inside the namespace).")

@@ -32,8 +32,8 @@ func LoadState(dir string) (Config, error) {
 	return c, nil
 }
 
-// ResolveTools runs hack/tools.sh for the control-plane, kwok and (when enabled) KEDA binaries,
-// building what is missing, and records their directories.
+// ResolveTools runs hack/tools.sh for the control-plane, kwok and (when enabled) KEDA, real-node and
+// CoreDNS binaries, building what is missing, and records their directories.
 func (c *Config) ResolveTools(progress io.Writer) error {
 	sets := []struct {
 		set string
@@ -51,6 +51,12 @@ func (c *Config) ResolveTools(progress io.Writer) error {
 			dst *string
 		}{"node", &c.NodeDir})
 	}
+	if c.DNS {
+		sets = append(sets, struct {
+			set string
+			dst *string
+		}{"dns", &c.DNSDir})
+	}
 	for _, s := range sets {
 		cmd := exec.Command(filepath.Join(c.RepoRoot, "hack", "tools.sh"), s.set)
 		cmd.Stderr = progress
@@ -64,7 +70,8 @@ func (c *Config) ResolveTools(progress io.Writer) error {
 	return nil
 }
 
-// Healthy reports whether every recorded process runs and the apiserver answers /readyz.
+// Healthy reports whether every recorded process runs, the apiserver answers /readyz and (with DNS)
+// CoreDNS reports ready.
 func (c Config) Healthy(ctx context.Context) error {
 	ps, err := c.Processes()
 	if err != nil {
@@ -88,6 +95,15 @@ func (c Config) Healthy(ctx context.Context) error {
 	}
 	if code != 200 {
 		return fmt.Errorf("kube-apiserver /readyz: %d %s", code, body)
+	}
+	if c.DNS {
+		code, body, err := c.get(ctx, c.DNSReadyURL(), "")
+		if err != nil {
+			return fmt.Errorf("CoreDNS ready: %w", err)
+		}
+		if code != 200 {
+			return fmt.Errorf("CoreDNS ready: %d %s", code, strings.TrimSpace(body))
+		}
 	}
 	return nil
 }
@@ -219,6 +235,12 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 	timeout := fmt.Sprintf("--timeout=%ds", int(c.ReadyTimeout.Seconds()))
 	if _, err := c.KubectlRun(ctx, "", "wait", "--for=condition=Established", "crd", "--all", timeout); err != nil {
 		return err
+	}
+	if c.DNS {
+		step("starting CoreDNS (cluster DNS at " + c.DNSIP + ")")
+		if err := c.startDNS(ctx); err != nil {
+			return err
+		}
 	}
 	if c.KEDA {
 		step("starting KEDA operator and metrics adapter")
@@ -461,7 +483,8 @@ status:
 
 // startKEDA runs KEDA's operator and metrics adapter as processes and registers the adapter as the
 // external metrics API: a selector-less Service, manual Endpoints at the adapter's address, and an
-// APIService trusting the cluster CA.
+// APIService trusting the cluster CA. With DNS they resolve Service names as pods of namespace keda do
+// (StartProcessWithClusterDNS): the ScaledObjects httpscale writes name the scaler by its Service.
 func (c Config) startKEDA(ctx context.Context) error {
 	ca, err := os.ReadFile(filepath.Join(c.PKIDir(), "ca.crt"))
 	if err != nil {
@@ -498,7 +521,7 @@ spec:
 	kc := c.path("kubeconfigs", "keda.kubeconfig")
 	certs := filepath.Join(c.PKIDir(), "keda")
 	env := []string{"KUBECONFIG=" + kc, "WATCH_NAMESPACE=", "KEDA_CLUSTER_OBJECT_NAMESPACE=keda", "POD_NAMESPACE=keda"}
-	if _, err := c.StartProcess("keda-operator", filepath.Join(c.KEDADir, "keda"), []string{
+	if _, err := c.StartProcessWithClusterDNS("keda-operator", "keda", filepath.Join(c.KEDADir, "keda"), []string{
 		"--leader-elect=false", "--enable-cert-rotation=false", "--enable-webhook-patching=false",
 		"--enable-apiservice-patching=false", "--cert-dir=" + certs,
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", c.KEDAPortBase),
@@ -508,7 +531,7 @@ spec:
 	}, env); err != nil {
 		return err
 	}
-	_, err = c.StartProcess("keda-adapter", filepath.Join(c.KEDADir, "keda-adapter"), []string{
+	_, err = c.StartProcessWithClusterDNS("keda-adapter", "keda", filepath.Join(c.KEDADir, "keda-adapter"), []string{
 		"--secure-port=" + strconv.Itoa(c.KEDAAdapterPort), "--bind-address=" + c.KEDAAdapterIP,
 		"--cert-dir=" + certs, "--tls-cert-file=" + filepath.Join(certs, "tls.crt"),
 		"--tls-private-key-file=" + filepath.Join(certs, "tls.key"),

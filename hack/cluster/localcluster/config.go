@@ -1,7 +1,8 @@
 // Package localcluster runs a local Kubernetes control plane inside a network namespace that it creates:
 // etcd, kube-apiserver (RBAC, token auth, service-account keys, aggregation), kube-controller-manager,
-// kube-scheduler, kwok with fake nodes in two zones, and KEDA's operator and metrics adapter, all as
-// processes tracked by PID in a state directory. The e2e suite and `make demo` build on it.
+// kube-scheduler, kwok with fake nodes in two zones, KEDA's operator and metrics adapter, and CoreDNS as
+// the cluster's DNS (dns.go), all as processes tracked by PID in a state directory. The e2e suite and
+// `make demo` build on it.
 //
 // Addresses inside the namespace: LocalRange (198.18.0.0/15) is routed to lo, so every address in it is
 // local. Node pod CIDRs come from 198.18.x.0/24, so one sample-app process listening on 0.0.0.0 answers
@@ -63,6 +64,16 @@ type Config struct {
 	// KEDAPortBase: operator metrics, operator probes and adapter metrics use base, base+1, base+2 on 127.0.0.1.
 	KEDAPortBase int `json:"kedaPortBase"`
 
+	// DNS runs CoreDNS (hack/tools.sh dns) as the cluster's DNS: it answers for cluster.local from the
+	// API and refuses every other name. Pods of real nodes reach it through the kube-dns Service
+	// (DNSServiceIP), KEDA's processes directly at DNSIP (see dns.go).
+	DNS bool `json:"dns"`
+	// DNSIP is where CoreDNS serves DNS (UDP and TCP 53), its health plugin (DNSHealthPort, /health)
+	// and its ready plugin (DNSReadyPort, /ready).
+	DNSIP         string `json:"dnsIP"`
+	DNSHealthPort int    `json:"dnsHealthPort"`
+	DNSReadyPort  int    `json:"dnsReadyPort"`
+
 	// RealNodes adds two real nodes (kubelet, containerd, runc; see realnode.go) next to the kwok nodes,
 	// plus a local image registry and kube-proxy. Off by default: it needs `hack/tools.sh node` and
 	// changes host state that teardown restores (see docs/local-cluster.md).
@@ -87,6 +98,7 @@ type Config struct {
 	KwokDir  string `json:"kwokDir"`
 	KEDADir  string `json:"kedaDir"`
 	NodeDir  string `json:"nodeDir"`
+	DNSDir   string `json:"dnsDir"`
 }
 
 // RealNode is one node run by a kubelet and a containerd of its own.
@@ -126,6 +138,10 @@ func Default(name, repoRoot string) Config {
 		KEDAAdapterPort: 6443,
 		KEDAGRPCPort:    9666,
 		KEDAPortBase:    18080,
+		DNS:             true,
+		DNSIP:           "198.19.0.53",
+		DNSHealthPort:   8080,
+		DNSReadyPort:    8181,
 		RealNodeRange:   "198.18.128.0/17",
 		Real: []RealNode{
 			{Name: "real-zone-a", Zone: "zone-a", IP: "198.18.128.11", PodCIDR: "198.18.160.0/24", Bridge: "hscni-a", KubeletPort: 10250, HealthzPort: 10248},

@@ -71,6 +71,10 @@ func (c Config) writeTokens() error {
 		{"kwok", randomToken(), "system:masters"},
 		{"keda", randomToken(), "system:masters"},
 	}
+	if c.DNS {
+		// No group beyond system:authenticated: CoreDNS's RBAC is dnsManifests' ClusterRole.
+		toks = append(toks, token{DNSUser, randomToken(), "system:authenticated"})
+	}
 	if c.RealNodes {
 		// RBAC has no Node authorizer here; kubelets and kube-proxy run as administrators, like the
 		// rest of the control plane.
@@ -82,7 +86,7 @@ func (c Config) writeTokens() error {
 	var csv strings.Builder
 	for i, t := range toks {
 		fmt.Fprintf(&csv, "%s,%s,uid-%d,\"%s\"\n", t.value, t.user, i, t.groups)
-		name := map[string]string{"system:kube-controller-manager": "kcm", "system:kube-scheduler": "scheduler", "system:kube-proxy": "kube-proxy"}[t.user]
+		name := map[string]string{"system:kube-controller-manager": "kcm", "system:kube-scheduler": "scheduler", "system:kube-proxy": "kube-proxy", DNSUser: "coredns"}[t.user]
 		if n, ok := strings.CutPrefix(t.user, "system:node:"); ok {
 			name = n
 		}

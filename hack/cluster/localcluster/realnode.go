@@ -63,7 +63,7 @@ func (c Config) upRealNodes(ctx context.Context, step func(string)) error {
 	if err := c.createNodesNetwork(); err != nil {
 		return err
 	}
-	if err := os.WriteFile(c.path("resolv.conf"), []byte("# httpscale local cluster: no DNS server yet\nnameserver 127.0.0.1\noptions ndots:1\n"), 0o644); err != nil {
+	if err := os.WriteFile(c.path("resolv.conf"), []byte(c.nodeResolvConf()), 0o644); err != nil {
 		return err
 	}
 	reg, err := c.StartProcess("registry", filepath.Join(c.NodeDir, "registry"), []string{"-port=" + strconv.Itoa(c.RegistryPort)}, nil)
@@ -235,9 +235,25 @@ func (c Config) cniConfig(n RealNode) string {
 `, c.cniNetwork(n), n.Bridge, n.PodCIDR, c.nodePath(n, "cni-ipam"))
 }
 
+// nodeResolvConf is the nodes' resolv.conf (kubelet's resolvConf): the base of pods' DNS settings and
+// all of it for pods with dnsPolicy Default. The node's resolver is CoreDNS too; without DNS, a
+// nameserver that answers nothing.
+func (c Config) nodeResolvConf() string {
+	if !c.DNS {
+		return "# httpscale local cluster: no DNS server\nnameserver 127.0.0.1\noptions ndots:1\n"
+	}
+	return "# httpscale local cluster: CoreDNS\nnameserver " + c.DNSIP + "\noptions ndots:1\n"
+}
+
 // kubeletConfig follows what this machine kind needs (docs/local-cluster.md): cgroup v1 and cgroupfs,
-// swap tolerated, eviction thresholds a busy shared disk does not trip, no DNS server (yet).
+// swap tolerated, eviction thresholds a busy shared disk does not trip. With DNS, pods (dnsPolicy
+// ClusterFirst) get the kube-dns Service as their nameserver.
 func (c Config) kubeletConfig(n RealNode) string {
+	clusterDNS := "[]"
+	if c.DNS {
+		ip, _ := c.DNSServiceIP() // valid: startDNS applied the Service at it
+		clusterDNS = "[" + ip + "]"
+	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -258,7 +274,8 @@ authentication:
   x509: {clientCAFile: %q}
 authorization: {mode: Webhook}
 resolvConf: %q
-clusterDomain: cluster.local
+clusterDomain: %s
+clusterDNS: %s
 podLogsDir: %q
 volumePluginDir: %q
 evictionHard: {memory.available: 1Mi, nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
@@ -267,7 +284,7 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 `, c.cgroupRoot(n), c.containerdSocket(n), n.IP, n.KubeletPort, n.HealthzPort,
 		filepath.Join(c.PKIDir(), "kubelet-"+n.Zone+".crt"), filepath.Join(c.PKIDir(), "kubelet-"+n.Zone+".key"),
-		filepath.Join(c.PKIDir(), "ca.crt"), c.path("resolv.conf"), c.nodePath(n, "pod-logs"), c.nodePath(n, "volume-plugins"))
+		filepath.Join(c.PKIDir(), "ca.crt"), c.path("resolv.conf"), ClusterDomain, clusterDNS, c.nodePath(n, "pod-logs"), c.nodePath(n, "volume-plugins"))
 }
 
 // startKubeProxy runs one kube-proxy for both nodes (they share the namespace's iptables). oomScoreAdj
