@@ -242,12 +242,9 @@ type h1ServerConn struct {
 	// plus the header timeout. It is kept across a hand-off (to net/http, or from an event loop) so
 	// that the timeouts do not add up.
 	headerBy time.Time
-	// closeFirst: the request to hand over has both Content-Length and Transfer-Encoding (see
-	// bothLengths); net/http closes the connection after answering it (see closeAfterBothLengths).
-	closeFirst bool
-	ctx        context.Context
-	cancel     context.CancelFunc
-	ip         string // the client's address without the port (X-Forwarded-For); "" when none
+	ctx      context.Context
+	cancel   context.CancelFunc
+	ip       string // the client's address without the port (X-Forwarded-For); "" when none
 
 	busyConn atomic.Bool // serving a request, not waiting for one (see setBusy)
 	// reqSeq is odd while a request is served; it counts requests twice. seenSeq is watchLoop's
@@ -401,8 +398,6 @@ func (sc *h1ServerConn) screen() (int, bool, error) {
 			ok := fastRequest(buf[:end])
 			if ok {
 				sc.headerBy = time.Time{} // read; one handed over keeps it for net/http
-			} else {
-				sc.closeFirst = bothLengths(buf[:end])
 			}
 			return end, ok, nil
 		}
@@ -423,24 +418,6 @@ func (sc *h1ServerConn) screen() (int, bool, error) {
 			return 0, false, nil
 		}
 	}
-}
-
-// bothLengths reports whether a header block (CRLF line ends) has both a Content-Length and a
-// Transfer-Encoding line: net/http reads such a request by its Transfer-Encoding and forgets the
-// Content-Length, but RFC 9112 section 6.1 has the server close the connection after answering it
-// (it may be an attempt at request smuggling).
-func bothLengths(block []byte) bool {
-	cl, te := false, false
-	_, rest, _ := bytes.Cut(block, []byte("\r\n"))
-	for len(rest) > 0 {
-		var l []byte
-		l, rest, _ = bytes.Cut(rest, []byte("\r\n"))
-		name, _, _ := bytes.Cut(l, []byte(":"))
-		name = bytes.TrimRight(name, " \t")
-		cl = cl || asciiEqualFold(name, "Content-Length")
-		te = te || asciiEqualFold(name, "Transfer-Encoding")
-	}
-	return cl && te
 }
 
 // headerEnd returns the length of the header block in buf including its final CRLF CRLF, or -1.
@@ -699,9 +676,7 @@ func (sc *h1ServerConn) handOff() bool {
 	if sc.s.shuttingDown() {
 		return false
 	}
-	hc := &handoffConn{Conn: sc.c, r: sc.br, headerBy: sc.headerBy}
-	hc.closeFirst.Store(sc.closeFirst)
-	return sc.s.handoff.give(hc)
+	return sc.s.handoff.give(newWatchedConn(sc.c, sc.br, sc.headerBy))
 }
 
 // h1Response is the fast path's ResponseWriter: the head is written into the connection's buffer
@@ -1022,52 +997,3 @@ func (l *handoffListener) Close() error {
 }
 
 func (l *handoffListener) Addr() net.Addr { return l.addr }
-
-// handoffConn is a connection handed over to net/http: reads first return what the fast path had
-// buffered.
-type handoffConn struct {
-	net.Conn
-	r *bufio.Reader
-	// headerBy, when set, is the header deadline the fast path started (see h1ServerConn.headerBy).
-	headerBy time.Time
-	// closeFirst: the first request must be answered with the connection closed (see bothLengths).
-	closeFirst atomic.Bool
-}
-
-type handoffConnKey struct{}
-
-// handoffContext is the net/http server's ConnContext: a handed-over connection whose first request
-// must close it is found by closeAfterBothLengths.
-func handoffContext(ctx context.Context, c net.Conn) context.Context {
-	if hc, ok := c.(*handoffConn); ok && hc.closeFirst.Load() {
-		return context.WithValue(ctx, handoffConnKey{}, hc)
-	}
-	return ctx
-}
-
-// closeAfterBothLengths has the net/http server close a handed-over connection after answering its
-// first request when that one came with both Content-Length and Transfer-Encoding ("Connection:
-// close" set before the handler runs, which the Proxy keeps on every answer).
-type closeAfterBothLengths struct{ h http.Handler }
-
-func (c closeAfterBothLengths) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if hc, ok := r.Context().Value(handoffConnKey{}).(*handoffConn); ok && hc.closeFirst.CompareAndSwap(true, false) {
-		w.Header().Set("Connection", "close")
-	}
-	c.h.ServeHTTP(w, r)
-}
-
-func (c *handoffConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-// SetReadDeadline keeps net/http's first deadline, the one for the header of the request the fast
-// path started to read, no later than headerBy. A first deadline of zero (an h2c connection) ends
-// the adjustment.
-func (c *handoffConn) SetReadDeadline(t time.Time) error {
-	if by := c.headerBy; !by.IsZero() {
-		c.headerBy = time.Time{}
-		if !t.IsZero() && t.After(by) {
-			t = by
-		}
-	}
-	return c.Conn.SetReadDeadline(t)
-}

@@ -126,6 +126,9 @@ func (s *Server) Start(ctx context.Context) error {
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return hard },
 	}
+	// Every connection net/http serves is watched for requests with both lengths (see headwatch.go).
+	srv.Handler = closeAfterBothLengths{s.Handler}
+	srv.ConnContext = watchedContext
 	if s.H2C {
 		var p http.Protocols
 		p.SetHTTP1(true)
@@ -153,13 +156,11 @@ func (s *Server) Start(ctx context.Context) error {
 			}
 			fast.loops = loops // nil where there are none (not Linux)
 		}
-		srv.Handler = closeAfterBothLengths{s.Handler}
-		srv.ConnContext = handoffContext
 		s.fast.Store(fast)
 		go func() { serveErr <- srv.Serve(fast.handoff) }()
 		go func() { serveErr <- fast.serve(ln) }()
 	} else {
-		go func() { serveErr <- srv.Serve(ln) }()
+		go func() { serveErr <- srv.Serve(watchedListener{ln}) }()
 	}
 	serving := cap(serveErr)
 	if fast == nil {
