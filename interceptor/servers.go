@@ -89,7 +89,7 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 	proxySrv := &proxy.Server{
 		Name:         "proxy",
 		Addr:         cfg.ProxyAddr,
-		Handler:      p,
+		Engine:       p.Engine(),
 		H2C:          true,
 		FastHTTP1:    cfg.HTTP1FastPath,
 		EventLoops:   cfg.EventLoops,

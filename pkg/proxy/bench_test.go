@@ -99,6 +99,9 @@ func benchKeepAlive(b *testing.B, h http.Handler, fast bool, loops int) {
 		b.Fatal(err)
 	}
 	s := &proxy.Server{Name: "bench", Listener: ln, Handler: h, FastHTTP1: fast, EventLoops: loops, DrainTimeout: 5 * time.Second, Log: logr.Discard()}
+	if p, ok := h.(*proxy.Proxy); ok {
+		s.Engine = p.Engine() // the raw path and the event loops
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Start(ctx) }()

@@ -7,7 +7,7 @@ import (
 	"net/http"
 )
 
-// Errors of the request path. Every one of them reaches the client through statusFor, the only place
+// Errors of the request logic (the engine's are in seam.go). Every error of the request path reaches the client through statusFor, the only place
 // that maps an error to an HTTP status.
 var (
 	// ErrNoRoute: the routing table has no entry for the request's host, path and headers.
@@ -17,15 +17,6 @@ var (
 	// ErrReadinessTimeout: the app got no ready endpoint within its readiness timeout and has neither
 	// fallback nor placeholder.
 	ErrReadinessTimeout = errors.New("no ready endpoint within the readiness timeout")
-	// ErrNoEndpoint: every candidate endpoint failed to accept a connection.
-	ErrNoEndpoint = errors.New("no endpoint accepted the connection")
-	// ErrResponseHeaderTimeout: the upstream sent no response headers within the app's timeout.
-	ErrResponseHeaderTimeout = errors.New("timeout awaiting response headers")
-	// ErrRequestTimeout: the whole forwarded request took longer than the app's request timeout.
-	ErrRequestTimeout = errors.New("request timeout")
-	// ErrClientGone: the client went away (or the interceptor's drain deadline cut the request);
-	// logged as status 499 and never counted as an upstream failure.
-	ErrClientGone = errors.New("client went away")
 )
 
 // StatusClientClosedRequest is the non-standard status logged (never sent) for a request whose client

@@ -13,27 +13,158 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-
-	"github.com/httpscale/httpscale/pkg/endpoints"
-	"github.com/httpscale/httpscale/pkg/routing"
 )
 
-// forwardedKeep are inbound X-Forwarded-* headers passed on unchanged when present.
-var forwardedKeep = []string{"X-Forwarded-Proto", "X-Forwarded-Host"}
+// Engine is the HTTP engine: it serves requests for a Logic (as an http.Handler, and on the fast
+// paths of a Server whose Engine it is) and forwards them to the endpoints the logic picks. It is
+// safe for concurrent use.
+type Engine struct {
+	logic   Logic
+	log     logr.Logger
+	rp      *httputil.ReverseProxy
+	fast    *h1Transport
+	h1, h2c *http.Transport
 
-// maxAttemptsCap bounds MaxDialAttempts so the tried list fits a small array on the stack.
-const maxAttemptsCap = 8
+	upgrades tracker
+}
+
+// EngineOptions configure an Engine.
+type EngineOptions struct {
+	Log logr.Logger
+	// DialContext dials upstream connections (nil: a net.Dialer with DialTimeout).
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	DialTimeout time.Duration
+	// MaxConnsPerEndpoint bounds the connections open to one endpoint; more requests wait for one.
+	MaxConnsPerEndpoint int
+	// Now is the clock of the upstream pool's idle timeouts; nil means time.Now.
+	Now func() time.Time
+	// Discarded counts upstream connections closed because of bytes nobody asked for; nil
+	// counters count nothing.
+	Discarded DiscardCounters
+}
+
+type nopCounter struct{}
+
+func (nopCounter) Inc() {}
+
+// NewEngine returns an engine serving logic's requests.
+func NewEngine(logic Logic, o EngineOptions) *Engine {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Discarded.Leftover == nil {
+		o.Discarded.Leftover = nopCounter{}
+	}
+	if o.Discarded.Unsolicited == nil {
+		o.Discarded.Unsolicited = nopCounter{}
+	}
+	e := &Engine{logic: logic, log: o.Log}
+	e.fast, e.h1, e.h2c = newTransports(o)
+	e.rp = e.newReverseProxy()
+	return e
+}
+
+// ServeHTTP runs the request path: route → count → wait → forward. It blocks while the request is
+// held and until the response (or the WebSocket) ends.
+func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := e.logic.Route(r.Host, r.URL.Path, r.Header)
+	if x == nil {
+		writeReply(w, e.logic.Unrouted(w.Header()))
+		return
+	}
+	x.Begin()
+	defer x.End()
+	if !x.Ready() {
+		if err := x.Wait(r.Context()); err != nil {
+			writeReply(w, x.Fail(err, w.Header()))
+			return
+		}
+	}
+	x.Forwarding()
+	e.forward(w, r, x)
+}
+
+// writeReply sends an answer the logic chose.
+func writeReply(w http.ResponseWriter, rep Reply) {
+	if rep.Abort {
+		abortResponse(w)
+		return
+	}
+	w.WriteHeader(rep.Code)
+	_, _ = io.WriteString(w, rep.Body) // a failed write means the client went away
+}
+
+// abortResponse ends a response that must not be sent (its client went away, or closed its sending
+// side): the connection is closed without an answer. A ResponseWriter merely left untouched would
+// be completed by the server with an empty 200 when the handler returns, a success the upstream
+// never sent. The fast path's writer is marked (see h1Response.end); any other one is aborted the
+// way net/http provides, by panicking with http.ErrAbortHandler (the server closes the connection,
+// the handlers' deferred steps still run).
+func abortResponse(w http.ResponseWriter) {
+	if fw, ok := w.(*h1Response); ok {
+		fw.aborted = true
+		return
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// call is one forwarded request's engine state; it travels to the RoundTripper and the
+// ReverseProxy hooks in the request context.
+type call struct {
+	x       Exchange
+	client  context.Context
+	cancels []context.CancelFunc
+}
+
+type callKey struct{}
+
+var callPool = sync.Pool{New: func() any { return new(call) }}
+
+// forward sends the request through the ReverseProxy, or, for a request the fast path read, to
+// an HTTP/1.1 backend without it (forwardDirect).
+func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange) {
+	if r.Header.Get("Upgrade") != "" {
+		e.upgrades.add(1)
+		defer e.upgrades.add(-1)
+	}
+	c := callPool.Get().(*call)
+	c.x, c.client = x, r.Context()
+	defer func() {
+		for _, cancel := range c.cancels {
+			cancel()
+		}
+		clear(c.cancels)
+		*c = call{cancels: c.cancels[:0]}
+		callPool.Put(c)
+	}()
+	ctx := context.WithValue(r.Context(), callKey{}, c)
+	plan := x.Plan()
+	if d := plan.RequestTimeout; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, d, ErrRequestTimeout)
+		defer cancel()
+	}
+	if fw, ok := w.(*h1Response); ok && !plan.H2C {
+		e.forwardDirect(fw, r.WithContext(ctx), x)
+		return
+	}
+	e.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// WaitUpgrades blocks until every upgraded connection (WebSocket) forwarded by e has ended or ctx
+// ends. http.Server.Shutdown does not wait for hijacked connections; the drain does this instead.
+func (e *Engine) WaitUpgrades(ctx context.Context) error { return e.upgrades.wait(ctx) }
 
 // newTransports returns the shared upstream transports: the synchronous HTTP/1.1 fast path for
 // requests without a body (see h1Transport), http.Transport for HTTP/1.1 requests with a body or an
 // upgrade, and h2c (HTTP/2 with prior knowledge, for Service ports with appProtocol
 // kubernetes.io/h2c). One of each serves every app, so connections to a pod are reused.
-func newTransports(o Options) (fast *h1Transport, h1, h2c *http.Transport) {
+func newTransports(o EngineOptions) (fast *h1Transport, h1, h2c *http.Transport) {
 	dial := o.DialContext
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}
-	fast = &h1Transport{dial: dial, maxIdle: o.MaxConnsPerEndpoint, maxConns: o.MaxConnsPerEndpoint, idleTimeout: 90 * time.Second, now: o.Now, discarded: o.Metrics.discarded}
+	fast = &h1Transport{dial: dial, maxIdle: o.MaxConnsPerEndpoint, maxConns: o.MaxConnsPerEndpoint, idleTimeout: 90 * time.Second, now: o.Now, discarded: o.Discarded}
 	h1 = &http.Transport{
 		Proxy:       nil, // only table destinations are dialled, never an environment proxy
 		DialContext: dial,
@@ -61,59 +192,41 @@ func newTransports(o Options) (fast *h1Transport, h1, h2c *http.Transport) {
 	return fast, h1, h2c
 }
 
-func (p *Proxy) newReverseProxy() *httputil.ReverseProxy {
+func (e *Engine) newReverseProxy() *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		// The outbound request keeps the client's Host header; RoundTrip sets URL.Host to the chosen
-		// endpoint. Hop-by-hop headers are removed by ReverseProxy before Rewrite.
+		// endpoint. ReverseProxy removed the hop-by-hop headers and the inbound X-Forwarded-*
+		// before Rewrite.
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
 			// The target goes out as the client sent it, as on the fast paths (and as nginx passes
 			// it): ReverseProxy drops the query parameters it cannot parse ("a=1;b=2", "%zz")
 			// before Rewrite, which would make the backend see another request than the client sent.
 			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
-			dropUnderscoreHeaders(pr.Out.Header)
-			// ReverseProxy dropped the inbound X-Forwarded-*; restore the chain so that
-			// SetXForwarded appends this hop's client to it.
-			if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
-				pr.Out.Header["X-Forwarded-For"] = prior
-			}
-			pr.SetXForwarded()
-			// An ingress in front of the interceptor knows the original scheme and host better
-			// than we do (it may have terminated TLS): keep what it said.
-			for _, h := range forwardedKeep {
-				if v := pr.In.Header[h]; len(v) > 0 {
-					pr.Out.Header[h] = v
-				}
-			}
+			forwardRequestHeaders(pr.Out.Header, pr.In.Header, pr.In.RemoteAddr, pr.In.Host)
 		},
-		Transport:      p,
+		Transport:      e,
 		BufferPool:     bufferPool{},
-		ModifyResponse: p.modifyResponse,
-		ErrorHandler:   p.errorHandler,
-		ErrorLog:       log.New(logWriter{p.log}, "", 0),
+		ModifyResponse: e.modifyResponse,
+		ErrorHandler:   e.errorHandler,
+		ErrorLog:       log.New(logWriter{e.log}, "", 0),
 	}
 }
 
-// RoundTrip sends one forwarded request to an endpoint of the request's backend: a ready pod chosen
-// round robin among the zone's candidates, or the Service address for ViaService (or a fallback
-// without known endpoints). When a connection cannot be made and no byte of the request body was
-// read, the endpoint is marked bad and another one is tried, up to MaxDialAttempts.
-func (p *Proxy) RoundTrip(req *http.Request) (*http.Response, error) {
-	st, _ := req.Context().Value(stateKey{}).(*state)
-	if st == nil {
+// RoundTrip sends one forwarded request to an endpoint the request's exchange picks. When a
+// connection cannot be made and no byte of the request body was read, another one is tried (see
+// tryEndpoints).
+func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
+	c, _ := req.Context().Value(callKey{}).(*call)
+	if c == nil {
 		return nil, fmt.Errorf("proxy: request for %s has no forwarding state", req.Host)
 	}
-	b := st.backend
-	var tr http.RoundTripper = p.h1
+	var tr http.RoundTripper = e.h1
 	switch {
-	case b.protocol == routing.ProtocolH2C:
-		tr = p.h2c
+	case c.x.Plan().H2C:
+		tr = e.h2c
 	case fastEligible(req):
-		tr = p.fast
-	}
-	if st.app.entry.ViaService || st.set.Len() == 0 {
-		req.URL.Host = b.serviceAddr
-		return p.attempt(tr, req, st)
+		tr = e.fast
 	}
 	var body *bodyGuard
 	if req.Body != nil && req.Body != http.NoBody {
@@ -121,82 +234,47 @@ func (p *Proxy) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Body = body
 	}
 	var resp *http.Response
-	err := p.forEndpoint(req.Context(), st.app, b, st.set, func(addr string) (err error) {
+	err := tryEndpoints(req.Context(), c.x, func(addr string) (err error) {
 		req.URL.Host = addr
-		resp, err = p.attempt(tr, req, st)
+		resp, err = e.attempt(tr, req, c)
 		return err
 	}, func(err error) bool { return isDialError(err) && (body == nil || !body.read) })
 	return resp, err
 }
 
-// forEndpoint calls try with the address of an endpoint of b in set: round robin over the zone's
-// candidates (all endpoints once those all failed), skipping endpoints marked bad while others
-// remain. When try fails with an error tryAgain accepts (a connection that could not be made, with
-// nothing sent), the endpoint is marked bad for BadEndpointFor and the next one is tried, up to
-// MaxDialAttempts endpoints. It returns try's last result, or ErrNoEndpoint when none was left.
-//
-// Once ctx ended (the client went away, the drain deadline passed) a failure is returned as it is:
-// a connect it cut short says nothing about the endpoint.
-func (p *Proxy) forEndpoint(ctx context.Context, a *app, b *backend, set *endpoints.Set, try func(addr string) error, tryAgain func(error) bool) error {
-	zone := p.appZone(a)
-	view := b.candidates(set, zone)
-	cands := view.cands
-	maxAttempts := min(p.opts.MaxDialAttempts, maxAttemptsCap, len(view.all))
+// tryEndpoints calls try with the address of an endpoint x picks. When try fails with an error
+// tryAgain accepts (a connection that could not be made, with nothing sent) and x allows another
+// attempt (Exchange.Refused), the next endpoint is tried. It returns try's last result, or
+// ErrNoEndpoint when none was left. Once ctx ended (the client went away, the drain deadline
+// passed) a failure is returned as it is: a connect it cut short says nothing about the endpoint.
+func tryEndpoints(ctx context.Context, x Exchange, try func(addr string) error, tryAgain func(error) bool) error {
 	var tried [maxAttemptsCap]string
 	for n := 0; ; n++ {
-		var now time.Time
-		if n > 0 || b.hasBad() { // the clock is only needed to expire bad marks
-			now = p.opts.Now()
-		}
-		c, ok := b.pick(cands, tried[:n], now)
-		if !ok && len(cands) < len(view.all) {
-			cands = view.all // the zone's endpoints all failed: use every zone
-			c, ok = b.pick(cands, tried[:n], now)
-		}
+		addr, ok := x.Pick(tried[:n])
 		if !ok {
-			return fmt.Errorf("forwarding to %s: %w", b.key, ErrNoEndpoint)
+			return fmt.Errorf("forwarding: %w", ErrNoEndpoint)
 		}
-		err := try(c.addr)
+		err := try(addr)
 		if err == nil {
-			countCrossZone(a, zone, c)
+			x.Forwarded(addr)
 			return nil
 		}
-		if ctx.Err() != nil || !tryAgain(err) || n+1 >= maxAttempts {
+		if ctx.Err() != nil || !tryAgain(err) || n+1 >= maxAttemptsCap || !x.Refused(addr, n, err) {
 			return err
 		}
-		if now.IsZero() {
-			now = p.opts.Now()
-		}
-		b.markBad(c.addr, now, now.Add(p.opts.BadEndpointFor))
-		p.log.V(1).Info("endpoint refused connection; trying another", "app", a.key, "endpoint", c.addr, "error", err.Error())
-		tried[n] = c.addr
+		tried[n] = addr
 	}
 }
 
-// appZone is the zone a's endpoints are chosen for: this replica's when a is zone-aware, else "".
-func (p *Proxy) appZone(a *app) string {
-	if a.zoneAware {
-		return p.opts.Zone
-	}
-	return ""
-}
-
-// countCrossZone counts a forward of a's request to c when it leaves zone.
-func countCrossZone(a *app, zone string, c *candidate) {
-	if zone != "" && c.ep.Zone != "" && c.ep.Zone != zone {
-		a.series().crossZone.Inc()
-	}
-}
-
-// attempt is one RoundTrip on tr under the app's response-header timeout.
-func (p *Proxy) attempt(tr http.RoundTripper, req *http.Request, st *state) (*http.Response, error) {
-	d := st.app.responseHeader
+// attempt is one RoundTrip on tr under the exchange's response-header timeout.
+func (e *Engine) attempt(tr http.RoundTripper, req *http.Request, c *call) (*http.Response, error) {
+	d := c.x.Plan().ResponseHeaderTimeout
 	ctx := req.Context()
 	if d > 0 {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		// The context must outlive the response body, so it is cancelled when the request ends.
-		st.cancels = append(st.cancels, func() { cancel(nil) })
+		c.cancels = append(c.cancels, func() { cancel(nil) })
 		t := time.AfterFunc(d, func() { cancel(ErrResponseHeaderTimeout) })
 		defer t.Stop()
 		req = req.WithContext(ctx)
@@ -211,38 +289,26 @@ func (p *Proxy) attempt(tr http.RoundTripper, req *http.Request, st *state) (*ht
 	return resp, nil
 }
 
-func (p *Proxy) modifyResponse(resp *http.Response) error {
-	if st, _ := resp.Request.Context().Value(stateKey{}).(*state); st != nil {
-		st.code = resp.StatusCode
-		p.coldHeaders(resp.Header, st)
+func (e *Engine) modifyResponse(resp *http.Response) error {
+	if c, _ := resp.Request.Context().Value(callKey{}).(*call); c != nil {
+		c.x.Responded(resp.StatusCode, resp.Header)
 	}
 	return nil
 }
 
 // errorHandler answers a request the upstream did not answer. A client that went away is reported
 // as such, never as an upstream failure.
-func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	st, _ := r.Context().Value(stateKey{}).(*state)
-	if st == nil {
-		p.fail(w, nil, err)
+func (e *Engine) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	c, _ := r.Context().Value(callKey{}).(*call)
+	if c == nil {
+		e.log.Error(err, "forwarding a request without forwarding state")
+		abortResponse(w)
 		return
 	}
-	if st.client.Err() != nil {
+	if c.client.Err() != nil {
 		err = fmt.Errorf("%w: %w", ErrClientGone, err)
 	}
-	p.fail(w, st, err)
-}
-
-// dropUnderscoreHeaders removes the request headers whose names contain "_", as nginx does by
-// default (underscores_in_headers off): servers and frameworks that map header names to variables
-// read "Transfer_Encoding" or "X_Forwarded_For" as the header with "-", so such a name could
-// smuggle a header past the rules above. Routes still match on them (the match runs first).
-func dropUnderscoreHeaders(h http.Header) {
-	for k := range h {
-		if strings.IndexByte(k, '_') >= 0 {
-			delete(h, k)
-		}
-	}
+	writeReply(w, c.x.Fail(err, w.Header()))
 }
 
 // bodyGuard records whether the transport read any byte of the request body, and keeps the body open

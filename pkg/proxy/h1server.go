@@ -37,6 +37,7 @@ import (
 // and stop on every request.
 type h1Server struct {
 	handler       http.Handler
+	engine        *Engine // serves screened requests on the raw path; nil: none
 	base          context.Context
 	srv           *http.Server // serves handed-over connections; also the ServerContextKey value
 	handoff       *handoffListener
@@ -296,14 +297,6 @@ func (sc *h1ServerConn) abortPeer() {
 	}
 }
 
-// rawServer is a handler that can serve a screened request from its bytes (the Proxy's raw path).
-type rawServer interface {
-	// serveRaw serves the request whose head is head (peeked from sc.br; it discards it when it
-	// serves), or declines (served false) having read, written and counted nothing. keep reports
-	// whether the connection can carry another request.
-	serveRaw(sc *h1ServerConn, head []byte) (served, keep bool)
-}
-
 // h1ConnReader reads from the connection, first returning the byte the background read got.
 type h1ConnReader struct {
 	c       net.Conn
@@ -321,9 +314,8 @@ func (r *h1ConnReader) Read(p []byte) (int, error) {
 
 func (sc *h1ServerConn) serve() { sc.serveFrom(nil) }
 
-// serveFrom serves the connection, first (when set) finishing a request an event loop started;
-// first reports whether the connection can carry another request.
-func (sc *h1ServerConn) serveFrom(first func() bool) {
+// serveFrom serves the connection, first (when set) finishing a request an event loop started.
+func (sc *h1ServerConn) serveFrom(first *carried) {
 	s := sc.s
 	handedOff := false
 	defer func() {
@@ -346,7 +338,7 @@ func (sc *h1ServerConn) serveFrom(first func() bool) {
 	}
 	if first != nil {
 		sc.ensureCtx()
-		if !first() || sc.ctx.Err() != nil || !s.setBusy(sc, false) {
+		if !first.finish(s.engine, sc) || sc.ctx.Err() != nil || !s.setBusy(sc, false) {
 			return
 		}
 	}
@@ -554,9 +546,9 @@ func validHost(b []byte) bool {
 func (sc *h1ServerConn) serveOne(n int) bool {
 	s := sc.s
 	sc.ensureCtx()
-	if rs, ok := s.handler.(rawServer); ok {
+	if s.engine != nil {
 		head, _ := sc.br.Peek(n)
-		if served, keep := rs.serveRaw(sc, head); served {
+		if served, keep := s.engine.serveRaw(sc, head); served {
 			sc.rawServed = true
 			return keep && sc.ctx.Err() == nil
 		}
