@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/httpscale/httpscale/pkg/proxy/engine"
 	"github.com/httpscale/httpscale/pkg/queue"
 )
 
@@ -11,7 +12,7 @@ const metricPrefix = "httpscale_interceptor_"
 // Metrics are the interceptor's Prometheus metrics. Labels are bounded: app is a routed
 // HTTPScaledObject ("namespace/name", removed with it), code is a class (1xx..5xx, or 499 for a
 // client that went away), reason is one of statusFor's reasons (for upstream_conns_discarded_total
-// one of the discard reasons, see DiscardCounters).
+// one of the discard reasons, see engine.DiscardCounters).
 type Metrics struct {
 	responses     *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
@@ -21,7 +22,7 @@ type Metrics struct {
 	crossZone     *prometheus.CounterVec
 	upstreamErrs  *prometheus.CounterVec
 	unrouted      prometheus.Counter
-	discarded     DiscardCounters
+	discarded     engine.DiscardCounters
 }
 
 // NewMetrics registers the metrics on reg, including gauges read from registry at scrape time (in
@@ -60,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer, registry *queue.Registry) (*Metrics, 
 		Name: metricPrefix + "upstream_conns_discarded_total",
 		Help: "Upstream connections closed instead of reused because the upstream sent bytes after a response (leftover) or while idle (unsolicited).",
 	}, []string{"reason"})
-	m.discarded = DiscardCounters{
+	m.discarded = engine.DiscardCounters{
 		Leftover:    discarded.WithLabelValues("leftover"),
 		Unsolicited: discarded.WithLabelValues("unsolicited"),
 	}

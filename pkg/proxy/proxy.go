@@ -1,7 +1,8 @@
 // Package proxy is the interceptor's request logic: route (match the routing table) → count
 // (per-app counters, the scaler's signal) → wait (hold while the app has no ready endpoint) →
 // forward (to a pod, zone-aware, trying another endpoint only when no byte was sent). The HTTP
-// engine that reads requests and forwards them calls it through Logic and Exchange (see seam.go).
+// engine (pkg/proxy/engine), which reads requests and forwards them, calls it through engine.Logic
+// and engine.Exchange; the steps run in that order in Engine.ServeHTTP.
 package proxy
 
 import (
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/httpscale/httpscale/pkg/endpoints"
+	"github.com/httpscale/httpscale/pkg/proxy/engine"
 	"github.com/httpscale/httpscale/pkg/queue"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
@@ -28,12 +30,12 @@ const (
 	HeaderColdStartWait = "X-Httpscale-Cold-Start-Wait"
 )
 
-// Proxy is the interceptor's request logic (it implements Logic) with the engine that serves it;
+// Proxy is the interceptor's request logic (it implements engine.Logic) with the engine that serves it;
 // it is an http.Handler. It is safe for concurrent use.
 type Proxy struct {
 	opts Options
 	log  logr.Logger
-	eng  *Engine
+	eng  *engine.Engine
 
 	mu       sync.Mutex // serialises rebuilds of routes
 	routes   atomic.Pointer[routes]
@@ -54,7 +56,7 @@ func New(o Options) (*Proxy, error) {
 		o.Metrics = m
 	}
 	p := &Proxy{opts: o, log: o.Log}
-	p.eng = NewEngine(p, EngineOptions{
+	p.eng = engine.New(p, engine.Options{
 		Log:                 o.Log,
 		DialContext:         o.DialContext,
 		DialTimeout:         o.DialTimeout,
@@ -69,7 +71,7 @@ func New(o Options) (*Proxy, error) {
 func (p *Proxy) Registry() *queue.Registry { return p.opts.Registry }
 
 // Engine returns the engine serving the proxy's requests; give it to Server.Engine.
-func (p *Proxy) Engine() *Engine { return p.eng }
+func (p *Proxy) Engine() *engine.Engine { return p.eng }
 
 // ServeHTTP serves r through the engine (see Engine.ServeHTTP).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.eng.ServeHTTP(w, r) }
@@ -79,7 +81,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.eng.ServeH
 func (p *Proxy) WaitUpgrades(ctx context.Context) error { return p.eng.WaitUpgrades(ctx) }
 
 // Route implements Logic: the exchange of the app the routing table matches.
-func (p *Proxy) Route(host, path string, h Header) Exchange {
+func (p *Proxy) Route(host, path string, h engine.Header) engine.Exchange {
 	rt := p.current()
 	e, ok := rt.table.Match(host, path, h)
 	if !ok {
@@ -92,14 +94,14 @@ func (p *Proxy) Route(host, path string, h Header) Exchange {
 }
 
 // Unrouted implements Logic.
-func (p *Proxy) Unrouted(h http.Header) Reply {
+func (p *Proxy) Unrouted(h http.Header) engine.Reply {
 	p.opts.Metrics.unrouted.Inc()
 	return errorReply(h, http.StatusNotFound, "no_route")
 }
 
-var _ Logic = (*Proxy)(nil)
+var _ engine.Logic = (*Proxy)(nil)
 
-// exchange is one request's progress through the steps (it implements Exchange).
+// exchange is one request's progress through the steps (it implements engine.Exchange).
 type exchange struct {
 	p       *Proxy
 	app     *app
@@ -116,9 +118,9 @@ type exchange struct {
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
 
-func (x *exchange) Plan() Plan {
+func (x *exchange) Plan() engine.Plan {
 	a := x.app
-	return Plan{
+	return engine.Plan{
 		H2C:                   x.backend.protocol == routing.ProtocolH2C,
 		ViaService:            a.entry.ViaService,
 		RequestTimeout:        a.request,
@@ -224,7 +226,7 @@ func (x *exchange) Refused(addr string, attempt int, err error) bool {
 	}
 	p, b := x.p, x.backend
 	view := b.candidates(x.set, p.appZone(x.app))
-	if attempt+1 >= min(p.opts.MaxDialAttempts, maxAttemptsCap, len(view.all)) {
+	if attempt+1 >= min(p.opts.MaxDialAttempts, engine.MaxAttempts, len(view.all)) {
 		return false
 	}
 	now := p.opts.Now()
@@ -232,9 +234,6 @@ func (x *exchange) Refused(addr string, attempt int, err error) bool {
 	p.log.V(1).Info("endpoint refused connection; trying another", "app", x.app.key, "endpoint", addr, "error", err.Error())
 	return true
 }
-
-// maxAttemptsCap bounds MaxDialAttempts so the tried list fits a small array on the stack.
-const maxAttemptsCap = 8
 
 func (x *exchange) Forwarded(addr string) {
 	if c := x.cand; c != nil && c.addr == addr {
@@ -251,7 +250,7 @@ func (x *exchange) Responded(code int, h http.Header) {
 
 // Fail records err and returns its answer: the status statusFor maps it to, or the app's
 // placeholder after a readiness timeout.
-func (x *exchange) Fail(err error, h http.Header) Reply {
+func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 	a, p := x.app, x.p
 	if ph := a.entry.ColdStart.Placeholder; ph != nil && errors.Is(err, ErrReadinessTimeout) {
 		code := int(ph.StatusCode)
@@ -268,13 +267,13 @@ func (x *exchange) Fail(err error, h http.Header) Reply {
 		h.Set("Content-Length", strconv.Itoa(len(ph.Body)))
 		h.Set("Cache-Control", "no-store")
 		x.code = code
-		return Reply{Code: code, Body: ph.Body}
+		return engine.Reply{Code: code, Body: ph.Body}
 	}
 	code, reason := statusFor(err)
 	x.code = code
 	if code == StatusClientClosedRequest {
 		p.log.V(1).Info("client went away", "app", a.key, "status", code, "error", err.Error())
-		return Reply{Code: code, Abort: true} // nobody to answer
+		return engine.Reply{Code: code, Abort: true} // nobody to answer
 	}
 	if code >= 500 && reason != "queue_full" {
 		p.opts.Metrics.upstreamErrs.WithLabelValues(a.key, reason).Inc()
@@ -292,13 +291,13 @@ func (x *exchange) Fail(err error, h http.Header) Reply {
 }
 
 // errorReply is the answer of an error: its status text and reason.
-func errorReply(h http.Header, code int, reason string) Reply {
+func errorReply(h http.Header, code int, reason string) engine.Reply {
 	body := http.StatusText(code) + ": " + reason + "\n"
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
-	return Reply{Code: code, Body: body}
+	return engine.Reply{Code: code, Body: body}
 }
 
 // coldHeaders marks a response to a held request.

@@ -1,8 +1,13 @@
-package proxy
+// Package engine is the interceptor's HTTP engine: the servers and their HTTP/1.1 fast path, the
+// event loops, the hand-written request and response parsers and writers, the forwarding paths and
+// the upstream connection pools. It serves requests for a request logic it knows only through Logic
+// and Exchange (pkg/proxy implements them), and depends on nothing else of the project.
+package engine
 
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"time"
 )
@@ -104,3 +109,14 @@ type DiscardCounters struct {
 	Leftover    Counter // bytes after the end of a response, seen when it ended
 	Unsolicited Counter // bytes arriving on an idle connection, seen before its reuse
 }
+
+// IsDialError reports whether err happened while connecting, so that no byte of the request reached
+// the upstream and another endpoint may be tried.
+func IsDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// MaxAttempts bounds the endpoints tried for one request, whatever Exchange.Refused allows, so that
+// the tried list fits a small array on the stack.
+const MaxAttempts = 8

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"bytes"
@@ -305,7 +305,7 @@ func (e *Engine) rawForward(sc *h1ServerConn, rq *rawRequest, x Exchange) bool {
 			return fmt.Errorf("forwarding to %s: %w", addr, err)
 		}
 		return nil
-	}, isDialError)
+	}, IsDialError)
 	if err != nil {
 		return e.rawFail(sc, rq, x, err)
 	}

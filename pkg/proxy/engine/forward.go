@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -28,8 +28,8 @@ type Engine struct {
 	upgrades tracker
 }
 
-// EngineOptions configure an Engine.
-type EngineOptions struct {
+// Options configure an Engine.
+type Options struct {
 	Log logr.Logger
 	// DialContext dials upstream connections (nil: a net.Dialer with DialTimeout).
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -47,8 +47,8 @@ type nopCounter struct{}
 
 func (nopCounter) Inc() {}
 
-// NewEngine returns an engine serving logic's requests.
-func NewEngine(logic Logic, o EngineOptions) *Engine {
+// New returns an engine serving logic's requests.
+func New(logic Logic, o Options) *Engine {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -159,7 +159,7 @@ func (e *Engine) WaitUpgrades(ctx context.Context) error { return e.upgrades.wai
 // requests without a body (see h1Transport), http.Transport for HTTP/1.1 requests with a body or an
 // upgrade, and h2c (HTTP/2 with prior knowledge, for Service ports with appProtocol
 // kubernetes.io/h2c). One of each serves every app, so connections to a pod are reused.
-func newTransports(o EngineOptions) (fast *h1Transport, h1, h2c *http.Transport) {
+func newTransports(o Options) (fast *h1Transport, h1, h2c *http.Transport) {
 	dial := o.DialContext
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
@@ -238,7 +238,7 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.URL.Host = addr
 		resp, err = e.attempt(tr, req, c)
 		return err
-	}, func(err error) bool { return isDialError(err) && (body == nil || !body.read) })
+	}, func(err error) bool { return IsDialError(err) && (body == nil || !body.read) })
 	return resp, err
 }
 
@@ -248,7 +248,7 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 // ErrNoEndpoint when none was left. Once ctx ended (the client went away, the drain deadline
 // passed) a failure is returned as it is: a connect it cut short says nothing about the endpoint.
 func tryEndpoints(ctx context.Context, x Exchange, try func(addr string) error, tryAgain func(error) bool) error {
-	var tried [maxAttemptsCap]string
+	var tried [MaxAttempts]string
 	for n := 0; ; n++ {
 		addr, ok := x.Pick(tried[:n])
 		if !ok {
@@ -259,7 +259,7 @@ func tryEndpoints(ctx context.Context, x Exchange, try func(addr string) error, 
 			x.Forwarded(addr)
 			return nil
 		}
-		if ctx.Err() != nil || !tryAgain(err) || n+1 >= maxAttemptsCap || !x.Refused(addr, n, err) {
+		if ctx.Err() != nil || !tryAgain(err) || n+1 >= MaxAttempts || !x.Refused(addr, n, err) {
 			return err
 		}
 		tried[n] = addr

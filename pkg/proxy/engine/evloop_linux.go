@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package engine
 
 import (
 	"bytes"
@@ -856,7 +856,7 @@ func (l *evLoop) dialed(m evMsg) {
 		if c.closed {
 			return
 		}
-		if !isDialError(m.err) {
+		if !IsDialError(m.err) {
 			if !c.counted {
 				l.giveBack(c) // e.g. a dialer whose connections have no socket: the goroutine path dials
 			} else {
