@@ -314,3 +314,29 @@ func TestBothLengthsCloseTheConnection(t *testing.T) {
 		})
 	}
 }
+
+// A head whose last line ends in a bare LF before the final CRLF ("...\n\r\n") is complete for
+// net/http's parsers; every path reads it at once (client request and upstream response) instead
+// of waiting for bytes that never come.
+func TestHeadsEndingInBareLFAreReadAtOnce(t *testing.T) {
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		be := newRawBackend(t, func(i int, r *http.Request) rawReply {
+			if r.URL.Path == "/lf-response" {
+				return rawReply{resp: "HTTP/1.1 200 OK\nContent-Type: text/plain\nContent-Length: 2\n\r\nok"}
+			}
+			return rawReply{resp: okReply("ok")}
+		})
+		h.src.Set(key("app"), be.ep)
+		for _, req := range []string{
+			"GET /lf-request HTTP/1.1\nhost: app.example.com\n\r\n",
+			rawGet("/lf-response"),
+		} {
+			c := dialRaw(t, h)
+			_ = c.c.SetDeadline(time.Now().Add(3 * time.Second))
+			start := time.Now()
+			if a := c.do(req); a.Code != http.StatusOK || a.Body != "ok" {
+				t.Errorf("%q: %+v after %v, want 200 %q at once", req, a, time.Since(start).Round(time.Millisecond), "ok")
+			}
+		}
+	})
+}

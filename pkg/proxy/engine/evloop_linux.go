@@ -565,7 +565,8 @@ func (l *evLoop) clientGone(c *evClient) {
 			if c.relaying() {
 				c.x.Responded(c.res.code, nil)
 			} else {
-				c.x.Fail(fmt.Errorf("%w: host %s, path %s", ErrClientGone, c.rq.host, c.rq.path), nil)
+				// Nothing is sent: the answer's headers go nowhere (a rare path, allocated here).
+				c.x.Fail(fmt.Errorf("%w: host %s, path %s", ErrClientGone, c.rq.host, c.rq.path), http.Header{})
 			}
 		}
 		l.endRequest(c)
@@ -719,7 +720,7 @@ func (l *evLoop) serveNext(c *evClient) {
 	for !c.busy() && !c.closed && c.out.Len() == 0 {
 		end := headerEnd(c.in)
 		if end < 0 {
-			if c.in != nil && (len(c.in) == cap(c.in) || bytes.Contains(c.in, []byte("\n\n"))) {
+			if c.in != nil && (len(c.in) == cap(c.in) || bareLF(c.in)) {
 				l.handOff(c, false, nil) // too large, or bare LF: net/http decides
 				return
 			}
@@ -979,7 +980,7 @@ func (l *evLoop) relay(c *evClient) {
 				l.passHead(c, i+4)
 				continue
 			}
-			if len(up.in) == cap(up.in) || bytes.Contains(up.in, []byte("\n\n")) {
+			if len(up.in) == cap(up.in) || bareLF(up.in) {
 				l.handOffRelay(c, 0) // too large or bare LF: net/http's parser reads it
 				return
 			}

@@ -393,7 +393,7 @@ func (sc *h1ServerConn) screen() (int, bool, error) {
 			}
 			return end, ok, nil
 		}
-		if len(buf) >= h1ReadBuffer || bytes.Contains(buf, []byte("\n\n")) {
+		if len(buf) >= h1ReadBuffer || bareLF(buf) {
 			return 0, false, nil // too large, or bare LF: net/http decides
 		}
 		if !deadlineSet && sc.s.headerTimeout > 0 {
@@ -410,6 +410,24 @@ func (sc *h1ServerConn) screen() (int, bool, error) {
 			return 0, false, nil
 		}
 	}
+}
+
+// bareLF reports whether a head not yet complete (no CRLF CRLF in it) has a line feed without a
+// carriage return before it. net/http's parsers end lines at any LF, so such a head may already be
+// complete for them ("...\n\r\n", "...\n\n"): it is left to net/http, which reads it at once
+// instead of waiting for bytes that never come.
+func bareLF(b []byte) bool {
+	for i := bytes.IndexByte(b, '\n'); i >= 0; {
+		if i == 0 || b[i-1] != '\r' {
+			return true
+		}
+		j := bytes.IndexByte(b[i+1:], '\n')
+		if j < 0 {
+			return false
+		}
+		i += 1 + j
+	}
+	return false
 }
 
 // headerEnd returns the length of the header block in buf including its final CRLF CRLF, or -1.

@@ -357,7 +357,7 @@ func readHeadLen(pc *h1Conn) (int, error) {
 		if i := bytes.Index(buf, crlfcrlf); i >= 0 {
 			return i + 4, nil
 		}
-		if len(buf) >= pc.br.Size() || bytes.Contains(buf, []byte("\n\n")) {
+		if len(buf) >= pc.br.Size() || bareLF(buf) {
 			return 0, nil
 		}
 		if _, err := pc.br.Peek(len(buf) + 1); err != nil {
