@@ -105,9 +105,10 @@ var _ engine.Logic = (*Proxy)(nil)
 type exchange struct {
 	p       *Proxy
 	app     *app
-	backend *backend       // the target, or the fallback after a readiness timeout
-	set     *endpoints.Set // nil until Ready or Wait
-	cand    *candidate     // the endpoint picked last
+	backend *backend                   // the target, or the fallback after a readiness timeout
+	set     *endpoints.Set             // nil until Ready or Wait
+	cand    *candidate                 // the endpoint picked last
+	tried   [engine.MaxAttempts]string // the endpoints Pick returned, by attempt
 	start   time.Time
 	holding bool
 	cold    bool
@@ -195,16 +196,22 @@ func (x *exchange) Forwarding() {
 // without known endpoints.
 func (x *exchange) direct() bool { return x.app.entry.ViaService || x.set.Len() == 0 }
 
-// Pick returns the next endpoint: round robin over the zone's candidates (all endpoints once those
-// all failed), skipping endpoints marked bad while others remain.
-func (x *exchange) Pick(tried []string) (string, bool) {
+// Pick returns the endpoint for attempt: round robin over the zone's candidates (all endpoints once
+// those all failed), skipping the endpoints of the earlier attempts and, while others remain, those
+// marked bad.
+func (x *exchange) Pick(attempt int) (string, bool) {
 	b := x.backend
-	if x.direct() {
-		return b.serviceAddr, len(tried) == 0
+	if attempt >= len(x.tried) {
+		return "", false
 	}
+	if x.direct() {
+		x.tried[attempt] = b.serviceAddr
+		return b.serviceAddr, attempt == 0
+	}
+	tried := x.tried[:attempt]
 	view := b.candidates(x.set, x.p.appZone(x.app))
 	var now time.Time
-	if len(tried) > 0 || b.hasBad() { // the clock is only needed to expire bad marks
+	if attempt > 0 || b.hasBad() { // the clock is only needed to expire bad marks
 		now = x.p.opts.Now()
 	}
 	c, ok := b.pick(view.cands, tried, now)
@@ -215,6 +222,7 @@ func (x *exchange) Pick(tried []string) (string, bool) {
 		return "", false
 	}
 	x.cand = c
+	x.tried[attempt] = c.addr
 	return c.addr, true
 }
 

@@ -251,17 +251,17 @@ func (l fixedLogic) Unrouted(h http.Header) Reply          { return Reply{Code: 
 // fixedExchange forwards to addr and answers failures with 502.
 type fixedExchange struct{ addr string }
 
-func (x *fixedExchange) Plan() Plan                         { return Plan{} }
-func (x *fixedExchange) Ready() bool                        { return true }
-func (x *fixedExchange) Begin()                             {}
-func (x *fixedExchange) Wait(context.Context) error         { return nil }
-func (x *fixedExchange) Forwarding()                        {}
-func (x *fixedExchange) Pick(tried []string) (string, bool) { return x.addr, len(tried) == 0 }
-func (x *fixedExchange) Refused(string, int, error) bool    { return false }
-func (x *fixedExchange) Forwarded(string)                   {}
-func (x *fixedExchange) Responded(int, http.Header)         {}
-func (x *fixedExchange) End()                               {}
-func (x *fixedExchange) Release()                           {}
+func (x *fixedExchange) Plan() Plan                      { return Plan{} }
+func (x *fixedExchange) Ready() bool                     { return true }
+func (x *fixedExchange) Begin()                          {}
+func (x *fixedExchange) Wait(context.Context) error      { return nil }
+func (x *fixedExchange) Forwarding()                     {}
+func (x *fixedExchange) Pick(attempt int) (string, bool) { return x.addr, attempt == 0 }
+func (x *fixedExchange) Refused(string, int, error) bool { return false }
+func (x *fixedExchange) Forwarded(string)                {}
+func (x *fixedExchange) Responded(int, http.Header)      {}
+func (x *fixedExchange) End()                            {}
+func (x *fixedExchange) Release()                        {}
 func (x *fixedExchange) Fail(_ error, h http.Header) Reply {
 	h.Set("Content-Length", "4")
 	return Reply{Code: http.StatusBadGateway, Body: "502\n"}

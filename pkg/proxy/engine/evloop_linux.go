@@ -779,7 +779,7 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 			return
 		}
 	}
-	addr, ok := x.Pick(nil)
+	addr, ok := x.Pick(0)
 	if !ok {
 		l.giveBack(c) // no endpoint after all: the goroutine path answers
 		return

@@ -248,9 +248,8 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 // ErrNoEndpoint when none was left. Once ctx ended (the client went away, the drain deadline
 // passed) a failure is returned as it is: a connect it cut short says nothing about the endpoint.
 func tryEndpoints(ctx context.Context, x Exchange, try func(addr string) error, tryAgain func(error) bool) error {
-	var tried [MaxAttempts]string
 	for n := 0; ; n++ {
-		addr, ok := x.Pick(tried[:n])
+		addr, ok := x.Pick(n)
 		if !ok {
 			return fmt.Errorf("forwarding: %w", ErrNoEndpoint)
 		}
@@ -262,7 +261,6 @@ func tryEndpoints(ctx context.Context, x Exchange, try func(addr string) error, 
 		if ctx.Err() != nil || !tryAgain(err) || n+1 >= MaxAttempts || !x.Refused(addr, n, err) {
 			return err
 		}
-		tried[n] = addr
 	}
 }
 

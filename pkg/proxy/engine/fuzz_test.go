@@ -487,17 +487,17 @@ func readRelayed(b []byte, method string) (*relayed, error) {
 // codeExchange is an Exchange that records the status it is told and answers failures with 502.
 type codeExchange struct{ code int }
 
-func (x *codeExchange) Plan() Plan                         { return Plan{} }
-func (x *codeExchange) Ready() bool                        { return true }
-func (x *codeExchange) Begin()                             {}
-func (x *codeExchange) Wait(context.Context) error         { return nil }
-func (x *codeExchange) Forwarding()                        {}
-func (x *codeExchange) Pick(tried []string) (string, bool) { return "up", len(tried) == 0 }
-func (x *codeExchange) Refused(string, int, error) bool    { return false }
-func (x *codeExchange) Forwarded(string)                   {}
-func (x *codeExchange) Responded(code int, _ http.Header)  { x.code = code }
-func (x *codeExchange) End()                               {}
-func (x *codeExchange) Release()                           {}
+func (x *codeExchange) Plan() Plan                        { return Plan{} }
+func (x *codeExchange) Ready() bool                       { return true }
+func (x *codeExchange) Begin()                            {}
+func (x *codeExchange) Wait(context.Context) error        { return nil }
+func (x *codeExchange) Forwarding()                       {}
+func (x *codeExchange) Pick(attempt int) (string, bool)   { return "up", attempt == 0 }
+func (x *codeExchange) Refused(string, int, error) bool   { return false }
+func (x *codeExchange) Forwarded(string)                  {}
+func (x *codeExchange) Responded(code int, _ http.Header) { x.code = code }
+func (x *codeExchange) End()                              {}
+func (x *codeExchange) Release()                          {}
 func (x *codeExchange) Fail(err error, h http.Header) Reply {
 	x.code = http.StatusBadGateway
 	h.Set("Content-Length", "4")

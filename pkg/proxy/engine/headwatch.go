@@ -111,17 +111,27 @@ func (w *headWatch) stop() {
 func (w *headWatch) run() {
 	defer w.stop()
 	br := bufio.NewReaderSize(w, 4<<10)
+	var hr bytes.Reader
+	hbr := bufio.NewReaderSize(&hr, 512) // reused for every head (lines longer than it are joined)
+	var buf []byte
 	for {
-		head, err := readHead(br)
+		head, err := readHead(br, buf[:0])
 		if err != nil {
 			return
 		}
-		if bothLengths(head) {
+		buf = head // reused for the next head: nothing keeps this one
+		cl, te := lengthLines(head)
+		if cl && te {
 			w.mu.Lock()
 			w.both = true
 			w.mu.Unlock()
 		}
-		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+		if !cl && !te {
+			continue // a request without either has no body (RFC 9112 section 6.3)
+		}
+		hr.Reset(head)
+		hbr.Reset(&hr)
+		req, err := http.ReadRequest(hbr)
 		if err != nil || req.ProtoMajor != 1 {
 			return // net/http refuses it too (and closes), or it is the h2c preface
 		}
@@ -141,10 +151,9 @@ func (w *headWatch) run() {
 	}
 }
 
-// readHead reads a request head: lines up to and including the empty one. Lines end in LF, with or
-// without CR, as net/http's textproto reads them.
-func readHead(br *bufio.Reader) ([]byte, error) {
-	var head []byte
+// readHead reads a request head into head: lines up to and including the empty one. Lines end in
+// LF, with or without CR, as net/http's textproto reads them.
+func readHead(br *bufio.Reader, head []byte) ([]byte, error) {
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -171,10 +180,9 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 	}
 }
 
-// bothLengths reports whether a request head has both a Content-Length and a Transfer-Encoding
+// lengthLines reports whether a request head has a Content-Length line and a Transfer-Encoding
 // line (lines end in LF, with or without CR; the request line is skipped).
-func bothLengths(head []byte) bool {
-	cl, te := false, false
+func lengthLines(head []byte) (cl, te bool) {
 	_, rest, _ := bytes.Cut(head, []byte("\n"))
 	for len(rest) > 0 {
 		var l []byte
@@ -184,7 +192,7 @@ func bothLengths(head []byte) bool {
 		cl = cl || asciiEqualFold(name, "Content-Length")
 		te = te || asciiEqualFold(name, "Transfer-Encoding")
 	}
-	return cl && te
+	return cl, te
 }
 
 // watchedConn is a connection served by net/http: reads come from r (the connection itself, or

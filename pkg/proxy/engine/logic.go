@@ -60,9 +60,9 @@ type Exchange interface {
 	Wait(ctx context.Context) error
 	// Forwarding counts the request as in flight (and no longer held).
 	Forwarding()
-	// Pick returns the address of the next endpoint to try, skipping those tried; ok false when
-	// none is left.
-	Pick(tried []string) (addr string, ok bool)
+	// Pick returns the address of the endpoint for attempt (0 for the first), skipping those it
+	// returned for the earlier attempts of the exchange; ok false when none is left.
+	Pick(attempt int) (addr string, ok bool)
 	// Refused tells that a connection to addr could not be made with nothing sent, on attempt
 	// (0 for the first). It reports whether another endpoint may be tried (addr is then avoided
 	// for a while).
