@@ -865,8 +865,9 @@ func (l *evLoop) dialed(m evMsg) {
 			}
 			return
 		}
-		// As forEndpoint: with another endpoint to try, this one is marked bad and the goroutine path
-		// tries the next (from the start: nothing was counted or sent); without, the request fails.
+		// As tryEndpoints: when the exchange allows another endpoint (it marks this one bad), the
+		// goroutine path tries the next (from the start: nothing was counted or sent); without, the
+		// request fails.
 		if c.x.Refused(m.addr, 0, m.err) {
 			if !c.counted {
 				l.giveBack(c)

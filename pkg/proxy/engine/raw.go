@@ -19,10 +19,8 @@ import (
 // direction, a context per request and a ResponseWriter: on loopback those cost more CPU than the
 // four socket calls of the exchange (see docs/benchmarks/interceptor.md).
 //
-// What it sends and answers is what forwardDirect (and so httputil.ReverseProxy) would: hop-by-hop
-// headers removed both ways ("Te: trailers" kept), Forwarded dropped, X-Forwarded-For appended to,
-// X-Forwarded-Host and -Proto passed on or set, header names with "_" dropped (see
-// dropUnderscoreHeaders), no User-Agent added, a Date added when the upstream
+// What it sends and answers is what forwardDirect (and so httputil.ReverseProxy) would, by the
+// rules of headers.go applied line by line (droppedRequestHeader), a Date added when the upstream
 // sent none, "Connection: close" when the client asked for it or the server drains. Header lines
 // keep the case and order they arrived in, and the status line is the upstream's.
 //
