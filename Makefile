@@ -94,7 +94,7 @@ test: verify-generated vet build unit e2e ## Everything: generated-file drift, v
 # The differential fuzz targets of the HTTP/1.1 fast path (pkg/proxy/engine/fuzz_test.go); `make unit` runs
 # them on their seed corpora only.
 FUZZTIME ?= 2m
-FUZZ_TARGETS := FuzzFastRequest FuzzRawRequestWrite FuzzRawResponse FuzzResponseWriter FuzzRelayResponse FuzzEventLoopRelay
+FUZZ_TARGETS := FuzzFastRequest FuzzRawRequestWrite FuzzRawResponse FuzzResponseWriter FuzzRelayResponse FuzzEventLoopRelay FuzzHeadWatch
 
 .PHONY: fuzz
 fuzz: ## Fuzz the fast path's HTTP/1.1 parsers and writers against net/http, FUZZTIME (2m) per target.

@@ -43,10 +43,15 @@ type headWatch struct {
 	idle    bool // the parser waits for bytes
 	stopped bool // the parser ended (the stream is not HTTP/1 any more, or the connection closed)
 	both    bool // a head with both Content-Length and Transfer-Encoding was read
+
+	// seen, when set (tests), is called with every head the parser frames.
+	seen func(head []byte)
 }
 
-func newHeadWatch() *headWatch {
-	w := &headWatch{}
+func newHeadWatch() *headWatch { return startHeadWatch(nil) }
+
+func startHeadWatch(seen func(head []byte)) *headWatch {
+	w := &headWatch{seen: seen}
 	w.cond.L = &w.mu
 	go w.run()
 	return w
@@ -114,12 +119,25 @@ func (w *headWatch) run() {
 	var hr bytes.Reader
 	hbr := bufio.NewReaderSize(&hr, 512) // reused for every head (lines longer than it are joined)
 	var buf []byte
+	post := false
 	for {
+		if post { // net/http's tolerance for old clients: up to 4 CR or LF after a POST are skipped
+			peek, _ := br.Peek(4)
+			n := 0
+			for n < len(peek) && (peek[n] == '\r' || peek[n] == '\n') {
+				n++
+			}
+			_, _ = br.Discard(n)
+		}
 		head, err := readHead(br, buf[:0])
 		if err != nil {
 			return
 		}
 		buf = head // reused for the next head: nothing keeps this one
+		if w.seen != nil {
+			w.seen(head)
+		}
+		post = bytes.HasPrefix(head, []byte("POST "))
 		cl, te := lengthLines(head)
 		if cl && te {
 			w.mu.Lock()
@@ -172,8 +190,7 @@ func readHead(br *bufio.Reader, head []byte) ([]byte, error) {
 		}
 		if string(line) == "\r\n" || string(line) == "\n" {
 			if len(head) == len(line) {
-				head = head[:0] // empty lines before a request line are skipped, as net/http does
-				continue
+				return nil, errors.New("empty request line") // net/http refuses it and closes
 			}
 			return head, nil
 		}
