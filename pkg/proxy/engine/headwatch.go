@@ -23,7 +23,8 @@ import (
 // (http.ReadRequest for each head, httputil's chunked reader for bodies) and records a head that
 // had both. The handler (closeAfterBothLengths) looks at it before answering.
 //
-// Cost: a copy of every byte read on the connection, parsed twice; the net/http path carries
+// Cost: a copy of every byte read on the connection, parsed twice (heads without a length line only
+// line by line), and a goroutine while there is something to parse; the net/http path carries
 // bodies and upgrades, the fast path's common requests never meet it.
 
 // headWatchMaxPending bounds the bytes read on the connection that the watch has not parsed yet;
@@ -34,15 +35,19 @@ const headWatchMaxPending = 256 << 10
 // slack); a longer one is refused by net/http, which closes the connection.
 const headWatchMaxHead = http.DefaultMaxHeaderBytes + 4096
 
-// headWatch parses a copy of a connection's request stream on its own goroutine. It is safe for
-// concurrent use.
+// headWatch parses a copy of a connection's request stream. Its parser runs on a goroutine of its
+// own while there are bytes to parse, and ends between requests once it has parsed everything it was
+// given: an idle keep-alive connection costs the watch's struct, not a goroutine and its buffers.
+// It is safe for concurrent use.
 type headWatch struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	pending []byte
-	idle    bool // the parser waits for bytes
+	running bool // a parser goroutine runs
+	idle    bool // the parser waits for bytes, or ended between requests with nothing left
 	stopped bool // the parser ended (the stream is not HTTP/1 any more, or the connection closed)
 	both    bool // a head with both Content-Length and Transfer-Encoding was read
+	post    bool // the last head was a POST's (see run)
 
 	// seen, when set (tests), is called with every head the parser frames.
 	seen func(head []byte)
@@ -51,14 +56,13 @@ type headWatch struct {
 func newHeadWatch() *headWatch { return startHeadWatch(nil) }
 
 func startHeadWatch(seen func(head []byte)) *headWatch {
-	w := &headWatch{seen: seen}
+	w := &headWatch{seen: seen, idle: true}
 	w.cond.L = &w.mu
-	go w.run()
 	return w
 }
 
-// feed passes bytes read on the connection to the parser. It blocks while the parser is behind
-// by more than headWatchMaxPending.
+// feed passes bytes read on the connection to the parser, starting it when none runs. It blocks
+// while the parser is behind by more than headWatchMaxPending.
 func (w *headWatch) feed(p []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -69,6 +73,10 @@ func (w *headWatch) feed(p []byte) {
 		return
 	}
 	w.pending = append(w.pending, p...)
+	if !w.running {
+		w.running, w.idle = true, false
+		go w.run()
+	}
 	w.cond.Broadcast()
 }
 
@@ -112,16 +120,61 @@ func (w *headWatch) stop() {
 	w.cond.Broadcast()
 }
 
-// run frames the stream as net/http does until it ends or stops being HTTP/1.
+// parked ends the parser between requests when it has parsed everything it was given (br holds
+// nothing either); the next feed starts another.
+func (w *headWatch) parked(br *bufio.Reader) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if br.Buffered() > 0 || len(w.pending) > 0 || w.stopped {
+		return false
+	}
+	w.running, w.idle = false, true
+	if cap(w.pending) > 4<<10 {
+		w.pending = nil // a large body passed: its buffer goes
+	}
+	w.cond.Broadcast()
+	return true
+}
+
+// watchParser is what a running parser uses; pooled between runs.
+type watchParser struct {
+	br  *bufio.Reader
+	hr  bytes.Reader
+	hbr *bufio.Reader // reads a head with net/http (lines longer than it are joined)
+	buf []byte
+}
+
+var watchParsers = sync.Pool{New: func() any {
+	wp := &watchParser{br: bufio.NewReaderSize(nil, 4<<10)}
+	wp.hbr = bufio.NewReaderSize(&wp.hr, 512)
+	return wp
+}}
+
+// run frames the stream as net/http does, from a request boundary, until it has nothing left to
+// parse there (parked), or the stream ends or stops being HTTP/1 (stop).
 func (w *headWatch) run() {
-	defer w.stop()
-	br := bufio.NewReaderSize(w, 4<<10)
-	var hr bytes.Reader
-	hbr := bufio.NewReaderSize(&hr, 512) // reused for every head (lines longer than it are joined)
-	var buf []byte
-	post := false
+	wp := watchParsers.Get().(*watchParser)
+	br := wp.br
+	br.Reset(w)
+	if !w.frame(wp) {
+		w.stop()
+	}
+	br.Reset(nil)
+	wp.hr.Reset(nil)
+	if cap(wp.buf) > 4<<10 {
+		wp.buf = nil
+	}
+	watchParsers.Put(wp)
+}
+
+// frame parses requests; it returns true when it parked between two.
+func (w *headWatch) frame(wp *watchParser) bool {
+	br := wp.br
 	for {
-		if post { // net/http's tolerance for old clients: up to 4 CR or LF after a POST are skipped
+		if w.parked(br) {
+			return true
+		}
+		if w.post { // net/http's tolerance for old clients: up to 4 CR or LF after a POST are skipped
 			peek, _ := br.Peek(4)
 			n := 0
 			for n < len(peek) && (peek[n] == '\r' || peek[n] == '\n') {
@@ -129,15 +182,15 @@ func (w *headWatch) run() {
 			}
 			_, _ = br.Discard(n)
 		}
-		head, err := readHead(br, buf[:0])
+		head, err := readHead(br, wp.buf[:0])
 		if err != nil {
-			return
+			return false
 		}
-		buf = head // reused for the next head: nothing keeps this one
+		wp.buf = head // reused for the next head: nothing keeps this one
 		if w.seen != nil {
 			w.seen(head)
 		}
-		post = bytes.HasPrefix(head, []byte("POST "))
+		w.post = bytes.HasPrefix(head, []byte("POST "))
 		cl, te := lengthLines(head)
 		if cl && te {
 			w.mu.Lock()
@@ -147,23 +200,23 @@ func (w *headWatch) run() {
 		if !cl && !te {
 			continue // a request without either has no body (RFC 9112 section 6.3)
 		}
-		hr.Reset(head)
-		hbr.Reset(&hr)
-		req, err := http.ReadRequest(hbr)
+		wp.hr.Reset(head)
+		wp.hbr.Reset(&wp.hr)
+		req, err := http.ReadRequest(wp.hbr)
 		if err != nil || req.ProtoMajor != 1 {
-			return // net/http refuses it too (and closes), or it is the h2c preface
+			return false // net/http refuses it too (and closes), or it is the h2c preface
 		}
 		switch {
 		case len(req.TransferEncoding) > 0: // chunked, the only coding net/http accepts
 			if _, err := io.Copy(io.Discard, httputil.NewChunkedReader(br)); err != nil {
-				return
+				return false
 			}
 			if _, err := textproto.NewReader(br).ReadMIMEHeader(); err != nil { // the trailer
-				return
+				return false
 			}
 		case req.ContentLength > 0:
 			if _, err := io.CopyN(io.Discard, br, req.ContentLength); err != nil {
-				return
+				return false
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 )
 
 // FuzzHeadWatch: the head watch must frame a connection's byte stream exactly as net/http's server
@@ -82,4 +83,35 @@ func FuzzHeadWatch(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Between requests the watch's parser ends once it has parsed what it was given (an idle keep-alive
+// connection holds no goroutine or buffer for it), and starts again with the next bytes.
+func TestHeadWatchParksBetweenRequests(t *testing.T) {
+	w := newHeadWatch()
+	running := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.running
+	}
+	for i, req := range []string{
+		"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
+		"GET /b HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+	} {
+		w.feed([]byte(req))
+		if w.sawBoth() {
+			t.Fatalf("request %d: both lengths reported for %q", i, req)
+		}
+		for deadline := time.Now().Add(5 * time.Second); running(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("request %d: the parser still runs after a whole request", i)
+			}
+		}
+	}
+	w.feed([]byte("POST /d HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"))
+	if !w.sawBoth() {
+		t.Error("a head with both lengths after parked runs was not seen")
+	}
+	w.stop()
 }
