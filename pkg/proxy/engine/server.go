@@ -107,6 +107,12 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.Drained != nil {
 		defer close(s.Drained)
 	}
+	var handler http.Handler = s.Engine
+	if s.Handler != nil {
+		handler = s.Handler
+	} else if s.Engine == nil {
+		return fmt.Errorf("%s: neither Handler nor Engine is set", s.Name)
+	}
 	ln := s.Listener
 	if ln == nil {
 		var err error
@@ -123,10 +129,6 @@ func (s *Server) Start(ctx context.Context) error {
 	headerTimeout := s.ReadHeaderTimeout
 	if headerTimeout <= 0 {
 		headerTimeout = 30 * time.Second
-	}
-	handler := s.Handler
-	if handler == nil {
-		handler = s.Engine
 	}
 	srv := &http.Server{
 		Handler:           handler,
