@@ -66,7 +66,10 @@ func (e *Engine) relayResponse(w *h1Response, r *http.Request, res *http.Respons
 		e.log.V(1).Info("copying the response body failed; aborting the response", "host", r.Host, "error", err.Error())
 		panic(http.ErrAbortHandler)
 	}
+	// Trailers go out as trailers, announced or not, never promoted to header fields (the head may
+	// not be sent yet): under TrailerPrefix, which end writes after the last chunk.
 	for k, vs := range res.Trailer {
+		k = http.TrailerPrefix + k
 		w.header[k] = append(w.header[k], vs...)
 	}
 	return nil

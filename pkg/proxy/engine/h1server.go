@@ -814,7 +814,7 @@ func (w *h1Response) sendHead(final bool) {
 	}
 	if w.length < 0 && !bodyless {
 		switch {
-		case final:
+		case final && !w.hasTrailers():
 			if w.req.Method != http.MethodHead {
 				w.length = 0
 				h.Set("Content-Length", "0")
@@ -877,6 +877,20 @@ func (w *h1Response) sendHead(final bool) {
 	_, _ = bw.WriteString("\r\n")
 }
 
+// hasTrailers reports whether the response has trailers to send (announced in a Trailer header, or
+// set under http.TrailerPrefix): it then goes chunked even when its body is empty, as net/http's.
+func (w *h1Response) hasTrailers() bool {
+	if _, ok := w.header["Trailer"]; ok {
+		return true
+	}
+	for k := range w.header {
+		if hasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // writeHeaderLine writes one header line; line breaks in the value become spaces, as net/http does.
 func writeHeaderLine(bw headWriter, k, v string) {
 	_, _ = bw.WriteString(k)
@@ -936,15 +950,19 @@ func (w *h1Response) end(flush bool) bool {
 	bw := w.sc.bw
 	if w.failed == nil && w.chunked {
 		_, _ = bw.WriteString("0\r\n")
+		// Names that are not tokens are dropped, as in the head (net/http drops them too).
 		for _, k := range w.trailers {
+			if !isToken(k) {
+				continue
+			}
 			for _, v := range w.header[k] {
 				writeHeaderLine(bw, k, v)
 			}
 		}
 		for k, vs := range w.header {
-			if hasPrefix(k, http.TrailerPrefix) {
+			if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok && isToken(name) {
 				for _, v := range vs {
-					writeHeaderLine(bw, k[len(http.TrailerPrefix):], v)
+					writeHeaderLine(bw, name, v)
 				}
 			}
 		}
