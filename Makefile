@@ -91,15 +91,15 @@ unit: ## Unit and envtest suites (real kube-apiserver + etcd, built on first use
 .PHONY: test
 test: verify-generated vet build unit e2e ## Everything: generated-file drift, vet, build, unit + envtest, e2e (root).
 
-# The differential fuzz targets of the HTTP/1.1 fast path (pkg/proxy/fuzz_test.go); `make unit` runs
+# The differential fuzz targets of the HTTP/1.1 fast path (pkg/proxy/engine/fuzz_test.go); `make unit` runs
 # them on their seed corpora only.
 FUZZTIME ?= 2m
-FUZZ_TARGETS := FuzzFastRequest FuzzRawRequestWrite FuzzRawResponse FuzzResponseWriter FuzzRelayResponse
+FUZZ_TARGETS := FuzzFastRequest FuzzRawRequestWrite FuzzRawResponse FuzzResponseWriter FuzzRelayResponse FuzzEventLoopRelay FuzzHeadWatch
 
 .PHONY: fuzz
 fuzz: ## Fuzz the fast path's HTTP/1.1 parsers and writers against net/http, FUZZTIME (2m) per target.
 	for t in $(FUZZ_TARGETS); do \
-		$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./pkg/proxy/ || exit 1; \
+		$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./pkg/proxy/engine/ || exit 1; \
 	done
 
 .PHONY: e2e

@@ -66,6 +66,11 @@ func run(ctx context.Context, args []string, o runOptions) error {
 			o.PprofBindAddress = cfg.PprofAddr // off unless asked for (memory measurements)
 		},
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
+			if gc := gcTuner(cfg); gc != nil {
+				if err := mgr.Add(gc); err != nil {
+					return fmt.Errorf("adding the GC tuner: %w", err)
+				}
+			}
 			metrics := newMetricsRegistry()
 			kube, err := wireKubernetes(mgr, cfg, metrics, log)
 			if err != nil {

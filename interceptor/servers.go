@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -15,21 +14,12 @@ import (
 
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/config"
-	"github.com/httpscale/httpscale/pkg/gcheadroom"
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/queue"
 )
 
 // dialFunc dials upstream connections (net.Dialer.DialContext's signature).
 type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
-
-// gcHeadroom and gcMinPercent bound the heap's growth between collections once the live heap is
-// large (see pkg/gcheadroom): 64 MiB is what --gc-percent 400 allows a 16 MiB heap, the interceptor's
-// live heap with a few thousand routed apps.
-const (
-	gcHeadroom   = 64 << 20
-	gcMinPercent = 50
-)
 
 // adminDrainTimeout bounds the admin server's own shutdown, which starts once the proxy drained.
 const adminDrainTimeout = 5 * time.Second
@@ -67,18 +57,6 @@ type servers struct {
 // maps pod IPs (which EndpointSlices require to be outside 127.0.0.0/8) to loopback backends with it,
 // so that run is tested as the binary runs it, against a real API server.
 func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.Registry, dial dialFunc, log logr.Logger) (servers, error) {
-	var runnables []manager.Runnable
-	if os.Getenv("GOGC") == "" {
-		// --gc-percent lets a small heap grow 4x between collections (cheap in CPU per request); a
-		// heap made large by tens of thousands of routed apps may only grow by gcHeadroom, so the
-		// percentage does not multiply every app's memory.
-		tuner := gcheadroom.Start(gcheadroom.Options{MaxPercent: cfg.GCPercent, MinPercent: min(cfg.GCPercent, gcMinPercent), Headroom: gcHeadroom})
-		runnables = append(runnables, manager.RunnableFunc(func(ctx context.Context) error {
-			<-ctx.Done()
-			tuner.Stop()
-			return nil
-		}))
-	}
 	reg := queue.NewRegistry(nil)
 	metrics, err := proxy.NewMetrics(metricsReg, reg)
 	if err != nil {
@@ -111,7 +89,7 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 	proxySrv := &proxy.Server{
 		Name:         "proxy",
 		Addr:         cfg.ProxyAddr,
-		Handler:      p,
+		Engine:       p.Engine(),
 		H2C:          true,
 		FastHTTP1:    cfg.HTTP1FastPath,
 		EventLoops:   cfg.EventLoops,
@@ -150,5 +128,5 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		DrainTimeout: adminDrainTimeout,
 		Log:          log.WithName("admin"),
 	}
-	return servers{runnables: append(runnables, proxySrv, adminSrv), ready: ready}, nil
+	return servers{runnables: []manager.Runnable{proxySrv, adminSrv}, ready: ready}, nil
 }

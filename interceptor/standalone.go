@@ -30,7 +30,11 @@ func runStandalone(ctx context.Context, cfg *config.Interceptor, dial dialFunc, 
 	}
 	log.Info("starting without Kubernetes", "file", cfg.Standalone, "version", src.Table().Version(), "apps", src.Table().Len(),
 		"proxyAddr", cfg.ProxyAddr, "adminAddr", cfg.AdminAddr)
-	if err := runAll(ctx, append([]manager.Runnable{src}, srv.runnables...)); err != nil {
+	runnables := append([]manager.Runnable{src}, srv.runnables...)
+	if gc := gcTuner(cfg); gc != nil {
+		runnables = append(runnables, gc)
+	}
+	if err := runAll(ctx, runnables); err != nil {
 		return err
 	}
 	log.Info("stopped cleanly")

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Loopback benchmark of the interceptor's request path (pkg/proxy), side by side in one run:
-#   1. wrk -t2 -c64, tiny response: backend direct vs through the proxy (its raw path on event
+#   1. for each of SCENARIOS (body:connections; "tiny:64 16k:64 tiny:512" by default: a 2-byte
+#      answer over 64 connections, a 16 KiB one over 64, a 2-byte one over 512), wrk -t2 -cN:
+#      backend direct vs through the proxy (its raw path on event
 #      loops, the default) vs through the proxy with the raw path on a goroutine per connection
 #      (proxy-g, --event-loops=0) vs through the proxy with its server-side fast path off
 #      (proxy-std, net/http serves every request) vs through nginx
@@ -10,6 +12,7 @@
 #   2. latency at a fixed RATE req/s (hack/bench/rate, open loop) for the same three targets;
 #   3. cold start (hack/bench/coldstart): endpoint ready -> held request forwarded, and HELD
 #      requests held at once (proxy RSS, all answered).
+# SECTIONS (default "wrk rate cold") picks the parts to run.
 # Needs wrk and nginx (apt-get install -y wrk nginx-light). Every process it starts is stopped by PID.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,6 +23,8 @@ RATE=${RATE:-1000}
 RATE_DUR=${RATE_DUR:-10s}
 TRIALS=${TRIALS:-100}
 HELD=${HELD:-10000}
+SCENARIOS=${SCENARIOS:-tiny:64 16k:64 tiny:512}
+SECTIONS=${SECTIONS:-wrk rate cold}
 
 work=$(mktemp -d /tmp/httpscale-bench.XXXXXX)
 pids=()
@@ -65,7 +70,7 @@ http {
   fastcgi_temp_path $work/nginx/fastcgi;
   uwsgi_temp_path $work/nginx/uwsgi;
   scgi_temp_path $work/nginx/scgi;
-  upstream backend { server 127.0.0.1:$BE; keepalive 64; }
+  upstream backend { server 127.0.0.1:$BE; keepalive 512; }
   server {
     listen 127.0.0.1:$NG;
     location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; }
@@ -100,13 +105,17 @@ echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 trap 'echo "load average at the end: $(cut -d" " -f1-3 /proc/loadavg)"; cleanup' EXIT
 targets="direct proxy proxy-g proxy-std nginx nginx-xf relay"
 declare -A port=([direct]=$BE [proxy]=$PX [proxy-g]=$PG [proxy-std]=$PS [nginx]=$NG [nginx-xf]=$NX [relay]=$RL)
+for scenario in $SCENARIOS; do
+[[ " $SECTIONS " == *" wrk "* ]] || break
+body=${scenario%%:*}; conns=${scenario##*:}
+path=/; [[ $body == 16k ]] && path=/16k
 declare -A sum=() cpu=() reqs=()
-echo "== wrk -t2 -c64 -d$DUR, $ROUNDS interleaved rounds"
+echo "== wrk -t2 -c$conns -d$DUR, $body body ($path), $ROUNDS interleaved rounds"
 for r in $(seq "$ROUNDS"); do
 	for t in $targets; do
 		case $t in proxy) procs="$proxy_pid" ;; proxy-g) procs="$proxyg_pid" ;; proxy-std) procs="$proxystd_pid" ;; nginx | nginx-xf) procs=$(nginx_pids) ;; relay) procs="$relay_pid" ;; *) procs="$backend_pid" ;; esac
 		before=$(cpu_ticks $procs)
-		out=$(wrk -t2 -c64 -d"$DUR" --latency "http://127.0.0.1:${port[$t]}/")
+		out=$(wrk -t2 -c"$conns" -d"$DUR" --latency "http://127.0.0.1:${port[$t]}$path")
 		used=$(( $(cpu_ticks $procs) - before ))
 		rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
 		n=$(awk '/requests in/ {print $1}' <<<"$out")
@@ -120,17 +129,23 @@ for r in $(seq "$ROUNDS"); do
 done
 awk -v d="${sum[direct]}" -v p="${sum[proxy]}" -v g="${sum[proxy-g]}" -v s="${sum[proxy-std]}" -v n="${sum[nginx]}" -v x="${sum[nginx-xf]}" -v f="${sum[relay]}" -v r="$ROUNDS" 'BEGIN {
 	printf "mean req/s: direct %.0f  proxy %.0f  proxy-g %.0f  proxy-std %.0f  nginx %.0f  nginx-xf %.0f  relay %.0f\n", d/r, p/r, g/r, s/r, n/r, x/r, f/r
-	printf "proxy/direct %.2f  proxy/nginx %.2f  proxy/nginx-xf %.2f  proxy-g/direct %.2f  proxy-g/nginx %.2f  proxy-std/direct %.2f  proxy-std/nginx %.2f  nginx/direct %.2f  relay/nginx %.2f\n", p/d, p/n, p/x, g/d, g/n, s/d, s/n, n/d, f/n }'
+	printf "proxy/direct %.2f  proxy/nginx %.2f  proxy/nginx-xf %.2f  proxy/proxy-g %.2f  proxy-g/direct %.2f  proxy-g/nginx %.2f  proxy-std/direct %.2f  proxy-std/nginx %.2f  nginx/direct %.2f  relay/nginx %.2f\n", p/d, p/n, p/x, p/g, g/d, g/n, s/d, s/n, n/d, f/n }'
 tck=$(getconf CLK_TCK)
 for t in $targets; do
 	awk -v c="${cpu[$t]}" -v n="${reqs[$t]}" -v tck="$tck" -v t="$t" 'BEGIN {
 		printf "CPU per request (user+system, all rounds) %-9s %.1f us\n", t, c/tck*1e6/n }'
 done
+unset sum cpu reqs
+done
 
+[[ " $SECTIONS " == *" rate "* ]] || { [[ " $SECTIONS " == *" cold "* ]] || exit 0; }
+if [[ " $SECTIONS " == *" rate "* ]]; then
 echo "== fixed rate $RATE req/s for $RATE_DUR (open loop; latency from the intended send time)"
 for t in direct proxy nginx; do
 	"$work/rate" -url "http://127.0.0.1:${port[$t]}/" -rate "$RATE" -duration "$RATE_DUR" -name "$t"
 done
+fi
+[[ " $SECTIONS " == *" cold "* ]] || exit 0
 
 echo "== cold start"
 "$work/coldstart" -proxy "http://127.0.0.1:$PX" -admin "http://127.0.0.1:$AD" -listen "127.0.0.1:$CB" \

@@ -9,6 +9,7 @@
 package gcheadroom
 
 import (
+	"context"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -113,3 +114,38 @@ func (t *Tuner) apply() {
 		t.percent = p
 	}
 }
+
+// Runnable runs a Tuner for as long as its context: a controller-runtime Runnable (every replica
+// runs it, no leader election), so that the process-wide GC setting is owned by the manager like
+// every other long-running part and not changed as a side effect of building one.
+type Runnable struct {
+	Options Options
+
+	mu    sync.Mutex
+	tuner *Tuner // while Start runs
+}
+
+// Start sets the GC percentage and tunes it until ctx ends, then stops tuning (the percentage last
+// set stays). It blocks until ctx ends.
+func (r *Runnable) Start(ctx context.Context) error {
+	t := Start(r.Options)
+	r.mu.Lock()
+	r.tuner = t
+	r.mu.Unlock()
+	<-ctx.Done()
+	t.Stop()
+	r.mu.Lock()
+	r.tuner = nil
+	r.mu.Unlock()
+	return nil
+}
+
+// Running reports whether Start is tuning.
+func (r *Runnable) Running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tuner != nil
+}
+
+// NeedLeaderElection is false: the setting is per process.
+func (r *Runnable) NeedLeaderElection() bool { return false }

@@ -1,6 +1,7 @@
 package gcheadroom
 
 import (
+	"context"
 	"runtime"
 	"runtime/debug"
 	"testing"
@@ -70,4 +71,63 @@ func waitPercent(t *testing.T, tu *Tuner, want int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("Tuner set %d %%, want %d", tu.Percent(), want)
+}
+
+// TestRunnableTunesWhileRunning runs the Runnable as a manager would: the percentage is set when it
+// starts, follows the live heap while it runs, and is left alone once its context ended.
+func TestRunnableTunesWhileRunning(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	debug.SetGCPercent(100)
+	r := &Runnable{Options: Options{MaxPercent: 321, MinPercent: 25, Headroom: 8 << 20}}
+	if r.NeedLeaderElection() {
+		t.Error("NeedLeaderElection: true, want false (every replica tunes its own process)")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Start(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); !r.Running(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Runnable did not start tuning")
+		}
+	}
+	if got := debug.SetGCPercent(321); got != 321 {
+		t.Errorf("GC percent %d after Start, want MaxPercent 321", got)
+	}
+	live := make([][]byte, 64) // 64 MiB live: the floor
+	for i := range live {
+		live[i] = make([]byte, 1<<20)
+	}
+	waitGCPercent(t, 25)
+	runtime.KeepAlive(live)
+	live = nil
+	waitGCPercent(t, 321)
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Start returned %v, want nil", err)
+	}
+	if r.Running() {
+		t.Error("Running after Start returned")
+	}
+	debug.SetGCPercent(77)
+	runtime.GC()
+	runtime.GC()
+	if got := debug.SetGCPercent(77); got != 77 {
+		t.Errorf("the GC percent changed to %d after the Runnable stopped", got)
+	}
+}
+
+// waitGCPercent collects until the percentage in effect is want.
+func waitGCPercent(t *testing.T, want int) {
+	t.Helper()
+	got := 0
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		runtime.GC()
+		got = debug.SetGCPercent(-1)
+		debug.SetGCPercent(got)
+		if got == want {
+			return
+		}
+	}
+	t.Fatalf("GC percent %d, want %d", got, want)
 }

@@ -56,7 +56,7 @@ func BenchmarkServer(b *testing.B) {
 		_, _ = io.WriteString(w, "ok")
 	})
 	for _, fast := range []bool{true, false} {
-		b.Run(fmt.Sprintf("fast=%v", fast), func(b *testing.B) { benchKeepAlive(b, h, fast, 0) })
+		b.Run(fmt.Sprintf("fast=%v", fast), func(b *testing.B) { benchKeepAlive(b, &proxy.Server{Handler: h}, fast, 0) })
 	}
 }
 
@@ -70,9 +70,9 @@ func BenchmarkProxy(b *testing.B) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	defer be.Close()
-	b.Run("loops", func(b *testing.B) { benchKeepAlive(b, benchProxy(b, be.URL), true, -1) })
+	b.Run("loops", func(b *testing.B) { benchKeepAlive(b, &proxy.Server{Engine: benchProxy(b, be.URL).Engine()}, true, -1) })
 	for _, fast := range []bool{true, false} {
-		b.Run(fmt.Sprintf("fast=%v", fast), func(b *testing.B) { benchKeepAlive(b, benchProxy(b, be.URL), fast, 0) })
+		b.Run(fmt.Sprintf("fast=%v", fast), func(b *testing.B) { benchKeepAlive(b, &proxy.Server{Engine: benchProxy(b, be.URL).Engine()}, fast, 0) })
 	}
 }
 
@@ -91,14 +91,14 @@ func benchProxy(b *testing.B, url string) *proxy.Proxy {
 	return p
 }
 
-// benchKeepAlive serves h on a Server (with loops event loops) and sends it GETs over one
-// keep-alive connection, checking each answer is 200 "ok".
-func benchKeepAlive(b *testing.B, h http.Handler, fast bool, loops int) {
+// benchKeepAlive serves s's Handler or Engine on a Server (with loops event loops) and sends it GETs
+// over one keep-alive connection, checking each answer is 200 "ok".
+func benchKeepAlive(b *testing.B, s *proxy.Server, fast bool, loops int) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := &proxy.Server{Name: "bench", Listener: ln, Handler: h, FastHTTP1: fast, EventLoops: loops, DrainTimeout: 5 * time.Second, Log: logr.Discard()}
+	s.Name, s.Listener, s.FastHTTP1, s.EventLoops, s.DrainTimeout, s.Log = "bench", ln, fast, loops, 5*time.Second, logr.Discard()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Start(ctx) }()
@@ -163,7 +163,7 @@ func BenchmarkProxyRoutes(b *testing.B) {
 			}
 			p.TableChanged(tb)
 			runtime.GC()
-			benchKeepAlive(b, p, true, -1)
+			benchKeepAlive(b, &proxy.Server{Engine: p.Engine()}, true, -1)
 		})
 	}
 }

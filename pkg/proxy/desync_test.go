@@ -247,40 +247,96 @@ func TestHeaderTimeoutRunsFromTheFirstByteAcrossAHandOff(t *testing.T) {
 
 // A request with both Content-Length and Transfer-Encoding is read by its Transfer-Encoding, and the
 // connection is closed after the answer (RFC 9112 section 6.1): what follows on it could be a
-// smuggled request.
+// smuggled request. On every path, and whichever request of the connection it is: the first (the
+// fast path screens it before handing the connection over), or a later one on a connection net/http
+// already serves (a POST with a body went first), where net/http reads the head itself.
 func TestBothLengthsCloseTheConnection(t *testing.T) {
-	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
-		if !fast {
-			t.Skip("net/http reads the request without telling that it had both; see docs/interceptor.md")
-		}
-		var bodies []string
-		var mu sync.Mutex
-		_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
-			b, _ := io.ReadAll(r.Body)
-			mu.Lock()
-			bodies = append(bodies, string(b))
-			mu.Unlock()
-			_, _ = io.WriteString(w, "ok")
+	both := "POST /both HTTP/1.1\r\nhost: app.example.com\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
+	bothLF := "POST /both HTTP/1.1\nhost: app.example.com\nTransfer-Encoding: chunked\ncontent-length: 5\n\n2\r\nhi\r\n0\r\n\r\n"
+	plain := "POST /plain HTTP/1.1\r\nhost: app.example.com\r\nContent-Length: 2\r\n\r\nhi"
+	chunked := "POST /chunked HTTP/1.1\r\nhost: app.example.com\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\nX-Trailer: 1\r\n\r\n"
+	get := rawGet("/get")
+	for _, tc := range []struct {
+		name  string
+		first []string // requests answered with the connection kept
+		both  string
+	}{
+		{"first request", nil, both},
+		{"first request, bare LF", nil, bothLF},
+		{"after a POST", []string{plain}, both},
+		{"after a chunked POST and a GET", []string{chunked, get}, both},
+		{"after two POSTs, bare LF", []string{plain, plain}, bothLF},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+				var bodies []string
+				var mu sync.Mutex
+				_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+					b, _ := io.ReadAll(r.Body)
+					mu.Lock()
+					bodies = append(bodies, string(b))
+					mu.Unlock()
+					_, _ = io.WriteString(w, "ok")
+				})
+				h.src.Set(key("app"), ep)
+				c := dialRaw(t, h)
+				var want []string
+				for _, req := range tc.first {
+					if a := c.do(req); a.Code != http.StatusOK || a.Close {
+						t.Fatalf("%.20q: %+v, want 200 keeping the connection", req, a)
+					}
+					if req == get {
+						want = append(want, "")
+					} else {
+						want = append(want, "hi")
+					}
+				}
+				a := c.do(tc.both)
+				if a.Code != http.StatusOK || a.Body != "ok" || !a.Close {
+					t.Errorf("POST with both: %+v, want 200 %q with Connection: close", a, "ok")
+				}
+				if !c.closed() {
+					t.Errorf("the connection stayed open after a request with both Content-Length and Transfer-Encoding")
+				}
+				want = append(want, "hi")
+				// A plain one afterwards on a new connection is not affected.
+				c = dialRaw(t, h)
+				if a := c.do(plain); a.Code != http.StatusOK || a.Close {
+					t.Errorf("plain POST: %+v, want 200 keeping the connection", a)
+				}
+				want = append(want, "hi")
+				mu.Lock()
+				defer mu.Unlock()
+				if diff := cmp.Diff(want, bodies); diff != "" {
+					t.Errorf("bodies the backend got (-want +got):\n%s", diff)
+				}
+			})
 		})
-		h.src.Set(key("app"), ep)
-		c := dialRaw(t, h)
-		req := "POST /both HTTP/1.1\r\nhost: app.example.com\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
-		a := c.do(req)
-		if a.Code != http.StatusOK || a.Body != "ok" || !a.Close {
-			t.Errorf("POST with both: %+v, want 200 %q with Connection: close", a, "ok")
-		}
-		if !c.closed() {
-			t.Errorf("the connection stayed open after a request with both Content-Length and Transfer-Encoding")
-		}
-		// A plain one afterwards on a new connection is not affected.
-		c = dialRaw(t, h)
-		if a := c.do("POST /plain HTTP/1.1\r\nhost: app.example.com\r\nContent-Length: 2\r\n\r\nhi"); a.Code != http.StatusOK || a.Close {
-			t.Errorf("plain POST: %+v, want 200 keeping the connection", a)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if diff := cmp.Diff([]string{"hi", "hi"}, bodies); diff != "" {
-			t.Errorf("bodies the backend got (-want +got):\n%s", diff)
+	}
+}
+
+// A head whose last line ends in a bare LF before the final CRLF ("...\n\r\n") is complete for
+// net/http's parsers; every path reads it at once (client request and upstream response) instead
+// of waiting for bytes that never come.
+func TestHeadsEndingInBareLFAreReadAtOnce(t *testing.T) {
+	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
+		be := newRawBackend(t, func(i int, r *http.Request) rawReply {
+			if r.URL.Path == "/lf-response" {
+				return rawReply{resp: "HTTP/1.1 200 OK\nContent-Type: text/plain\nContent-Length: 2\n\r\nok"}
+			}
+			return rawReply{resp: okReply("ok")}
+		})
+		h.src.Set(key("app"), be.ep)
+		for _, req := range []string{
+			"GET /lf-request HTTP/1.1\nhost: app.example.com\n\r\n",
+			rawGet("/lf-response"),
+		} {
+			c := dialRaw(t, h)
+			_ = c.c.SetDeadline(time.Now().Add(3 * time.Second))
+			start := time.Now()
+			if a := c.do(req); a.Code != http.StatusOK || a.Body != "ok" {
+				t.Errorf("%q: %+v after %v, want 200 %q at once", req, a, time.Since(start).Round(time.Millisecond), "ok")
+			}
 		}
 	})
 }

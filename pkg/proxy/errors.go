@@ -3,12 +3,13 @@ package proxy
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
+
+	"github.com/httpscale/httpscale/pkg/proxy/engine"
 )
 
-// Errors of the request path. Every one of them reaches the client through statusFor, the only place
-// that maps an error to an HTTP status.
+// Errors of the request logic; the engine's are re-exported below. Every error of the request path
+// reaches the client through statusFor, the only place that maps an error to an HTTP status.
 var (
 	// ErrNoRoute: the routing table has no entry for the request's host, path and headers.
 	ErrNoRoute = errors.New("no route")
@@ -17,15 +18,19 @@ var (
 	// ErrReadinessTimeout: the app got no ready endpoint within its readiness timeout and has neither
 	// fallback nor placeholder.
 	ErrReadinessTimeout = errors.New("no ready endpoint within the readiness timeout")
+)
+
+// Errors of the engine (see pkg/proxy/engine).
+var (
 	// ErrNoEndpoint: every candidate endpoint failed to accept a connection.
-	ErrNoEndpoint = errors.New("no endpoint accepted the connection")
+	ErrNoEndpoint = engine.ErrNoEndpoint
 	// ErrResponseHeaderTimeout: the upstream sent no response headers within the app's timeout.
-	ErrResponseHeaderTimeout = errors.New("timeout awaiting response headers")
+	ErrResponseHeaderTimeout = engine.ErrResponseHeaderTimeout
 	// ErrRequestTimeout: the whole forwarded request took longer than the app's request timeout.
-	ErrRequestTimeout = errors.New("request timeout")
+	ErrRequestTimeout = engine.ErrRequestTimeout
 	// ErrClientGone: the client went away (or the interceptor's drain deadline cut the request);
 	// logged as status 499 and never counted as an upstream failure.
-	ErrClientGone = errors.New("client went away")
+	ErrClientGone = engine.ErrClientGone
 )
 
 // StatusClientClosedRequest is the non-standard status logged (never sent) for a request whose client
@@ -49,18 +54,11 @@ func statusFor(err error) (code int, reason string) {
 		return http.StatusGatewayTimeout, "response_header_timeout"
 	case errors.Is(err, ErrRequestTimeout), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "request_timeout"
-	case errors.Is(err, ErrNoEndpoint), isDialError(err):
+	case errors.Is(err, ErrNoEndpoint), engine.IsDialError(err):
 		return http.StatusBadGateway, "dial"
 	default:
 		return http.StatusBadGateway, "upstream"
 	}
-}
-
-// isDialError reports whether err happened while connecting, so that no byte of the request reached
-// the upstream and another endpoint may be tried.
-func isDialError(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // codeClass is the bounded metric label of a status code.

@@ -65,7 +65,7 @@ func newHarness(t *testing.T, entries []routing.Entry, mod func(*proxy.Options, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.srv.Handler = h.proxy
+	h.srv.Handler, h.srv.Engine = h.proxy, h.proxy.Engine()
 	h.srv.WaitIdle = h.proxy.WaitUpgrades
 	h.url = "http://" + ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/httpscale/httpscale/pkg/proxy/engine"
 	"github.com/httpscale/httpscale/pkg/queue"
 )
 
@@ -11,7 +12,7 @@ const metricPrefix = "httpscale_interceptor_"
 // Metrics are the interceptor's Prometheus metrics. Labels are bounded: app is a routed
 // HTTPScaledObject ("namespace/name", removed with it), code is a class (1xx..5xx, or 499 for a
 // client that went away), reason is one of statusFor's reasons (for upstream_conns_discarded_total
-// one of the discard reasons, see discardCounters).
+// one of the discard reasons, see engine.DiscardCounters).
 type Metrics struct {
 	responses     *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
@@ -21,14 +22,7 @@ type Metrics struct {
 	crossZone     *prometheus.CounterVec
 	upstreamErrs  *prometheus.CounterVec
 	unrouted      prometheus.Counter
-	discarded     discardCounters
-}
-
-// discardCounters count upstream connections closed instead of reused because the upstream sent
-// bytes that belong to no request: a response desync averted.
-type discardCounters struct {
-	leftover    prometheus.Counter // bytes after the end of a response, seen when it ended
-	unsolicited prometheus.Counter // bytes arriving on an idle connection, seen before its reuse
+	discarded     engine.DiscardCounters
 }
 
 // NewMetrics registers the metrics on reg, including gauges read from registry at scrape time (in
@@ -67,9 +61,9 @@ func NewMetrics(reg prometheus.Registerer, registry *queue.Registry) (*Metrics, 
 		Name: metricPrefix + "upstream_conns_discarded_total",
 		Help: "Upstream connections closed instead of reused because the upstream sent bytes after a response (leftover) or while idle (unsolicited).",
 	}, []string{"reason"})
-	m.discarded = discardCounters{
-		leftover:    discarded.WithLabelValues("leftover"),
-		unsolicited: discarded.WithLabelValues("unsolicited"),
+	m.discarded = engine.DiscardCounters{
+		Leftover:    discarded.WithLabelValues("leftover"),
+		Unsolicited: discarded.WithLabelValues("unsolicited"),
 	}
 	for _, c := range []prometheus.Collector{
 		m.responses, m.duration, m.coldStarts, m.coldStartWait, m.rejections, m.crossZone, m.upstreamErrs,

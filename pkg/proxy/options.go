@@ -8,6 +8,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/httpscale/httpscale/pkg/endpoints"
+	"github.com/httpscale/httpscale/pkg/proxy/engine"
 	"github.com/httpscale/httpscale/pkg/queue"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
@@ -109,3 +110,6 @@ func setIfZero[T comparable](p *T, def T) {
 		*p = def
 	}
 }
+
+// Server is the engine's server (see engine.Server): the proxy and admin ports.
+type Server = engine.Server

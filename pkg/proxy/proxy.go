@@ -1,7 +1,8 @@
-// Package proxy is the interceptor's request path, as explicit steps: route (match the routing
-// table) → count (per-app counters, the scaler's signal) → wait (hold while the app has no ready
-// endpoint) → forward (httputil.ReverseProxy to a pod, zone-aware, retrying another endpoint only
-// when no byte was sent).
+// Package proxy is the interceptor's request logic: route (match the routing table) → count
+// (per-app counters, the scaler's signal) → wait (hold while the app has no ready endpoint) →
+// forward (to a pod, zone-aware, trying another endpoint only when no byte was sent). The HTTP
+// engine (pkg/proxy/engine), which reads requests and forwards them, calls it through engine.Logic
+// and engine.Exchange; the steps run in that order in Engine.ServeHTTP.
 package proxy
 
 import (
@@ -9,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httputil"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,7 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/httpscale/httpscale/pkg/endpoints"
+	"github.com/httpscale/httpscale/pkg/proxy/engine"
 	"github.com/httpscale/httpscale/pkg/queue"
+	"github.com/httpscale/httpscale/pkg/routing"
 )
 
 // Headers set on responses to requests that were held for a cold start.
@@ -28,19 +30,16 @@ const (
 	HeaderColdStartWait = "X-Httpscale-Cold-Start-Wait"
 )
 
-// Proxy is the interceptor's http.Handler. It is safe for concurrent use.
+// Proxy is the interceptor's request logic (it implements engine.Logic) with the engine that serves it;
+// it is an http.Handler. It is safe for concurrent use.
 type Proxy struct {
-	opts    Options
-	log     logr.Logger
-	rp      *httputil.ReverseProxy
-	fast    *h1Transport
-	h1, h2c *http.Transport
+	opts Options
+	log  logr.Logger
+	eng  *engine.Engine
 
 	mu       sync.Mutex // serialises rebuilds of routes
 	routes   atomic.Pointer[routes]
 	prepared atomic.Pointer[routes] // built by TableChanged before the table is served
-
-	upgrades tracker
 }
 
 // New returns a Proxy. Tables and Endpoints are required.
@@ -57,240 +56,301 @@ func New(o Options) (*Proxy, error) {
 		o.Metrics = m
 	}
 	p := &Proxy{opts: o, log: o.Log}
-	p.fast, p.h1, p.h2c = newTransports(o)
-	p.rp = p.newReverseProxy()
+	p.eng = engine.New(p, engine.Options{
+		Log:                 o.Log,
+		DialContext:         o.DialContext,
+		DialTimeout:         o.DialTimeout,
+		MaxConnsPerEndpoint: o.MaxConnsPerEndpoint,
+		Now:                 o.Now,
+		Discarded:           o.Metrics.discarded,
+	})
 	return p, nil
 }
 
 // Registry returns the counters the proxy updates.
 func (p *Proxy) Registry() *queue.Registry { return p.opts.Registry }
 
-// state is one request's progress through the steps; it travels to the RoundTripper and the
-// ReverseProxy hooks in the request context.
-type state struct {
+// Engine returns the engine serving the proxy's requests; give it to Server.Engine.
+func (p *Proxy) Engine() *engine.Engine { return p.eng }
+
+// ServeHTTP serves r through the engine (see Engine.ServeHTTP).
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.eng.ServeHTTP(w, r) }
+
+// WaitUpgrades blocks until every upgraded connection (WebSocket) forwarded by p has ended or ctx
+// ends. http.Server.Shutdown does not wait for hijacked connections; the drain does this instead.
+func (p *Proxy) WaitUpgrades(ctx context.Context) error { return p.eng.WaitUpgrades(ctx) }
+
+// Route implements Logic: the exchange of the app the routing table matches.
+func (p *Proxy) Route(host, path string, h engine.Header) engine.Exchange {
+	rt := p.current()
+	e, ok := rt.table.Match(host, path, h)
+	if !ok {
+		return nil
+	}
+	x := exchangePool.Get().(*exchange)
+	a := rt.apps[e]
+	*x = exchange{p: p, app: a, backend: a.target}
+	return x
+}
+
+// Unrouted implements Logic.
+func (p *Proxy) Unrouted(h http.Header) engine.Reply {
+	p.opts.Metrics.unrouted.Inc()
+	return errorReply(h, http.StatusNotFound, "no_route")
+}
+
+var _ engine.Logic = (*Proxy)(nil)
+
+// exchange is one request's progress through the steps (it implements engine.Exchange).
+type exchange struct {
+	p       *Proxy
 	app     *app
-	client  context.Context
+	backend *backend                   // the target, or the fallback after a readiness timeout
+	set     *endpoints.Set             // nil until Ready or Wait
+	cand    *candidate                 // the endpoint picked last
+	tried   [engine.MaxAttempts]string // the endpoints Pick returned, by attempt
 	start   time.Time
 	holding bool
 	cold    bool
 	waited  time.Duration
 	code    int
-	backend *backend
-	set     *endpoints.Set
-	cancels []context.CancelFunc
+	done    func() // ends the in-flight count; nil until Forwarding
 }
 
-type stateKey struct{}
+var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
 
-var statePool = sync.Pool{New: func() any { return new(state) }}
-
-// ServeHTTP runs the request path: route → count → wait → forward. It blocks while the request is
-// held and until the response (or the WebSocket) ends.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := p.opts.Now()
-	rt := p.current()
-	e, ok := rt.table.Match(r.Host, r.URL.Path, r.Header)
-	if !ok {
-		p.opts.Metrics.unrouted.Inc()
-		p.fail(w, nil, ErrNoRoute)
-		return
+func (x *exchange) Plan() engine.Plan {
+	a := x.app
+	return engine.Plan{
+		H2C:                   x.backend.protocol == routing.ProtocolH2C,
+		ViaService:            a.entry.ViaService,
+		RequestTimeout:        a.request,
+		ResponseHeaderTimeout: a.responseHeader,
 	}
-	a := rt.apps[e]
-	a.counts.Received()
-
-	st := statePool.Get().(*state)
-	*st = state{app: a, client: r.Context(), start: start, cancels: st.cancels[:0]}
-	defer p.finish(st)
-
-	set := p.opts.Endpoints.Ready(a.target.key)
-	if set.Len() == 0 {
-		var err error
-		set, err = p.wait(r, st)
-		switch {
-		case errors.Is(err, ErrReadinessTimeout):
-			p.afterTimeout(w, r, st, err)
-			return
-		case err != nil:
-			p.fail(w, st, err)
-			return
-		}
-	}
-	p.forward(w, r, st, a.target, set)
 }
 
-// wait holds the request until the app has a ready endpoint. The request is counted as held (the
-// scaler's signal) and a wake event is published before it blocks.
-func (p *Proxy) wait(r *http.Request, st *state) (*endpoints.Set, error) {
-	a := st.app
-	st.cold = true
+func (x *exchange) Ready() bool {
+	x.set = x.p.opts.Endpoints.Ready(x.backend.key)
+	return x.set.Len() > 0
+}
+
+func (x *exchange) Begin() {
+	x.start = x.p.opts.Now()
+	x.app.counts.Received()
+}
+
+// Wait holds the request until the app has a ready endpoint. The request is counted as held (the
+// scaler's signal) and a wake event is published before it blocks. When the readiness timeout
+// passes and the app has a fallback Service, the request goes there.
+func (x *exchange) Wait(ctx context.Context) error {
+	a, p := x.app, x.p
+	x.cold = true
 	a.series().coldStarts.Inc()
 	if !a.counts.TryHold(a.queueLimit) {
 		a.series().rejections.Inc()
-		return nil, fmt.Errorf("%s: %w (limit %d)", a.key, ErrQueueFull, a.queueLimit)
+		return fmt.Errorf("%s: %w (limit %d)", a.key, ErrQueueFull, a.queueLimit)
 	}
-	st.holding = true
+	x.holding = true
 	a.counts.Wake(p.opts.WakeEvery)
-	ctx, cancel := context.WithTimeoutCause(r.Context(), a.readiness, ErrReadinessTimeout)
+	wctx, cancel := context.WithTimeoutCause(ctx, a.readiness, ErrReadinessTimeout)
 	defer cancel()
-	set, err := p.opts.Endpoints.WaitReady(ctx, a.target.key)
-	st.waited = p.opts.Now().Sub(st.start)
+	set, err := p.opts.Endpoints.WaitReady(wctx, a.target.key)
+	x.waited = p.opts.Now().Sub(x.start)
 	if err == nil && set.Len() == 0 {
 		err = fmt.Errorf("endpoint source returned no endpoint for %s", a.target.key)
 	}
-	if err != nil {
-		a.counts.Unhold()
-		st.holding = false
-		if r.Context().Err() != nil {
-			return nil, fmt.Errorf("holding %s: %w", a.key, ErrClientGone)
-		}
-		if errors.Is(context.Cause(ctx), ErrReadinessTimeout) {
-			return nil, fmt.Errorf("holding %s for %s: %w", a.key, a.readiness, ErrReadinessTimeout)
-		}
-		return nil, fmt.Errorf("holding %s: %w", a.key, err)
+	if err == nil {
+		a.series().coldStartWait.Observe(x.waited.Seconds())
+		a.counts.Woke()
+		x.set = set
+		return nil
 	}
-	a.series().coldStartWait.Observe(st.waited.Seconds())
-	a.counts.Woke()
-	return set, nil
+	a.counts.Unhold()
+	x.holding = false
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("holding %s: %w", a.key, ErrClientGone)
+	case errors.Is(context.Cause(wctx), ErrReadinessTimeout):
+		if a.fallback != nil {
+			x.backend = a.fallback
+			x.set = p.opts.Endpoints.Ready(a.fallback.key)
+			return nil
+		}
+		return fmt.Errorf("holding %s for %s: %w", a.key, a.readiness, ErrReadinessTimeout)
+	default:
+		return fmt.Errorf("holding %s: %w", a.key, err)
+	}
 }
 
-// afterTimeout answers a request whose readiness timeout expired: the fallback Service if set, else
-// the placeholder if set, else 504.
-func (p *Proxy) afterTimeout(w http.ResponseWriter, r *http.Request, st *state, err error) {
-	a := st.app
-	switch {
-	case a.fallback != nil:
-		p.forward(w, r, st, a.fallback, p.opts.Endpoints.Ready(a.fallback.key))
-	case a.entry.ColdStart.Placeholder != nil:
-		ph := a.entry.ColdStart.Placeholder
+// Forwarding counts the request as in flight before it is no longer held, so that the app's
+// concurrency never dips to zero.
+func (x *exchange) Forwarding() {
+	x.done = x.app.counts.StartForward()
+	if x.holding {
+		x.app.counts.Unhold()
+		x.holding = false
+	}
+}
+
+// direct reports whether the request goes to the Service's address: asked for, or a fallback
+// without known endpoints.
+func (x *exchange) direct() bool { return x.app.entry.ViaService || x.set.Len() == 0 }
+
+// Pick returns the endpoint for attempt: round robin over the zone's candidates (all endpoints once
+// those all failed), skipping the endpoints of the earlier attempts and, while others remain, those
+// marked bad.
+func (x *exchange) Pick(attempt int) (string, bool) {
+	b := x.backend
+	if attempt >= len(x.tried) {
+		return "", false
+	}
+	if x.direct() {
+		x.tried[attempt] = b.serviceAddr
+		return b.serviceAddr, attempt == 0
+	}
+	tried := x.tried[:attempt]
+	view := b.candidates(x.set, x.p.appZone(x.app))
+	var now time.Time
+	if attempt > 0 || b.hasBad() { // the clock is only needed to expire bad marks
+		now = x.p.opts.Now()
+	}
+	c, ok := b.pick(view.cands, tried, now)
+	if !ok && len(view.cands) < len(view.all) {
+		c, ok = b.pick(view.all, tried, now) // the zone's endpoints all failed: use every zone
+	}
+	if !ok {
+		return "", false
+	}
+	x.cand = c
+	x.tried[attempt] = c.addr
+	return c.addr, true
+}
+
+// Refused marks addr bad for BadEndpointFor when another endpoint may be tried: up to
+// MaxDialAttempts endpoints.
+func (x *exchange) Refused(addr string, attempt int, err error) bool {
+	if x.direct() {
+		return false
+	}
+	p, b := x.p, x.backend
+	view := b.candidates(x.set, p.appZone(x.app))
+	if attempt+1 >= min(p.opts.MaxDialAttempts, engine.MaxAttempts, len(view.all)) {
+		return false
+	}
+	now := p.opts.Now()
+	b.markBad(addr, now, now.Add(p.opts.BadEndpointFor))
+	p.log.V(1).Info("endpoint refused connection; trying another", "app", x.app.key, "endpoint", addr, "error", err.Error())
+	return true
+}
+
+func (x *exchange) Forwarded(addr string) {
+	if c := x.cand; c != nil && c.addr == addr {
+		countCrossZone(x.app, x.p.appZone(x.app), c)
+	}
+}
+
+func (x *exchange) Responded(code int, h http.Header) {
+	x.code = code
+	if h != nil {
+		x.coldHeaders(h)
+	}
+}
+
+// Fail records err and returns its answer: the status statusFor maps it to, or the app's
+// placeholder after a readiness timeout.
+func (x *exchange) Fail(err error, h http.Header) engine.Reply {
+	a, p := x.app, x.p
+	if ph := a.entry.ColdStart.Placeholder; ph != nil && errors.Is(err, ErrReadinessTimeout) {
 		code := int(ph.StatusCode)
 		if code == 0 {
 			code = http.StatusServiceUnavailable
 		}
-		h := w.Header()
 		for k, v := range ph.Headers {
 			h.Set(k, v)
 		}
 		if h.Get("Content-Type") == "" {
 			h.Set("Content-Type", "text/plain; charset=utf-8")
 		}
-		p.coldHeaders(h, st)
+		x.coldHeaders(h)
 		h.Set("Content-Length", strconv.Itoa(len(ph.Body)))
 		h.Set("Cache-Control", "no-store")
-		w.WriteHeader(code)
-		_, _ = w.Write([]byte(ph.Body)) // a failed write means the client went away
-		st.code = code
-	default:
-		p.fail(w, st, err)
+		x.code = code
+		return engine.Reply{Code: code, Body: ph.Body}
 	}
-}
-
-// forward sends the request to b through the ReverseProxy; the request counts as in flight until it
-// (or its WebSocket) ends.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, st *state, b *backend, set *endpoints.Set) {
-	done := st.app.counts.StartForward()
-	defer done()
-	if st.holding { // in flight before no longer held, so the app's concurrency never dips to zero
-		st.app.counts.Unhold()
-		st.holding = false
-	}
-	if r.Header.Get("Upgrade") != "" {
-		p.upgrades.add(1)
-		defer p.upgrades.add(-1)
-	}
-	st.backend, st.set = b, set
-	ctx := context.WithValue(r.Context(), stateKey{}, st)
-	if d := st.app.request; d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, d, ErrRequestTimeout)
-		defer cancel()
-	}
-	if fw, ok := directEligible(w, b); ok {
-		p.forwardDirect(fw, r.WithContext(ctx))
-		return
-	}
-	p.rp.ServeHTTP(w, r.WithContext(ctx))
-}
-
-// finish records the request's outcome; it also runs when the ReverseProxy aborts the handler.
-func (p *Proxy) finish(st *state) {
-	a := st.app
-	if st.holding {
-		a.counts.Unhold()
-	}
-	for _, c := range st.cancels {
-		c()
-	}
-	code := st.code
-	if code == 0 {
-		code = http.StatusBadGateway // aborted before any status was chosen
-	}
-	a.series().codes[codeIndex(codeClass(code))].Inc()
-	a.series().duration.Observe(p.opts.Now().Sub(st.start).Seconds())
-	clear(st.cancels)
-	*st = state{cancels: st.cancels[:0]}
-	statePool.Put(st)
-}
-
-// fail answers the request with the status statusFor maps err to. st is nil for unrouted requests.
-func (p *Proxy) fail(w http.ResponseWriter, st *state, err error) {
 	code, reason := statusFor(err)
-	app := ""
-	if st != nil {
-		st.code = code
-		app = st.app.key
-		if code == StatusClientClosedRequest {
-			p.log.V(1).Info("client went away", "app", app, "status", code, "error", err.Error())
-			abortResponse(w) // nobody to answer
-			return
-		}
-		if code >= 500 && reason != "queue_full" {
-			p.opts.Metrics.upstreamErrs.WithLabelValues(app, reason).Inc()
-		}
-		log := p.log
-		if reason == "queue_full" {
-			log = log.V(1) // a flood of rejections would drown the log; the metric counts them
-		}
-		log.Info("request failed", "app", app, "status", code, "reason", reason, "error", err.Error())
+	x.code = code
+	if code == StatusClientClosedRequest {
+		p.log.V(1).Info("client went away", "app", a.key, "status", code, "error", err.Error())
+		return engine.Reply{Code: code, Abort: true} // nobody to answer
 	}
-	h := w.Header()
-	if st != nil {
-		p.coldHeaders(h, st)
+	if code >= 500 && reason != "queue_full" {
+		p.opts.Metrics.upstreamErrs.WithLabelValues(a.key, reason).Inc()
 	}
+	log := p.log
+	if reason == "queue_full" {
+		log = log.V(1) // a flood of rejections would drown the log; the metric counts them
+	}
+	log.Info("request failed", "app", a.key, "status", code, "reason", reason, "error", err.Error())
+	x.coldHeaders(h)
 	if errors.Is(err, ErrQueueFull) {
 		h.Set("Retry-After", strconv.Itoa(int((p.opts.RetryAfter+time.Second-1)/time.Second)))
 	}
+	return errorReply(h, code, reason)
+}
+
+// errorReply is the answer of an error: its status text and reason.
+func errorReply(h http.Header, code int, reason string) engine.Reply {
 	body := http.StatusText(code) + ": " + reason + "\n"
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	_, _ = w.Write([]byte(body))
-}
-
-// abortResponse ends a response that must not be sent (its client went away, or closed its sending
-// side): the connection is closed without an answer. A ResponseWriter merely left untouched would
-// be completed by the server with an empty 200 when the handler returns, a success the upstream
-// never sent. The fast path's writer is marked (see h1Response.end); any other one is aborted the
-// way net/http provides, by panicking with http.ErrAbortHandler (the server closes the connection,
-// the handlers' deferred steps still run).
-func abortResponse(w http.ResponseWriter) {
-	if fw, ok := w.(*h1Response); ok {
-		fw.aborted = true
-		return
-	}
-	panic(http.ErrAbortHandler)
+	return engine.Reply{Code: code, Body: body}
 }
 
 // coldHeaders marks a response to a held request.
-func (p *Proxy) coldHeaders(h http.Header, st *state) {
-	if !st.cold {
+func (x *exchange) coldHeaders(h http.Header) {
+	if !x.cold {
 		return
 	}
 	h.Set(HeaderColdStart, "true")
-	h.Set(HeaderColdStartWait, st.waited.Round(time.Millisecond).String())
+	h.Set(HeaderColdStartWait, x.waited.Round(time.Millisecond).String())
 }
 
-// WaitUpgrades blocks until every upgraded connection (WebSocket) forwarded by p has ended or ctx
-// ends. http.Server.Shutdown does not wait for hijacked connections; the drain does this instead.
-func (p *Proxy) WaitUpgrades(ctx context.Context) error { return p.upgrades.wait(ctx) }
+// End records the request's outcome.
+func (x *exchange) End() {
+	a := x.app
+	if x.holding {
+		a.counts.Unhold()
+	}
+	if x.done != nil {
+		x.done()
+	}
+	code := x.code
+	if code == 0 {
+		code = http.StatusBadGateway // aborted before any status was chosen
+	}
+	a.series().codes[codeIndex(codeClass(code))].Inc()
+	a.series().duration.Observe(x.p.opts.Now().Sub(x.start).Seconds())
+	x.Release()
+}
+
+func (x *exchange) Release() {
+	*x = exchange{}
+	exchangePool.Put(x)
+}
+
+// appZone is the zone a's endpoints are chosen for: this replica's when a is zone-aware, else "".
+func (p *Proxy) appZone(a *app) string {
+	if a.zoneAware {
+		return p.opts.Zone
+	}
+	return ""
+}
+
+// countCrossZone counts a forward of a's request to c when it leaves zone.
+func countCrossZone(a *app, zone string, c *candidate) {
+	if zone != "" && c.ep.Zone != "" && c.ep.Zone != zone {
+		a.series().crossZone.Inc()
+	}
+}

@@ -91,7 +91,7 @@ func main() {
 	mux.HandleFunc("POST /control/cold", func(w http.ResponseWriter, _ *http.Request) { src.Set(cold) })
 	go func() { log.Fatal(http.ListenAndServe(*adminAddr, mux)) }()
 
-	srv := &proxy.Server{Name: "proxy", Addr: *listen, Handler: px, H2C: true, FastHTTP1: *fast, EventLoops: *loops, DrainTimeout: 5 * time.Second,
+	srv := &proxy.Server{Name: "proxy", Addr: *listen, Engine: px.Engine(), H2C: true, FastHTTP1: *fast, EventLoops: *loops, DrainTimeout: 5 * time.Second,
 		WaitIdle: px.WaitUpgrades, Log: logr.Discard()}
 	if err := srv.Start(ctx); err != nil {
 		log.Fatal(err)

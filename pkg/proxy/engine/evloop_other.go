@@ -1,6 +1,6 @@
 //go:build !linux
 
-package proxy
+package engine
 
 import "net"
 
@@ -8,7 +8,7 @@ import "net"
 // (Server.EventLoops is ignored).
 type evLoops struct{}
 
-func newEvLoops(*h1Server, *Proxy, int) (*evLoops, error) { return nil, nil }
+func newEvLoops(*h1Server, *Engine, int) (*evLoops, error) { return nil, nil }
 
 func (*evLoops) adopt(net.Conn) {}
 func (*evLoops) shutdown()      {}

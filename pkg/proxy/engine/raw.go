@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"bytes"
@@ -10,9 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/httpscale/httpscale/pkg/endpoints"
-	"github.com/httpscale/httpscale/pkg/routing"
 )
 
 // The raw path is the server-side fast path's forward step for the request that dominates proxied
@@ -22,10 +19,8 @@ import (
 // direction, a context per request and a ResponseWriter: on loopback those cost more CPU than the
 // four socket calls of the exchange (see docs/benchmarks/interceptor.md).
 //
-// What it sends and answers is what forwardDirect (and so httputil.ReverseProxy) would: hop-by-hop
-// headers removed both ways ("Te: trailers" kept), Forwarded dropped, X-Forwarded-For appended to,
-// X-Forwarded-Host and -Proto passed on or set, header names with "_" dropped (see
-// dropUnderscoreHeaders), no User-Agent added, a Date added when the upstream
+// What it sends and answers is what forwardDirect (and so httputil.ReverseProxy) would, by the
+// rules of headers.go applied line by line (droppedRequestHeader), a Date added when the upstream
 // sent none, "Connection: close" when the client asked for it or the server drains. Header lines
 // keep the case and order they arrived in, and the status line is the upstream's.
 //
@@ -84,7 +79,7 @@ func (rq *rawRequest) Values(key string) []string {
 	return vs
 }
 
-var _ routing.Header = (*rawRequest)(nil)
+var _ Header = (*rawRequest)(nil)
 
 var rawRequests = sync.Pool{New: func() any { return new(rawRequest) }}
 
@@ -128,7 +123,7 @@ func (rq *rawRequest) parse(head string) bool {
 		h := rawHeader{name: name, value: value}
 		switch {
 		case strings.IndexByte(name, '_') >= 0:
-			h.drop = true // see dropUnderscoreHeaders
+			h.drop = true // see droppedRequestHeader
 		case asciiEqualFold(name, "Host"):
 			rq.host = value
 		case asciiEqualFold(name, "Connection"):
@@ -148,7 +143,7 @@ func (rq *rawRequest) parse(head string) bool {
 			rq.hasXFHost = true
 		case asciiEqualFold(name, "X-Forwarded-Proto"):
 			rq.hasXFProto = true
-		case isHopHeader(name), asciiEqualFold(name, "Forwarded"):
+		case droppedRequestHeader(name):
 			h.drop = true
 		// Request.Write, which sends the general path's requests, writes its own Content-Length
 		// (see write) and only the first User-Agent, when it is not empty.
@@ -241,7 +236,7 @@ func pathByte(c byte) bool {
 
 // serveRaw serves a screened request on the raw path, or declines (served false) without having
 // counted, sent or written anything.
-func (p *Proxy) serveRaw(sc *h1ServerConn, head []byte) (served, keep bool) {
+func (e *Engine) serveRaw(sc *h1ServerConn, head []byte) (served, keep bool) {
 	// Pooled, not kept per connection: a connection whose request is held (declined here) or idle
 	// should not keep 2.5 KiB of header slots.
 	rq := rawRequests.Get().(*rawRequest)
@@ -249,55 +244,47 @@ func (p *Proxy) serveRaw(sc *h1ServerConn, head []byte) (served, keep bool) {
 	if !rq.parse(string(head)) {
 		return false, false
 	}
-	a, set := p.rawRoute(rq)
-	if a == nil {
+	x := e.rawRoute(rq)
+	if x == nil {
 		return false, false
 	}
 	_, _ = sc.br.Discard(len(head)) // rq holds a copy
-	start := p.opts.Now()
-	a.counts.Received()
-	done := a.counts.StartForward()
-	return true, p.rawComplete(sc, a, done, start, func() (int, bool) {
-		return p.rawForward(sc, rq, a, a.target, set)
-	})
+	x.Begin()
+	x.Forwarding()
+	return true, e.rawComplete(sc, x, func() bool { return e.rawForward(sc, rq, x) })
 }
 
-// rawRoute returns the app of a parsed request, or nil when the raw path leaves it to the general
-// one: no route (404), a cold app (hold), a Service-addressed or h2c backend, an app with a request
-// or response-header timeout.
-func (p *Proxy) rawRoute(rq *rawRequest) (*app, *endpoints.Set) {
-	rt := p.current()
-	e, ok := rt.table.Match(rq.host, rq.path, rq)
-	if !ok {
-		return nil, nil
+// rawRoute returns the exchange of a parsed request, or nil when the raw path leaves it to the
+// general one: no route (404), a cold app (hold), a Service-addressed or h2c backend, an app with
+// a request or response-header timeout.
+func (e *Engine) rawRoute(rq *rawRequest) Exchange {
+	x := e.logic.Route(rq.host, rq.path, rq)
+	if x == nil {
+		return nil
 	}
-	a := rt.apps[e]
-	if a.entry.ViaService || a.target.protocol == routing.ProtocolH2C || a.request > 0 || a.responseHeader > 0 {
-		return nil, nil
+	if p := x.Plan(); p.ViaService || p.H2C || p.RequestTimeout > 0 || p.ResponseHeaderTimeout > 0 || !x.Ready() {
+		x.Release()
+		return nil // the general path serves it (and holds a cold app's)
 	}
-	set := p.opts.Endpoints.Ready(a.target.key)
-	if set.Len() == 0 {
-		return nil, nil // cold: the general path holds it
-	}
-	return a, set
+	return x
 }
 
-// rawComplete runs forward for a counted request (done ends its count) under the client watch,
-// records it and sends the response. It reports whether the connection can carry another request.
-func (p *Proxy) rawComplete(sc *h1ServerConn, a *app, done func(), start time.Time, forward func() (int, bool)) bool {
-	code, recorded := 0, false
+// rawComplete runs forward for a counted request under the client watch, ends its exchange and
+// sends the response. It reports whether the connection can carry another request.
+func (e *Engine) rawComplete(sc *h1ServerConn, x Exchange, forward func() bool) bool {
+	ended := false
 	defer func() { // when a broken upstream body aborts the response (a panic)
-		if !recorded {
-			p.rawDone(a, done, code, start)
+		if !ended {
+			x.End()
 		}
 	}()
 	sc.startWatch()
-	code, keep := forward()
+	keep := forward()
 	if !sc.stopWatch() {
 		keep = false
 	}
-	recorded = true
-	p.rawDone(a, done, code, start)
+	ended = true
+	x.End()
 	// Sent after the counts and metrics, so that they are up to date when the client has the
 	// response, as on the general path.
 	if err := sc.bw.Flush(); err != nil {
@@ -306,45 +293,35 @@ func (p *Proxy) rawComplete(sc *h1ServerConn, a *app, done func(), start time.Ti
 	return keep
 }
 
-func (p *Proxy) rawDone(a *app, done func(), code int, start time.Time) {
-	done()
-	if code == 0 {
-		code = http.StatusBadGateway
-	}
-	a.series().codes[codeIndex(codeClass(code))].Inc()
-	a.series().duration.Observe(p.opts.Now().Sub(start).Seconds())
-}
-
 // rawForward picks an endpoint (trying others when connections fail, as RoundTrip does), exchanges
-// the heads and relays the response. It returns the status for the metrics and whether the client
-// connection stays open.
-func (p *Proxy) rawForward(sc *h1ServerConn, rq *rawRequest, a *app, b *backend, set *endpoints.Set) (int, bool) {
+// the heads and relays the response. It reports whether the client connection stays open.
+func (e *Engine) rawForward(sc *h1ServerConn, rq *rawRequest, x Exchange) bool {
 	var pc *h1Conn
 	var headLen int
-	err := p.forEndpoint(sc.ctx, a, b, set, func(addr string) (err error) {
-		if pc, headLen, err = p.rawExchange(sc, rq, addr); err != nil {
+	err := tryEndpoints(sc.ctx, x, func(addr string) (err error) {
+		if pc, headLen, err = e.rawExchange(sc, rq, addr); err != nil {
 			return fmt.Errorf("forwarding to %s: %w", addr, err)
 		}
 		return nil
-	}, isDialError)
+	}, IsDialError)
 	if err != nil {
-		return p.rawFail(sc, rq, a, err)
+		return e.rawFail(sc, rq, x, err)
 	}
-	return p.rawRelay(sc, rq, a, pc, headLen)
+	return e.rawRelay(sc, rq, x, pc, headLen)
 }
 
 // rawExchange sends the request head to addr over a pooled (or new) connection and waits for the
 // whole response head. A pooled connection the upstream closed before answering is replaced, at
 // most twice, for a replayable request, as h1Transport does.
-func (p *Proxy) rawExchange(sc *h1ServerConn, rq *rawRequest, addr string) (*h1Conn, int, error) {
+func (e *Engine) rawExchange(sc *h1ServerConn, rq *rawRequest, addr string) (*h1Conn, int, error) {
 	replay := replayable(rq.method, rq.idempotencyKey)
 	for attempt := 0; ; attempt++ {
-		pc, reused, err := p.fast.acquire(sc.ctx, addr)
+		pc, reused, err := e.fast.acquire(sc.ctx, addr)
 		if err != nil {
 			return nil, 0, err
 		}
 		if !sc.setPeer(pc.c) {
-			p.fast.put(pc) // untouched
+			e.fast.put(pc) // untouched
 			return nil, 0, fmt.Errorf("%w: %w", ErrClientGone, sc.ctx.Err())
 		}
 		rq.write(pc.bw, sc.ip)
@@ -357,10 +334,10 @@ func (p *Proxy) rawExchange(sc *h1ServerConn, rq *rawRequest, addr string) (*h1C
 			}
 		}
 		sc.clearPeer()
-		p.fast.discard(pc)
+		e.fast.discard(pc)
 		var stale staleConnError
 		if reused && errors.As(err, &stale) {
-			p.fast.dropIdle(addr)
+			e.fast.dropIdle(addr)
 			if replay && attempt < 2 && sc.ctx.Err() == nil {
 				continue
 			}
@@ -378,7 +355,7 @@ func readHeadLen(pc *h1Conn) (int, error) {
 		if i := bytes.Index(buf, crlfcrlf); i >= 0 {
 			return i + 4, nil
 		}
-		if len(buf) >= pc.br.Size() || bytes.Contains(buf, []byte("\n\n")) {
+		if len(buf) >= pc.br.Size() || bareLF(buf) {
 			return 0, nil
 		}
 		if _, err := pc.br.Peek(len(buf) + 1); err != nil {
@@ -487,7 +464,7 @@ func fieldValue(v []byte) bool {
 
 // rawRelay passes the response on. The head is in pc's buffer (headLen bytes; 0: too large to
 // look at, which the general relay reads).
-func (p *Proxy) rawRelay(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn, headLen int) (int, bool) {
+func (e *Engine) rawRelay(sc *h1ServerConn, rq *rawRequest, x Exchange, pc *h1Conn, headLen int) bool {
 	var res rawResponse
 	ok := false
 	if headLen > 0 {
@@ -495,8 +472,9 @@ func (p *Proxy) rawRelay(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn, h
 		res, ok = parseRawResponse(head)
 	}
 	if !ok {
-		return p.relayParsed(sc, rq, a, pc)
+		return e.relayParsed(sc, rq, x, pc)
 	}
+	x.Responded(res.code, nil)
 	head, _ := pc.br.Peek(headLen)
 	closeAfter := rq.close || sc.s.shuttingDown()
 	writeRawResponseHead(sc.bw, head, res, closeAfter)
@@ -522,22 +500,22 @@ func (p *Proxy) rawRelay(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn, h
 	// as the next request's response: such a connection is not reused.
 	switch cleared := sc.clearPeer(); {
 	case cleared && remaining == 0 && res.keep && pc.br.Buffered() == 0:
-		p.fast.put(pc)
+		e.fast.put(pc)
 	case cleared && remaining == 0 && res.keep:
-		p.fast.discarded.leftover.Inc()
-		p.fast.discard(pc)
+		e.fast.discarded.Leftover.Inc()
+		e.fast.discard(pc)
 	default:
-		p.fast.discard(pc)
+		e.fast.discard(pc)
 	}
 	if readErr != nil {
 		// The upstream broke off the body: the client must not take a short body for a whole one.
-		p.log.V(1).Info("copying the response body failed; aborting the response", "host", rq.host, "error", readErr.Error())
-		return res.code, false
+		e.log.V(1).Info("copying the response body failed; aborting the response", "host", rq.host, "error", readErr.Error())
+		return false
 	}
 	if writeErr != nil {
-		return res.code, false // the client went away
+		return false // the client went away
 	}
-	return res.code, !closeAfter
+	return !closeAfter
 }
 
 // writeRawResponseHead writes the head of a response parseRawResponse accepted as the client gets
@@ -573,15 +551,15 @@ func writeRawResponseHead(bw headWriter, head []byte, res rawResponse, closeAfte
 
 // relayParsed relays a response rawRelay does not pass on itself: net/http reads it and it is
 // written like forwardDirect writes it.
-func (p *Proxy) relayParsed(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn) (code int, keep bool) {
+func (e *Engine) relayParsed(sc *h1ServerConn, rq *rawRequest, x Exchange, pc *h1Conn) bool {
 	// Close stays false while the response is read: the forwarded request did not ask the upstream
 	// to close (as on the general path), so the connection is kept for another request.
 	req := &http.Request{Method: rq.method, Host: rq.host, ProtoMajor: 1, ProtoMinor: 1}
 	res, err := pc.readResponse(req, sc.clearPeer)
 	if err != nil {
 		sc.clearPeer()
-		p.fast.discard(pc)
-		return p.rawFail(sc, rq, a, fmt.Errorf("forwarding to %s: %w", pc.addr, err))
+		e.fast.discard(pc)
+		return e.rawFail(sc, rq, x, fmt.Errorf("forwarding to %s: %w", pc.addr, err))
 	}
 	req.Close = rq.close // the client asked for close: the response says so (see h1Response)
 	w := h1ResponsePool.Get().(*h1Response)
@@ -590,25 +568,24 @@ func (p *Proxy) relayParsed(sc *h1ServerConn, rq *rawRequest, a *app, pc *h1Conn
 		w.reset(nil, nil)
 		h1ResponsePool.Put(w)
 	}()
-	if err := p.relayResponse(w, req, res); err != nil {
-		return p.rawFail(sc, rq, a, fmt.Errorf("forwarding to %s: %w", pc.addr, err))
+	if err := e.relayResponse(w, req, res, x); err != nil {
+		return e.rawFail(sc, rq, x, fmt.Errorf("forwarding to %s: %w", pc.addr, err))
 	}
-	return res.StatusCode, w.end(false)
+	return w.end(false)
 }
 
 // rawFail answers a request the raw path could not forward, like the general path's error handler.
-func (p *Proxy) rawFail(sc *h1ServerConn, rq *rawRequest, a *app, err error) (int, bool) {
+func (e *Engine) rawFail(sc *h1ServerConn, rq *rawRequest, x Exchange, err error) bool {
 	if sc.ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", ErrClientGone, err)
 	}
-	st := &state{app: a}
 	w := h1ResponsePool.Get().(*h1Response)
 	w.reset(sc, &http.Request{Method: rq.method, Close: rq.close})
-	p.fail(w, st, err)
+	writeReply(w, x.Fail(err, w.header))
 	keep := w.end(false) // nothing written when the client went away (see abortResponse)
 	w.reset(nil, nil)
 	h1ResponsePool.Put(w)
-	return st.code, keep
+	return keep
 }
 
 // httpDate is the current time in the Date header's format, formatted once a second.
@@ -628,13 +605,3 @@ type cachedDate struct {
 }
 
 var dateCache atomic.Pointer[cachedDate]
-
-// isHopHeader reports whether name is one of hopHeaders, case-insensitively.
-func isHopHeader(name string) bool {
-	for _, h := range hopHeaders {
-		if asciiEqualFold(name, h) {
-			return true
-		}
-	}
-	return false
-}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package engine
 
 import (
 	"bytes"
@@ -17,8 +17,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/httpscale/httpscale/pkg/endpoints"
 )
 
 // evLoops serve the raw path's requests (see raw.go) on event loops: a few goroutines, one per
@@ -49,7 +47,7 @@ import (
 // request uses it.
 type evLoops struct {
 	s     *h1Server
-	p     *Proxy
+	e     *Engine
 	loops []*evLoop
 	next  atomic.Uint32
 }
@@ -63,8 +61,8 @@ const (
 )
 
 // newEvLoops starts n loops serving s's connections for p.
-func newEvLoops(s *h1Server, p *Proxy, n int) (*evLoops, error) {
-	ls := &evLoops{s: s, p: p}
+func newEvLoops(s *h1Server, e *Engine, n int) (*evLoops, error) {
+	ls := &evLoops{s: s, e: e}
 	for range n {
 		l, err := newEvLoop(ls)
 		if err != nil {
@@ -79,7 +77,7 @@ func newEvLoops(s *h1Server, p *Proxy, n int) (*evLoops, error) {
 		go l.run()
 	}
 	release := ls.releaseIdle
-	p.fast.onWait.Store(&release)
+	e.fast.onWait.Store(&release)
 	return ls, nil
 }
 
@@ -187,7 +185,7 @@ type evMsg struct {
 // evLoop is one event loop. Everything but the inbox belongs to its goroutine.
 type evLoop struct {
 	ls     *evLoops
-	p      *Proxy
+	e      *Engine
 	epfd   int
 	epf    *os.File // epfd in the runtime's poller
 	wakefd int      // eventfd: the inbox has messages
@@ -228,7 +226,7 @@ func newEvLoop(ls *evLoops) (*evLoop, error) {
 		_ = unix.Close(wakefd)
 		return nil, fmt.Errorf("setting up the epoll descriptor: %w", err)
 	}
-	return &evLoop{ls: ls, p: ls.p, epfd: epfd, epf: os.NewFile(uintptr(epfd), "epoll"), wakefd: wakefd, idle: map[string][]*evUp{}}, nil
+	return &evLoop{ls: ls, e: ls.e, epfd: epfd, epf: os.NewFile(uintptr(epfd), "epoll"), wakefd: wakefd, idle: map[string][]*evUp{}}, nil
 }
 
 // post queues m for the loop and wakes it. A loop that has ended no longer reads its inbox: what
@@ -256,7 +254,7 @@ func (l *evLoop) discard(m evMsg) {
 		if m.err == nil {
 			_ = unix.Close(m.fd)
 		}
-		l.p.fast.releaseSlot(m.addr)
+		l.e.fast.releaseSlot(m.addr)
 	}
 }
 
@@ -462,7 +460,7 @@ func (l *evLoop) sweep(now time.Time) {
 				l.closeClient(h)
 			}
 		case *evUp:
-			if h.c == nil && now.Sub(h.idleAt) >= l.p.fast.idleTimeout {
+			if h.c == nil && now.Sub(h.idleAt) >= l.e.fast.idleTimeout {
 				l.closeUp(h)
 			}
 		}
@@ -487,12 +485,9 @@ type evClient struct {
 	begun      time.Time // when the request started (monotonic; start is the metrics clock's)
 	rq         *rawRequest
 	headLen    int
-	a          *app
-	set        *endpoints.Set
-	cand       *candidate
-	zone       string
-	done       func() // ends the count; nil until counted
-	start      time.Time
+	x          Exchange // the request's exchange (see Exchange)
+	addr       string   // the endpoint picked
+	counted    bool     // x.Begin and x.Forwarding were called
 	up         *evUp
 	attempts   int
 	res        rawResponse
@@ -566,25 +561,33 @@ func (l *evLoop) clientGone(c *evClient) {
 			c.up, up.c = nil, nil
 			l.closeUp(up)
 		}
-		if c.done != nil {
-			code := StatusClientClosedRequest
+		if c.counted {
 			if c.relaying() {
-				code = c.res.code
+				c.x.Responded(c.res.code, nil)
+			} else {
+				// Nothing is sent: the answer's headers go nowhere (a rare path, allocated here).
+				c.x.Fail(fmt.Errorf("%w: host %s, path %s", ErrClientGone, c.rq.host, c.rq.path), http.Header{})
 			}
-			l.p.rawDone(c.a, c.done, code, c.start)
-			l.p.log.V(1).Info("client went away", "host", c.rq.host, "path", c.rq.path)
 		}
 		l.endRequest(c)
 	}
 	l.closeClient(c)
 }
 
-// endRequest forgets the request (its counts were ended by the caller).
+// endRequest forgets the request, ending its exchange (recorded with what the caller told it) or
+// releasing it when it was not counted.
 func (l *evLoop) endRequest(c *evClient) {
 	if c.rq != nil {
 		c.rq.release()
 	}
-	c.rq, c.a, c.set, c.cand, c.done, c.up = nil, nil, nil, nil, nil, nil
+	switch {
+	case c.x == nil:
+	case c.counted:
+		c.x.End()
+	default:
+		c.x.Release()
+	}
+	c.rq, c.x, c.addr, c.counted, c.up = nil, nil, "", false, nil
 	c.attempts, c.res, c.remaining = 0, rawResponse{}, 0
 }
 
@@ -717,8 +720,8 @@ func (l *evLoop) serveNext(c *evClient) {
 	for !c.busy() && !c.closed && c.out.Len() == 0 {
 		end := headerEnd(c.in)
 		if end < 0 {
-			if c.in != nil && (len(c.in) == cap(c.in) || bytes.Contains(c.in, []byte("\n\n"))) {
-				l.handOff(c, false, nil, nil) // too large, or bare LF: net/http decides
+			if c.in != nil && (len(c.in) == cap(c.in) || bareLF(c.in)) {
+				l.handOff(c, false, nil) // too large, or bare LF: net/http decides
 				return
 			}
 			if (c.readable || c.hup) && !c.eof {
@@ -746,7 +749,7 @@ func (l *evLoop) serveNext(c *evClient) {
 			return
 		}
 		if !fastRequest(c.in[:end]) {
-			l.handOff(c, false, nil, nil) // the goroutine path serves it
+			l.handOff(c, false, nil) // the goroutine path serves it
 			return
 		}
 		l.startRequest(c, end)
@@ -758,17 +761,16 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 	rq := rawRequests.Get().(*rawRequest)
 	if !rq.parse(string(c.in[:end])) {
 		rq.release()
-		l.handOff(c, false, nil, nil)
+		l.handOff(c, false, nil)
 		return
 	}
-	a, set := l.p.rawRoute(rq)
-	if a == nil {
+	x := l.e.rawRoute(rq)
+	if x == nil {
 		rq.release()
-		l.handOff(c, false, nil, nil)
+		l.handOff(c, false, nil)
 		return
 	}
-	b := a.target
-	c.rq, c.headLen, c.a, c.set = rq, end, a, set
+	c.rq, c.headLen, c.x = rq, end, x
 	c.reqID++
 	c.begun = l.now
 	if c.hup {
@@ -777,21 +779,12 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 			return
 		}
 	}
-	c.zone = l.p.appZone(a)
-	view := b.candidates(set, c.zone)
-	var now time.Time
-	if b.hasBad() {
-		now = l.p.opts.Now()
-	}
-	cand, ok := b.pick(view.cands, nil, now)
-	if !ok {
-		cand, ok = b.pick(view.all, nil, now)
-	}
+	addr, ok := x.Pick(0)
 	if !ok {
 		l.giveBack(c) // no endpoint after all: the goroutine path answers
 		return
 	}
-	c.cand = cand
+	c.addr = addr
 	l.acquire(c)
 }
 
@@ -799,7 +792,7 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 // (dialled by a goroutine), else — every connection to the endpoint in use — c goes back to the
 // goroutine path, which waits for one in line.
 func (l *evLoop) acquire(c *evClient) {
-	addr := c.cand.addr
+	addr := c.addr
 	// An idle connection the upstream closed or wrote to before this batch's wait was closed by
 	// its event (see dropStirredIdle). One pooled during this batch has had no wait to report
 	// anything since its response ended: it is peeked at (as h1Transport peeks at every one), and
@@ -815,27 +808,27 @@ func (l *evLoop) acquire(c *evClient) {
 		return
 	}
 	// One the goroutine path pooled (a connection handed over with its request returns there).
-	for pc := l.p.fast.takeIdle(addr); pc != nil; pc = l.p.fast.takeIdle(addr) {
+	for pc := l.e.fast.takeIdle(addr); pc != nil; pc = l.e.fast.takeIdle(addr) {
 		if !pc.quiet() {
-			l.p.fast.discard(pc)
+			l.e.fast.discard(pc)
 			continue
 		}
 		fd, err := takeFD(pc.c)
 		if err != nil {
-			l.p.fast.releaseSlot(addr)
+			l.e.fast.releaseSlot(addr)
 			continue
 		}
 		up := &evUp{fd: fd, addr: addr, in: make([]byte, 0, evUpBuffer), writable: true, reused: true}
 		if err := l.setFD(fd, up); err != nil {
 			_ = unix.Close(fd)
-			l.p.fast.releaseSlot(addr)
+			l.e.fast.releaseSlot(addr)
 			continue
 		}
 		l.send(c, up)
 		return
 	}
-	if !l.p.fast.reserve(addr) {
-		if c.done == nil {
+	if !l.e.fast.reserve(addr) {
+		if !c.counted {
 			l.giveBack(c)
 		} else {
 			l.continueForward(c)
@@ -843,7 +836,7 @@ func (l *evLoop) acquire(c *evClient) {
 		return
 	}
 	l.dialing++
-	dial, ctx := l.p.fast.dial, l.ls.s.base
+	dial, ctx := l.e.fast.dial, l.ls.s.base
 	go func() {
 		m := evMsg{kind: evDialed, c: c, addr: addr, fd: -1}
 		nc, err := dial(ctx, "tcp", addr)
@@ -860,25 +853,23 @@ func (l *evLoop) dialed(m evMsg) {
 	l.dialing--
 	c := m.c
 	if m.err != nil {
-		l.p.fast.releaseSlot(m.addr)
+		l.e.fast.releaseSlot(m.addr)
 		if c.closed {
 			return
 		}
-		if !isDialError(m.err) {
-			if c.done == nil {
+		if !IsDialError(m.err) {
+			if !c.counted {
 				l.giveBack(c) // e.g. a dialer whose connections have no socket: the goroutine path dials
 			} else {
 				l.handOffFailed(c, fmt.Errorf("forwarding to %s: %w", m.addr, m.err))
 			}
 			return
 		}
-		// As forEndpoint: with another endpoint to try, this one is marked bad and the goroutine path
-		// tries the next (from the start: nothing was counted or sent); without, the request fails.
-		if l.p.opts.MaxDialAttempts > 1 && len(c.a.target.candidates(c.set, c.zone).all) > 1 {
-			now := l.p.opts.Now()
-			c.a.target.markBad(m.addr, now, now.Add(l.p.opts.BadEndpointFor))
-			l.p.log.V(1).Info("endpoint refused connection; trying another", "app", c.a.key, "endpoint", m.addr, "error", m.err.Error())
-			if c.done == nil {
+		// As tryEndpoints: when the exchange allows another endpoint (it marks this one bad), the
+		// goroutine path tries the next (from the start: nothing was counted or sent); without, the
+		// request fails.
+		if c.x.Refused(m.addr, 0, m.err) {
+			if !c.counted {
 				l.giveBack(c)
 			} else {
 				l.continueForward(c)
@@ -892,7 +883,7 @@ func (l *evLoop) dialed(m evMsg) {
 	up := &evUp{fd: m.fd, addr: m.addr, in: make([]byte, 0, evUpBuffer), writable: true}
 	if err := l.setFD(m.fd, up); err != nil {
 		_ = unix.Close(m.fd)
-		l.p.fast.releaseSlot(m.addr)
+		l.e.fast.releaseSlot(m.addr)
 		if !c.closed {
 			l.fail(c, err)
 		}
@@ -916,10 +907,10 @@ func (l *evLoop) send(c *evClient, up *evUp) {
 
 // count counts c's request once (see serveRaw).
 func (l *evLoop) count(c *evClient) {
-	if c.done == nil {
-		c.start = l.p.opts.Now()
-		c.a.counts.Received()
-		c.done = c.a.counts.StartForward()
+	if !c.counted {
+		c.x.Begin()
+		c.x.Forwarding()
+		c.counted = true
 	}
 }
 
@@ -990,7 +981,7 @@ func (l *evLoop) relay(c *evClient) {
 				l.passHead(c, i+4)
 				continue
 			}
-			if len(up.in) == cap(up.in) || bytes.Contains(up.in, []byte("\n\n")) {
+			if len(up.in) == cap(up.in) || bareLF(up.in) {
 				l.handOffRelay(c, 0) // too large or bare LF: net/http's parser reads it
 				return
 			}
@@ -1022,7 +1013,7 @@ func (l *evLoop) relay(c *evClient) {
 		switch {
 		case c.relaying():
 			// The upstream broke off the body: the client must not take a short body for a whole one.
-			l.p.log.V(1).Info("copying the response body failed; aborting the response", "host", c.rq.host, "error", err.Error())
+			l.e.log.V(1).Info("copying the response body failed; aborting the response", "host", c.rq.host, "error", err.Error())
 			c.closeAfter = true
 			l.finish(c)
 		case had == 0 && len(up.in) == 0:
@@ -1043,7 +1034,7 @@ func (l *evLoop) passHead(c *evClient, headLen int) {
 		l.handOffRelay(c, headLen)
 		return
 	}
-	countCrossZone(c.a, c.zone, c.cand)
+	c.x.Forwarded(c.addr)
 	c.closeAfter = c.rq.close || c.hup || l.ls.s.shuttingDown()
 	writeRawResponseHead(&c.out, up.in[:headLen], res, c.closeAfter)
 	up.in = up.in[:copy(up.in, up.in[headLen:])]
@@ -1065,7 +1056,7 @@ func (l *evLoop) finish(c *evClient) {
 	case c.remaining != 0 || !c.res.keep || up.hup:
 		l.closeUp(up)
 	case len(up.in) > 0:
-		l.p.fast.discarded.leftover.Inc()
+		l.e.fast.discarded.Leftover.Inc()
 		l.closeUp(up)
 	case up.readable:
 		switch peekFD(up.fd) {
@@ -1073,7 +1064,7 @@ func (l *evLoop) finish(c *evClient) {
 			up.readable = false // empty: the next arrival is reported
 			l.putIdle(up)
 		case peekData:
-			l.p.fast.discarded.leftover.Inc()
+			l.e.fast.discarded.Leftover.Inc()
 			l.closeUp(up)
 		default:
 			l.closeUp(up)
@@ -1081,7 +1072,7 @@ func (l *evLoop) finish(c *evClient) {
 	default:
 		l.putIdle(up)
 	}
-	l.p.rawDone(c.a, c.done, c.res.code, c.start)
+	c.x.Responded(c.res.code, nil)
 	c.in = c.in[:copy(c.in, c.in[c.headLen:])]
 	l.releaseIn(c)
 	l.endRequest(c) // closeAfter stays: the connection closes once the response is out
@@ -1104,7 +1095,7 @@ func (l *evLoop) upFailed(c *evClient, err error) {
 	var stale staleConnError
 	if up.reused && errors.As(err, &stale) {
 		l.dropIdle(up.addr)
-		l.p.fast.dropIdle(up.addr)
+		l.e.fast.dropIdle(up.addr)
 		if replayable(c.rq.method, c.rq.idempotencyKey) && c.attempts < 2 {
 			c.attempts++
 			l.acquire(c)
@@ -1117,7 +1108,7 @@ func (l *evLoop) upFailed(c *evClient, err error) {
 // fail hands a request that could not be forwarded to the goroutine path: from the start when it
 // was not counted yet, else to rawFail.
 func (l *evLoop) fail(c *evClient, err error) {
-	if c.done == nil {
+	if !c.counted {
 		l.giveBack(c)
 		return
 	}
@@ -1127,7 +1118,7 @@ func (l *evLoop) fail(c *evClient, err error) {
 // putIdle pools an upstream connection, unless requests of the goroutine path wait for a
 // connection to its address: then it is closed, which gives them its slot.
 func (l *evLoop) putIdle(up *evUp) {
-	if l.quitting || l.p.fast.hasWaiters(up.addr) {
+	if l.quitting || l.e.fast.hasWaiters(up.addr) {
 		l.closeUp(up)
 		return
 	}
@@ -1142,7 +1133,7 @@ func (l *evLoop) quietUp(up *evUp) bool {
 	case peekQuiet:
 		return true
 	case peekData:
-		l.p.fast.discarded.unsolicited.Inc()
+		l.e.fast.discarded.Unsolicited.Inc()
 	}
 	return false
 }
@@ -1179,7 +1170,7 @@ func (l *evLoop) closeUp(up *evUp) {
 	l.dropFD(up.fd)
 	_ = unix.Close(up.fd)
 	up.fd = -1
-	l.p.fast.releaseSlot(up.addr)
+	l.e.fast.releaseSlot(up.addr)
 }
 
 // releaseIdle hands the loop's idle connections to addr to h1Transport, which gives each to a
@@ -1191,10 +1182,10 @@ func (l *evLoop) releaseIdle(addr string) {
 		l.dropFD(fd)
 		nc, err := fdConn(fd)
 		if err != nil {
-			l.p.fast.releaseSlot(addr) // a slot for a waiter to dial
+			l.e.fast.releaseSlot(addr) // a slot for a waiter to dial
 			continue
 		}
-		l.p.fast.put(l.p.fast.newConn(addr, nc, nc))
+		l.e.fast.put(l.e.fast.newConn(addr, nc, nc))
 	}
 	delete(l.idle, addr)
 }
@@ -1210,20 +1201,68 @@ func (l *evLoop) dropIdle(addr string) {
 // giveBack hands an uncounted request back to the goroutine path, which serves it from the start.
 func (l *evLoop) giveBack(c *evClient) {
 	l.endRequest(c)
-	l.handOff(c, true, nil, nil)
+	l.handOff(c, true, nil)
+}
+
+// carriedStep is what the goroutine path does with a counted request an event loop hands over.
+type carriedStep int
+
+const (
+	carryForward carriedStep = iota // not sent (a retry that could not get a connection): rawForward
+	carryFail                       // its forward failed: rawFail answers err
+	carryRelay                      // its response is one the loop does not pass on: rawRelay reads it from pc
+)
+
+// carried is a counted request an event loop hands to the goroutine path with its connection: the
+// exchange and, for carryRelay, the upstream connection go with it (the loop keeps neither).
+type carried struct {
+	step    carriedStep
+	rq      *rawRequest
+	x       Exchange
+	err     error   // carryFail
+	pc      *h1Conn // carryRelay: the upstream connection, its slot still counted by h1Transport
+	headLen int     // carryRelay, as readHeadLen reports it
+}
+
+// finish runs the carried request on sc's goroutine (see rawComplete) and reports whether the
+// connection can carry another request.
+func (cr *carried) finish(e *Engine, sc *h1ServerConn) bool {
+	defer cr.rq.release()
+	return e.rawComplete(sc, cr.x, func() bool {
+		switch cr.step {
+		case carryForward:
+			return e.rawForward(sc, cr.rq, cr.x)
+		case carryFail:
+			return e.rawFail(sc, cr.rq, cr.x, cr.err)
+		default:
+			if !sc.setPeer(cr.pc.c) {
+				e.fast.discard(cr.pc)
+				return e.rawFail(sc, cr.rq, cr.x, fmt.Errorf("%w: %w", ErrClientGone, sc.ctx.Err()))
+			}
+			return e.rawRelay(sc, cr.rq, cr.x, cr.pc, cr.headLen)
+		}
+	})
+}
+
+// drop ends a carried request that could not be handed over: what it holds is released and it is
+// recorded as failed.
+func (cr *carried) drop(e *Engine) {
+	if cr.pc != nil {
+		e.fast.discard(cr.pc)
+	}
+	cr.x.End() // no status: recorded as 502
+	cr.rq.release()
 }
 
 // continueForward hands a counted request that has not been sent (a retry that could not get a
 // connection) to the goroutine path's forward, which tries the endpoints.
 func (l *evLoop) continueForward(c *evClient) {
-	rq, a, set := c.rq, c.a, c.set
-	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) { return l.p.rawForward(sc, rq, a, a.target, set) }, nil)
+	l.handOffCounted(c, &carried{step: carryForward})
 }
 
 // handOffFailed hands a counted request whose forward failed to rawFail.
 func (l *evLoop) handOffFailed(c *evClient, err error) {
-	rq, a := c.rq, c.a
-	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) { return l.p.rawFail(sc, rq, a, err) }, nil)
+	l.handOffCounted(c, &carried{step: carryFail, err: err})
 }
 
 // handOffRelay hands a request with a response the loop does not pass on itself to rawRelay, with
@@ -1237,48 +1276,30 @@ func (l *evLoop) handOffRelay(c *evClient, headLen int) {
 	l.dropFD(fd)
 	nc, err := fdConn(fd)
 	if err != nil {
-		l.p.fast.releaseSlot(up.addr)
+		l.e.fast.releaseSlot(up.addr)
 		l.handOffFailed(c, err)
 		return
 	}
-	countCrossZone(c.a, c.zone, c.cand)
+	c.x.Forwarded(c.addr)
 	// The connection keeps its slot in h1Transport's count; rawRelay pools or discards it there.
-	pc := l.p.fast.newConn(up.addr, nc, &h1ConnReader{c: nc, pending: pending})
-	rq, a := c.rq, c.a
-	l.handOffCounted(c, func(sc *h1ServerConn) (int, bool) {
-		if !sc.setPeer(pc.c) {
-			l.p.fast.discard(pc)
-			return l.p.rawFail(sc, rq, a, fmt.Errorf("%w: %w", ErrClientGone, sc.ctx.Err()))
-		}
-		return l.p.rawRelay(sc, rq, a, pc, headLen)
-	}, func() { l.p.fast.discard(pc) })
+	pc := l.e.fast.newConn(up.addr, nc, &h1ConnReader{c: nc, pending: pending})
+	l.handOffCounted(c, &carried{step: carryRelay, pc: pc, headLen: headLen})
 }
 
-// handOffCounted hands c to the goroutine path with its counted request, which forward finishes
-// there (see rawComplete). When the connection cannot be handed over, release (if set) frees what
-// forward would have used and the request is recorded as failed.
-func (l *evLoop) handOffCounted(c *evClient, forward func(sc *h1ServerConn) (int, bool), release func()) {
-	rq, a, done, start := c.rq, c.a, c.done, c.start
+// handOffCounted hands c to the goroutine path with its counted request, which cr finishes there.
+func (l *evLoop) handOffCounted(c *evClient, cr *carried) {
+	cr.rq, cr.x = c.rq, c.x
 	c.in = c.in[:copy(c.in, c.in[c.headLen:])]
-	c.rq = nil
+	c.rq, c.x = nil, nil // carried on: endRequest neither releases nor ends them
 	l.endRequest(c)
-	l.handOff(c, true, func(sc *h1ServerConn) bool {
-		defer rq.release()
-		return l.p.rawComplete(sc, a, done, start, func() (int, bool) { return forward(sc) })
-	}, func() {
-		if release != nil {
-			release()
-		}
-		l.p.rawDone(a, done, http.StatusBadGateway, start)
-		rq.release()
-	})
+	l.handOff(c, true, cr)
 }
 
 // handOff moves c, with the request bytes it read, to the goroutine-per-connection path (see
 // h1ServerConn.backToLoop for the way back). started: the loop took the request, which is served
-// even when the server began to drain since; first, when set, finishes it. When the connection
-// cannot be handed over it is closed, and failed (if set) runs.
-func (l *evLoop) handOff(c *evClient, started bool, first func(sc *h1ServerConn) bool, failed func()) {
+// even when the server began to drain since; cr, when set, is a counted request to finish first.
+// When the connection cannot be handed over it is closed, and cr dropped.
+func (l *evLoop) handOff(c *evClient, started bool, cr *carried) {
 	s := l.ls.s
 	pending := bytes.Clone(c.in)
 	c.in = c.in[:0]
@@ -1290,20 +1311,18 @@ func (l *evLoop) handOff(c *evClient, started bool, first func(sc *h1ServerConn)
 	if err != nil {
 		s.log.Error(err, "handing a connection to the goroutine path; closing it")
 		s.loopConn(-1)
-		if failed != nil {
-			failed()
+		if cr != nil {
+			cr.drop(l.e)
 		}
 		return
 	}
 	sc := &h1ServerConn{s: s, c: nc}
 	sc.cr.pending = pending
-	if first == nil && len(pending) > 0 && s.headerTimeout > 0 {
+	if cr == nil && len(pending) > 0 && s.headerTimeout > 0 {
 		sc.headerBy = c.since.Add(s.headerTimeout) // the header timeout runs from its first byte
 	}
-	var run func() bool
-	if first != nil {
+	if cr != nil {
 		sc.busyConn.Store(true)
-		run = func() bool { return first(sc) }
 	}
 	// Tracked before the loop's count drops, so that a shutdown never sees zero in between; a
 	// started request is finished even when the server is shutting down.
@@ -1311,12 +1330,12 @@ func (l *evLoop) handOff(c *evClient, started bool, first func(sc *h1ServerConn)
 	s.loopConn(-1)
 	if !tracked {
 		_ = nc.Close()
-		if failed != nil {
-			failed()
+		if cr != nil {
+			cr.drop(l.e)
 		}
 		return
 	}
-	go sc.serveFrom(run)
+	go sc.serveFrom(cr)
 }
 
 // The loops' socket calls on non-blocking sockets never wait, so they are made as raw system calls:

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -25,14 +25,18 @@ type Server struct {
 	// Addr is the listen address; ignored when Listener is set.
 	Addr     string
 	Listener net.Listener
-	Handler  http.Handler
+	// Handler serves the requests; nil means Engine.
+	Handler http.Handler
+	// Engine, when set, serves the fast path's screened requests on its raw path (and on event
+	// loops, see EventLoops) without going through Handler.
+	Engine *Engine
 	// H2C also accepts cleartext HTTP/2 with prior knowledge (gRPC clients without TLS).
 	H2C bool
 	// FastHTTP1 serves simple HTTP/1.1 requests (no body, no upgrade) on a fast path that reads
 	// them from the connection directly and hands every other connection to net/http (see
 	// h1Server).
 	FastHTTP1 bool
-	// EventLoops, with FastHTTP1 and a *Proxy handler on Linux, is how many event loops serve the
+	// EventLoops, with FastHTTP1 and an Engine on Linux, is how many event loops serve the
 	// raw path's requests (see evLoops): 0 none, negative one per GOMAXPROCS.
 	EventLoops int
 	// WatchClientAfter is how long a fast-path request runs before the server starts watching for
@@ -103,6 +107,12 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.Drained != nil {
 		defer close(s.Drained)
 	}
+	var handler http.Handler = s.Engine
+	if s.Handler != nil {
+		handler = s.Handler
+	} else if s.Engine == nil {
+		return fmt.Errorf("%s: neither Handler nor Engine is set", s.Name)
+	}
 	ln := s.Listener
 	if ln == nil {
 		var err error
@@ -121,11 +131,14 @@ func (s *Server) Start(ctx context.Context) error {
 		headerTimeout = 30 * time.Second
 	}
 	srv := &http.Server{
-		Handler:           s.Handler,
+		Handler:           handler,
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return hard },
 	}
+	// Every connection net/http serves is watched for requests with both lengths (see headwatch.go).
+	srv.Handler = closeAfterBothLengths{handler}
+	srv.ConnContext = watchedContext
 	if s.H2C {
 		var p http.Protocols
 		p.SetHTTP1(true)
@@ -139,27 +152,25 @@ func (s *Server) Start(ctx context.Context) error {
 		if watch == 0 {
 			watch = 50 * time.Millisecond
 		}
-		fast = &h1Server{handler: s.Handler, base: hard, srv: srv, handoff: newHandoffListener(ln.Addr()),
+		fast = &h1Server{handler: handler, engine: s.Engine, base: hard, srv: srv, handoff: newHandoffListener(ln.Addr()),
 			idleTimeout: srv.IdleTimeout, headerTimeout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log}
-		if p, ok := s.Handler.(*Proxy); ok && s.EventLoops != 0 {
+		if s.Engine != nil && s.EventLoops != 0 {
 			n := s.EventLoops
 			if n < 0 {
 				n = runtime.GOMAXPROCS(0)
 			}
-			loops, err := newEvLoops(fast, p, n)
+			loops, err := newEvLoops(fast, s.Engine, n)
 			if err != nil {
 				_ = ln.Close()
 				return fmt.Errorf("%s: starting event loops: %w", s.Name, err)
 			}
 			fast.loops = loops // nil where there are none (not Linux)
 		}
-		srv.Handler = closeAfterBothLengths{s.Handler}
-		srv.ConnContext = handoffContext
 		s.fast.Store(fast)
 		go func() { serveErr <- srv.Serve(fast.handoff) }()
 		go func() { serveErr <- fast.serve(ln) }()
 	} else {
-		go func() { serveErr <- srv.Serve(ln) }()
+		go func() { serveErr <- srv.Serve(watchedListener{ln}) }()
 	}
 	serving := cap(serveErr)
 	if fast == nil {

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"bufio"
@@ -33,7 +33,7 @@ type h1Transport struct {
 	maxConns    int           // connections open at once per address; 0 means no limit
 	idleTimeout time.Duration // pooled connections older than this are closed
 	now         func() time.Time
-	discarded   discardCounters
+	discarded   DiscardCounters
 
 	mu        sync.Mutex
 	hosts     map[string]*hostPool
@@ -85,7 +85,7 @@ func replayable(method string, idempotencyKey bool) bool {
 // must not carry a request; bytes are counted as an unsolicited discard.
 func (pc *h1Conn) quiet() bool {
 	if pc.br.Buffered() > 0 {
-		pc.t.discarded.unsolicited.Inc()
+		pc.t.discarded.Unsolicited.Inc()
 		return false
 	}
 	if pc.rc == nil {
@@ -96,7 +96,7 @@ func (pc *h1Conn) quiet() bool {
 		return false
 	}
 	if pc.peeked == peekData {
-		pc.t.discarded.unsolicited.Inc()
+		pc.t.discarded.Unsolicited.Inc()
 	}
 	return pc.peeked == peekQuiet
 }
@@ -444,7 +444,7 @@ func (b *h1Body) finish(complete bool) {
 			b.pc.t.put(b.pc)
 			return
 		}
-		b.pc.t.discarded.leftover.Inc()
+		b.pc.t.discarded.Leftover.Inc()
 	}
 	b.pc.t.discard(b.pc)
 }

@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"bufio"
@@ -37,6 +37,7 @@ import (
 // and stop on every request.
 type h1Server struct {
 	handler       http.Handler
+	engine        *Engine // serves screened requests on the raw path; nil: none
 	base          context.Context
 	srv           *http.Server // serves handed-over connections; also the ServerContextKey value
 	handoff       *handoffListener
@@ -242,12 +243,9 @@ type h1ServerConn struct {
 	// plus the header timeout. It is kept across a hand-off (to net/http, or from an event loop) so
 	// that the timeouts do not add up.
 	headerBy time.Time
-	// closeFirst: the request to hand over has both Content-Length and Transfer-Encoding (see
-	// bothLengths); net/http closes the connection after answering it (see closeAfterBothLengths).
-	closeFirst bool
-	ctx        context.Context
-	cancel     context.CancelFunc
-	ip         string // the client's address without the port (X-Forwarded-For); "" when none
+	ctx      context.Context
+	cancel   context.CancelFunc
+	ip       string // the client's address without the port (X-Forwarded-For); "" when none
 
 	busyConn atomic.Bool // serving a request, not waiting for one (see setBusy)
 	// reqSeq is odd while a request is served; it counts requests twice. seenSeq is watchLoop's
@@ -299,14 +297,6 @@ func (sc *h1ServerConn) abortPeer() {
 	}
 }
 
-// rawServer is a handler that can serve a screened request from its bytes (the Proxy's raw path).
-type rawServer interface {
-	// serveRaw serves the request whose head is head (peeked from sc.br; it discards it when it
-	// serves), or declines (served false) having read, written and counted nothing. keep reports
-	// whether the connection can carry another request.
-	serveRaw(sc *h1ServerConn, head []byte) (served, keep bool)
-}
-
 // h1ConnReader reads from the connection, first returning the byte the background read got.
 type h1ConnReader struct {
 	c       net.Conn
@@ -324,9 +314,8 @@ func (r *h1ConnReader) Read(p []byte) (int, error) {
 
 func (sc *h1ServerConn) serve() { sc.serveFrom(nil) }
 
-// serveFrom serves the connection, first (when set) finishing a request an event loop started;
-// first reports whether the connection can carry another request.
-func (sc *h1ServerConn) serveFrom(first func() bool) {
+// serveFrom serves the connection, first (when set) finishing a request an event loop started.
+func (sc *h1ServerConn) serveFrom(first *carried) {
 	s := sc.s
 	handedOff := false
 	defer func() {
@@ -349,7 +338,7 @@ func (sc *h1ServerConn) serveFrom(first func() bool) {
 	}
 	if first != nil {
 		sc.ensureCtx()
-		if !first() || sc.ctx.Err() != nil || !s.setBusy(sc, false) {
+		if !first.finish(s.engine, sc) || sc.ctx.Err() != nil || !s.setBusy(sc, false) {
 			return
 		}
 	}
@@ -401,12 +390,10 @@ func (sc *h1ServerConn) screen() (int, bool, error) {
 			ok := fastRequest(buf[:end])
 			if ok {
 				sc.headerBy = time.Time{} // read; one handed over keeps it for net/http
-			} else {
-				sc.closeFirst = bothLengths(buf[:end])
 			}
 			return end, ok, nil
 		}
-		if len(buf) >= h1ReadBuffer || bytes.Contains(buf, []byte("\n\n")) {
+		if len(buf) >= h1ReadBuffer || bareLF(buf) {
 			return 0, false, nil // too large, or bare LF: net/http decides
 		}
 		if !deadlineSet && sc.s.headerTimeout > 0 {
@@ -425,22 +412,22 @@ func (sc *h1ServerConn) screen() (int, bool, error) {
 	}
 }
 
-// bothLengths reports whether a header block (CRLF line ends) has both a Content-Length and a
-// Transfer-Encoding line: net/http reads such a request by its Transfer-Encoding and forgets the
-// Content-Length, but RFC 9112 section 6.1 has the server close the connection after answering it
-// (it may be an attempt at request smuggling).
-func bothLengths(block []byte) bool {
-	cl, te := false, false
-	_, rest, _ := bytes.Cut(block, []byte("\r\n"))
-	for len(rest) > 0 {
-		var l []byte
-		l, rest, _ = bytes.Cut(rest, []byte("\r\n"))
-		name, _, _ := bytes.Cut(l, []byte(":"))
-		name = bytes.TrimRight(name, " \t")
-		cl = cl || asciiEqualFold(name, "Content-Length")
-		te = te || asciiEqualFold(name, "Transfer-Encoding")
+// bareLF reports whether a head not yet complete (no CRLF CRLF in it) has a line feed without a
+// carriage return before it. net/http's parsers end lines at any LF, so such a head may already be
+// complete for them ("...\n\r\n", "...\n\n"): it is left to net/http, which reads it at once
+// instead of waiting for bytes that never come.
+func bareLF(b []byte) bool {
+	for i := bytes.IndexByte(b, '\n'); i >= 0; {
+		if i == 0 || b[i-1] != '\r' {
+			return true
+		}
+		j := bytes.IndexByte(b[i+1:], '\n')
+		if j < 0 {
+			return false
+		}
+		i += 1 + j
 	}
-	return cl && te
+	return false
 }
 
 // headerEnd returns the length of the header block in buf including its final CRLF CRLF, or -1.
@@ -577,9 +564,9 @@ func validHost(b []byte) bool {
 func (sc *h1ServerConn) serveOne(n int) bool {
 	s := sc.s
 	sc.ensureCtx()
-	if rs, ok := s.handler.(rawServer); ok {
+	if s.engine != nil {
 		head, _ := sc.br.Peek(n)
-		if served, keep := rs.serveRaw(sc, head); served {
+		if served, keep := s.engine.serveRaw(sc, head); served {
 			sc.rawServed = true
 			return keep && sc.ctx.Err() == nil
 		}
@@ -699,9 +686,7 @@ func (sc *h1ServerConn) handOff() bool {
 	if sc.s.shuttingDown() {
 		return false
 	}
-	hc := &handoffConn{Conn: sc.c, r: sc.br, headerBy: sc.headerBy}
-	hc.closeFirst.Store(sc.closeFirst)
-	return sc.s.handoff.give(hc)
+	return sc.s.handoff.give(newWatchedConn(sc.c, sc.br, sc.headerBy))
 }
 
 // h1Response is the fast path's ResponseWriter: the head is written into the connection's buffer
@@ -829,7 +814,7 @@ func (w *h1Response) sendHead(final bool) {
 	}
 	if w.length < 0 && !bodyless {
 		switch {
-		case final:
+		case final && !w.hasTrailers():
 			if w.req.Method != http.MethodHead {
 				w.length = 0
 				h.Set("Content-Length", "0")
@@ -892,6 +877,20 @@ func (w *h1Response) sendHead(final bool) {
 	_, _ = bw.WriteString("\r\n")
 }
 
+// hasTrailers reports whether the response has trailers to send (announced in a Trailer header, or
+// set under http.TrailerPrefix): it then goes chunked even when its body is empty, as net/http's.
+func (w *h1Response) hasTrailers() bool {
+	if _, ok := w.header["Trailer"]; ok {
+		return true
+	}
+	for k := range w.header {
+		if hasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // writeHeaderLine writes one header line; line breaks in the value become spaces, as net/http does.
 func writeHeaderLine(bw headWriter, k, v string) {
 	_, _ = bw.WriteString(k)
@@ -951,15 +950,19 @@ func (w *h1Response) end(flush bool) bool {
 	bw := w.sc.bw
 	if w.failed == nil && w.chunked {
 		_, _ = bw.WriteString("0\r\n")
+		// Names that are not tokens are dropped, as in the head (net/http drops them too).
 		for _, k := range w.trailers {
+			if !isToken(k) {
+				continue
+			}
 			for _, v := range w.header[k] {
 				writeHeaderLine(bw, k, v)
 			}
 		}
 		for k, vs := range w.header {
-			if hasPrefix(k, http.TrailerPrefix) {
+			if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok && isToken(name) {
 				for _, v := range vs {
-					writeHeaderLine(bw, k[len(http.TrailerPrefix):], v)
+					writeHeaderLine(bw, name, v)
 				}
 			}
 		}
@@ -1022,52 +1025,3 @@ func (l *handoffListener) Close() error {
 }
 
 func (l *handoffListener) Addr() net.Addr { return l.addr }
-
-// handoffConn is a connection handed over to net/http: reads first return what the fast path had
-// buffered.
-type handoffConn struct {
-	net.Conn
-	r *bufio.Reader
-	// headerBy, when set, is the header deadline the fast path started (see h1ServerConn.headerBy).
-	headerBy time.Time
-	// closeFirst: the first request must be answered with the connection closed (see bothLengths).
-	closeFirst atomic.Bool
-}
-
-type handoffConnKey struct{}
-
-// handoffContext is the net/http server's ConnContext: a handed-over connection whose first request
-// must close it is found by closeAfterBothLengths.
-func handoffContext(ctx context.Context, c net.Conn) context.Context {
-	if hc, ok := c.(*handoffConn); ok && hc.closeFirst.Load() {
-		return context.WithValue(ctx, handoffConnKey{}, hc)
-	}
-	return ctx
-}
-
-// closeAfterBothLengths has the net/http server close a handed-over connection after answering its
-// first request when that one came with both Content-Length and Transfer-Encoding ("Connection:
-// close" set before the handler runs, which the Proxy keeps on every answer).
-type closeAfterBothLengths struct{ h http.Handler }
-
-func (c closeAfterBothLengths) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if hc, ok := r.Context().Value(handoffConnKey{}).(*handoffConn); ok && hc.closeFirst.CompareAndSwap(true, false) {
-		w.Header().Set("Connection", "close")
-	}
-	c.h.ServeHTTP(w, r)
-}
-
-func (c *handoffConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-// SetReadDeadline keeps net/http's first deadline, the one for the header of the request the fast
-// path started to read, no later than headerBy. A first deadline of zero (an h2c connection) ends
-// the adjustment.
-func (c *handoffConn) SetReadDeadline(t time.Time) error {
-	if by := c.headerBy; !by.IsZero() {
-		c.headerBy = time.Time{}
-		if !t.IsZero() && t.After(by) {
-			t = by
-		}
-	}
-	return c.Conn.SetReadDeadline(t)
-}

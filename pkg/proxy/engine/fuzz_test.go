@@ -1,8 +1,9 @@
-package proxy
+package engine
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -139,7 +140,7 @@ func FuzzRawRequestWrite(f *testing.F) {
 func refForwarded(t *testing.T, head []byte) *seenRequest {
 	var want *seenRequest
 	var target string
-	rp := (&Proxy{}).newReverseProxy()
+	rp := (&Engine{}).newReverseProxy()
 	rp.ModifyResponse = nil
 	rp.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		var b bytes.Buffer
@@ -204,9 +205,9 @@ func FuzzRawResponse(f *testing.F) {
 		upC, upPeer := net.Pipe()
 		defer func() { _ = upPeer.Close() }()
 		tr := &h1Transport{now: time.Now, maxIdle: 1, idleTimeout: time.Hour, hosts: map[string]*hostPool{"up": {open: 1}},
-			discarded: discardCounters{
-				leftover:    prometheus.NewCounter(prometheus.CounterOpts{Name: "leftover"}),
-				unsolicited: prometheus.NewCounter(prometheus.CounterOpts{Name: "unsolicited"}),
+			discarded: DiscardCounters{
+				Leftover:    prometheus.NewCounter(prometheus.CounterOpts{Name: "leftover"}),
+				Unsolicited: prometheus.NewCounter(prometheus.CounterOpts{Name: "unsolicited"}),
 			}}
 		pc := &h1Conn{t: tr, addr: "up", c: upC, br: bufio.NewReaderSize(bytes.NewReader(in), h1ConnBuffer)}
 		headLen, err := readHeadLen(pc)
@@ -239,7 +240,9 @@ func FuzzRawResponse(f *testing.F) {
 		if !rq.parse(method + " / HTTP/1.1\r\nHost: example.com\r\n\r\n") {
 			t.Fatal("the request does not parse")
 		}
-		code, keep := (&Proxy{fast: tr}).rawRelay(sc, rq, nil, pc, headLen)
+		x := &codeExchange{}
+		keep := (&Engine{fast: tr}).rawRelay(sc, rq, x, pc, headLen)
+		code := x.code
 		_ = sc.bw.Flush()
 		reused := tr.hosts["up"] != nil && len(tr.hosts["up"].idle) == 1
 		if reused {
@@ -405,7 +408,7 @@ func FuzzRelayResponse(f *testing.F) {
 			return
 		}
 
-		rp := (&Proxy{}).newReverseProxy()
+		rp := (&Engine{}).newReverseProxy()
 		rp.ModifyResponse = nil
 		rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusBadGateway) }
 		rp.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
@@ -434,7 +437,7 @@ func FuzzRelayResponse(f *testing.F) {
 					_ = sc.bw.Flush() // what was written before the abort; the connection closes
 				}
 			}()
-			if err := (&Proxy{}).relayResponse(w, req, res); err != nil {
+			if err := (&Engine{}).relayResponse(w, req, res, &codeExchange{}); err != nil {
 				t.Fatalf("relayResponse refuses %q: %v", in, err)
 			}
 			w.end(true)
@@ -479,4 +482,24 @@ func readRelayed(b []byte, method string) (*relayed, error) {
 		delete(h, k)
 	}
 	return &relayed{Status: res.Status, Header: h, Body: string(body), Trailer: res.Trailer}, nil
+}
+
+// codeExchange is an Exchange that records the status it is told and answers failures with 502.
+type codeExchange struct{ code int }
+
+func (x *codeExchange) Plan() Plan                        { return Plan{} }
+func (x *codeExchange) Ready() bool                       { return true }
+func (x *codeExchange) Begin()                            {}
+func (x *codeExchange) Wait(context.Context) error        { return nil }
+func (x *codeExchange) Forwarding()                       {}
+func (x *codeExchange) Pick(attempt int) (string, bool)   { return "up", attempt == 0 }
+func (x *codeExchange) Refused(string, int, error) bool   { return false }
+func (x *codeExchange) Forwarded(string)                  {}
+func (x *codeExchange) Responded(code int, _ http.Header) { x.code = code }
+func (x *codeExchange) End()                              {}
+func (x *codeExchange) Release()                          {}
+func (x *codeExchange) Fail(err error, h http.Header) Reply {
+	x.code = http.StatusBadGateway
+	h.Set("Content-Length", "4")
+	return Reply{Code: http.StatusBadGateway, Body: "502\n"}
 }

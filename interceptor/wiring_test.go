@@ -1,0 +1,46 @@
+package main
+
+import (
+	"runtime/debug"
+	"testing"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/httpscale/httpscale/pkg/config"
+	"github.com/httpscale/httpscale/pkg/gcheadroom"
+	"github.com/httpscale/httpscale/pkg/proxy"
+	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
+	"github.com/httpscale/httpscale/pkg/routing"
+)
+
+// Building the servers leaves the process's GC setting alone: only the tuner Runnable the wiring
+// adds changes it, once the manager starts it (TestRunServesAdminAndProxyAndStopsCleanlyOnCancel
+// checks that --gc-percent is in effect then).
+func TestNewServersLeavesTheGCAlone(t *testing.T) {
+	t.Setenv("GOGC", "") // as the binary runs without it
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	debug.SetGCPercent(100)
+	cfg := &config.Interceptor{GCPercent: 321, ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"}
+	var empty *routing.Table
+	srv, err := newServers(cfg, kubeParts{tables: proxy.TableFunc(func() *routing.Table { return empty }), endpoints: proxytest.NewSource()}, prometheus.NewRegistry(), nil, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GC percent %d after newServers, want it untouched (100)", got)
+	}
+	for _, r := range srv.runnables {
+		if _, ok := r.(*gcheadroom.Runnable); ok {
+			t.Errorf("newServers returned the GC tuner among its runnables; the wiring adds it")
+		}
+	}
+	r, ok := gcTuner(cfg).(*gcheadroom.Runnable)
+	if !ok || r.Options.MaxPercent != 321 || r.Options.MinPercent != gcMinPercent || r.Options.Headroom != gcHeadroom {
+		t.Errorf("gcTuner = %#v, want a gcheadroom.Runnable for --gc-percent 321", gcTuner(cfg))
+	}
+	t.Setenv("GOGC", "200")
+	if r := gcTuner(cfg); r != nil {
+		t.Errorf("gcTuner with GOGC set = %#v, want nil (GOGC decides)", r)
+	}
+}

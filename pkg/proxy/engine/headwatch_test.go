@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// FuzzHeadWatch: the head watch must frame a connection's byte stream exactly as net/http's server
+// does, or a request with both Content-Length and Transfer-Encoding could hide where the watch does
+// not look (inside what it takes for a body) and keep the connection open. The reference is
+// net/http's own loop: http.ReadRequest, the body read to its end, and the server's tolerance of
+// up to 4 CR or LF after a POST. Every request the reference reads, the watch must have framed as a
+// head, in order, with the same request line; it may go on after the reference stopped (net/http
+// closes the connection there).
+func FuzzHeadWatch(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-T: 1\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi\r\n\r\nPOST /b HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nxGET /c HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /a HTTP/1.1\nHost: a\nContent-Length: 3\n\nabcGET /b HTTP/1.1\nHost: a\n\n",
+		"POST /a HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nabcGET /b HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabcGET /b HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n0\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\n\r\n",
+		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var want []string
+		br := bufio.NewReader(bytes.NewReader(in))
+		last := ""
+		for {
+			if last == http.MethodPost {
+				peek, _ := br.Peek(4)
+				n := 0
+				for n < len(peek) && (peek[n] == '\r' || peek[n] == '\n') {
+					n++
+				}
+				_, _ = br.Discard(n)
+			}
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				break
+			}
+			want = append(want, req.Method+" "+req.RequestURI+" "+req.Proto)
+			last = req.Method
+			if _, err := io.Copy(io.Discard, req.Body); err != nil || req.ProtoMajor != 1 {
+				break
+			}
+		}
+
+		var mu sync.Mutex
+		var got []string
+		w := startHeadWatch(func(head []byte) {
+			line, _, _ := bytes.Cut(head, []byte("\n"))
+			mu.Lock()
+			got = append(got, string(bytes.TrimSuffix(line, []byte("\r"))))
+			mu.Unlock()
+		})
+		// As a connection delivers it: in pieces.
+		for rest := in; len(rest) > 0; {
+			n := min(len(rest), 7)
+			w.feed(rest[:n])
+			rest = rest[n:]
+		}
+		w.sawBoth() // waits until the watch parsed everything it was given
+		w.stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) < len(want) {
+			t.Fatalf("for %q net/http reads the requests %q; the watch frames only %q", in, want, got)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("for %q net/http reads the requests %q; the watch frames %q", in, want, got)
+			}
+		}
+	})
+}
+
+// Between requests the watch's parser ends once it has parsed what it was given (an idle keep-alive
+// connection holds no goroutine or buffer for it), and starts again with the next bytes.
+func TestHeadWatchParksBetweenRequests(t *testing.T) {
+	w := newHeadWatch()
+	running := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.running
+	}
+	for i, req := range []string{
+		"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
+		"GET /b HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+	} {
+		w.feed([]byte(req))
+		if w.sawBoth() {
+			t.Fatalf("request %d: both lengths reported for %q", i, req)
+		}
+		for deadline := time.Now().Add(5 * time.Second); running(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("request %d: the parser still runs after a whole request", i)
+			}
+		}
+	}
+	w.feed([]byte("POST /d HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"))
+	if !w.sawBoth() {
+		t.Error("a head with both lengths after parked runs was not seen")
+	}
+	w.stop()
+}
