@@ -158,13 +158,15 @@ func (c *Collector) apply(r pollResult) {
 	}
 	c.dirty = true
 	if r.err != nil {
-		metricPollErrors.Inc()
+		reason := pollErrorReason(r.err)
+		metricPollErrors.WithLabelValues(reason).Inc()
 		c.agg.Fail(r.key, r.err)
 		log := c.log.V(1)
 		if !run.failing {
 			log = c.log
 		}
-		log.Info("polling interceptor counts failed; keeping its last counts for the grace period", "replica", r.key, "error", r.err.Error())
+		log.Info("polling interceptor counts failed; keeping its last counts for the grace period",
+			"replica", r.key, "url", run.rep.URL, "reason", reason, "error", r.err.Error())
 		run.failing = true
 		return
 	}

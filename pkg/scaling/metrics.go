@@ -1,8 +1,13 @@
 package scaling
 
 import (
+	"context"
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/httpscale/httpscale/pkg/admin"
 )
 
 // Prometheus metrics of the scaler, served on the manager's metrics endpoint. Labels are bounded:
@@ -12,10 +17,10 @@ var (
 		Name: "httpscale_scaler_interceptor_replicas",
 		Help: "Interceptor replicas known to the scaler, by state: healthy, stale (last counts kept for the grace period), expired (ignored) or unknown (never answered yet).",
 	}, []string{"state"})
-	metricPollErrors = prometheus.NewCounter(prometheus.CounterOpts{
+	metricPollErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "httpscale_scaler_poll_errors_total",
-		Help: "Failed or timed-out polls of an interceptor replica's counts.",
-	})
+		Help: "Failed polls of an interceptor replica's counts, by reason: timeout, invalid (an answer with impossible counts), too_large (a body over the limit) or failed (any other error). The log names the replica.",
+	}, []string{"reason"})
 	metricCycleSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "httpscale_scaler_poll_cycle_seconds",
 		Help:    "Time from the start of a poll cycle to the snapshot it produced.",
@@ -58,4 +63,18 @@ func recordSnapshot(s *Snapshot) {
 	metricReplicas.WithLabelValues("stale").Set(stale)
 	metricReplicas.WithLabelValues("expired").Set(expired)
 	metricApps.Set(float64(len(s.Apps)))
+}
+
+// pollErrorReason is the metric label of a failed poll.
+func pollErrorReason(err error) string {
+	switch {
+	case errors.Is(err, admin.ErrInvalidCounts):
+		return "invalid"
+	case errors.Is(err, admin.ErrBodyTooLarge):
+		return "too_large"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	default:
+		return "failed"
+	}
 }
