@@ -40,6 +40,20 @@ const (
 	MaxApps = 1 << 18
 )
 
+// MaxAppKeyBytes is the longest "namespace/name" Kubernetes allows: a 63-byte namespace and a
+// 253-byte name.
+const MaxAppKeyBytes = 63 + 1 + 253
+
+// CheckAppKey reports whether key can name an app: "namespace/name" and no longer than
+// MaxAppKeyBytes. The error quotes at most the first 64 bytes of key.
+func CheckAppKey(key string) error {
+	if len(key) > MaxAppKeyBytes {
+		return fmt.Errorf("%w %q...: %d bytes, more than %d", appkey.ErrMalformed, key[:64], len(key), MaxAppKeyBytes)
+	}
+	_, err := appkey.Parse(key)
+	return err
+}
+
 // ErrInvalidCounts is wrapped by the error of a Counts answer that is not well formed or breaks a
 // sanity limit.
 var ErrInvalidCounts = errors.New("invalid counts")
@@ -56,7 +70,7 @@ func (c Counts) Validate() error {
 		return fmt.Errorf("%w: %d apps, more than %d", ErrInvalidCounts, len(c.Apps), MaxApps)
 	}
 	for _, a := range c.Apps {
-		if _, err := appkey.Parse(a.Key); err != nil {
+		if err := CheckAppKey(a.Key); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidCounts, err)
 		}
 		if a.InFlight < 0 || a.InFlight > MaxAppConcurrency || a.Held < 0 || a.Held > MaxAppConcurrency {

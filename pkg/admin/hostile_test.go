@@ -161,6 +161,7 @@ func TestClientRejectsMalformedAndAbsurdCounts(t *testing.T) {
 		{name: "absurd requests", body: `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/a","r":18446744073709551615}]}`, want: "requests 18446744073709551615"},
 		{name: "empty app key", body: `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"","i":1}]}`, want: "malformed app key"},
 		{name: "app key without namespace", body: `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"app","i":1}]}`, want: "malformed app key"},
+		{name: "app key longer than Kubernetes allows", body: `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/` + strings.Repeat("x", 400) + `","i":1}]}`, want: "403 bytes, more than 317"},
 		{name: "no epoch", body: `{"seq":1,"full":true,"apps":[]}`, want: "no epoch"},
 		{name: "delta for another epoch", body: `{"epoch":"other","seq":9,"apps":[{"k":"ns/a","i":1}]}`, want: "delta answer"},
 		{name: "error status", status: http.StatusInternalServerError, contentType: "text/plain", body: "boom", want: "status 500: boom"},

@@ -1,6 +1,7 @@
 package scaling
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -60,7 +61,7 @@ func hostileCounts(t *testing.T, handle http.HandlerFunc) string {
 		}
 		handle(w, r)
 	}))
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
 	return srv.URL
 }
 
@@ -221,4 +222,105 @@ func TestReplicaTurningHostileKeepsItsLastGoodCountsThenExpires(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	eventually(t, "turncoat's counts dropped after the grace period", metricIs(h, appMD, trigger.MetricConcurrency, 1))
+}
+
+// floodingReplica answers /counts with an empty snapshot and, on /wake, writes the given lines as fast
+// as the connection takes them, then keeps the stream open with heartbeats.
+func floodingReplica(t *testing.T, lines func(w io.Writer)) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case admin.PathCounts:
+			jsonCounts(`{"epoch":"f","seq":1,"full":true,"apps":[]}`)(w, r)
+		case admin.PathWake:
+			w.Header().Set(admin.HeaderWakeHeartbeat, "100ms")
+			w.WriteHeader(http.StatusOK)
+			lines(w)
+			w.(http.Flusher).Flush()
+			for {
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				io.WriteString(w, "{}\n")
+				w.(http.Flusher).Flush()
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
+	return srv.URL
+}
+
+// TestWakeFloodIsBoundedPerReplica runs a replica that sends tens of thousands of wake notices for
+// apps nobody asked about, and notices whose key is not an app key, next to a well-behaved replica.
+// The scaler keeps at most the flooding replica's allowance, names it in the log, records no
+// malformed key, and still pushes the well-behaved replica's notice to KEDA at once.
+func TestWakeFloodIsBoundedPerReplica(t *testing.T) {
+	const rate, burst, flood = 100, 200, 20000
+	book, log := newLogBook(t)
+	h := startHarness(t, harnessOptions{replicas: 1, wakeRate: rate, wakeBurst: burst, log: log})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	md := trigger.Metadata{App: "ns/app", RequestRateTarget: 1}.Encode("s:1")
+	stream, err := h.client.StreamIsActive(ctx, ref(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := recvWithin(t, stream, 5*time.Second); v {
+		t.Fatal("first message true before any traffic")
+	}
+
+	malformed := []string{"no-slash", "a/b/c", "/name", "ns/" + strings.Repeat("x", 400)}
+	url := floodingReplica(t, func(w io.Writer) {
+		for _, k := range malformed {
+			fmt.Fprintf(w, "{\"key\":%q}\n", k)
+		}
+		for i := range flood {
+			fmt.Fprintf(w, "{\"key\":\"flood/app-%d\"}\n", i)
+		}
+	})
+	seen := func() float64 {
+		return testutil.ToFloat64(metricWakes) + testutil.ToFloat64(metricWakesDropped.WithLabelValues("rate")) +
+			testutil.ToFloat64(metricWakesDropped.WithLabelValues("malformed"))
+	}
+	before := seen()
+	start := time.Now()
+	reps := append(*h.reps.Load(), Replica{Key: "flooder", URL: url})
+	h.reps.Store(&reps)
+	eventually(t, "the whole flood read", func() (bool, string) {
+		n := seen() - before
+		return n >= float64(flood+len(malformed)), fmt.Sprintf("%v notices read", n)
+	})
+
+	// The well-behaved replica's notice is not queued behind the flood.
+	h.ics[0].Wake("ns/app")
+	if v, d := recvWithin(t, stream, 5*time.Second); !v {
+		t.Fatal("message after the well-behaved replica's wake notice is false")
+	} else if d > 2*time.Second {
+		t.Errorf("wake notice took %s to reach KEDA during another replica's flood", d)
+	}
+
+	h.state.mu.Lock()
+	var kept int
+	for app := range h.state.wakes {
+		if strings.HasPrefix(app, "flood/") {
+			kept++
+		}
+		for _, k := range malformed {
+			if app == k {
+				t.Errorf("malformed key %.20q recorded as a wake notice", k)
+			}
+		}
+	}
+	h.state.mu.Unlock()
+	if allowed := burst + int(rate*time.Since(start).Seconds()) + 1; kept == 0 || kept > allowed {
+		t.Errorf("%d of the flooding replica's %d notices kept, want between 1 and its allowance %d", kept, flood, allowed)
+	}
+	if !book.has("dropping wake notices", `"replica"="flooder"`, `"reason"="rate"`) ||
+		!book.has("dropping wake notices", `"replica"="flooder"`, `"reason"="malformed"`) {
+		t.Error("no log line names the flooding replica with reasons rate and malformed")
+	}
 }

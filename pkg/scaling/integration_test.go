@@ -35,6 +35,9 @@ type harnessOptions struct {
 	wakeHeartbeat time.Duration
 	server        ServerOptions
 	dial          []grpc.DialOption
+	// wakeRate and wakeBurst: see CollectorOptions.
+	wakeRate  float64
+	wakeBurst int
 	// log, when set, receives the collector's and server's logs instead of the test log.
 	log logr.Logger
 	// before runs after the replicas started and before the collector's first poll.
@@ -70,6 +73,8 @@ func startHarness(t *testing.T, o harnessOptions) *harness {
 		Interval:   20 * time.Millisecond,
 		Timeout:    100 * time.Millisecond,
 		StaleGrace: o.grace,
+		WakeRate:   o.wakeRate,
+		WakeBurst:  o.wakeBurst,
 		Log:        log.WithName("collector"),
 	}, h.state)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

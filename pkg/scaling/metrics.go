@@ -34,6 +34,10 @@ var (
 		Name: "httpscale_scaler_wake_notices_total",
 		Help: "Wake notices received from interceptor replicas.",
 	})
+	metricWakesDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "httpscale_scaler_wake_notices_dropped_total",
+		Help: "Wake notices dropped, by reason: malformed (not a namespace/name app key) or rate (a replica sent more than its limit). The log names the replica.",
+	}, []string{"reason"})
 	metricWakeReconnects = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "httpscale_scaler_wake_stream_reconnects_total",
 		Help: "Wake streams that broke and were reopened.",
@@ -41,7 +45,7 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(metricReplicas, metricPollErrors, metricCycleSeconds, metricApps, metricWakes, metricWakeReconnects)
+	ctrlmetrics.Registry.MustRegister(metricReplicas, metricPollErrors, metricCycleSeconds, metricApps, metricWakes, metricWakesDropped, metricWakeReconnects)
 }
 
 func recordSnapshot(s *Snapshot) {
