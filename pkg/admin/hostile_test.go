@@ -8,8 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -203,4 +205,108 @@ func TestClientBoundsAnEndlessStatusBody(t *testing.T) {
 	if _, err := (Client{}).Status(ctx, rep.url()); !errors.Is(err, ErrBodyTooLarge) {
 		t.Fatalf("Status from an endless version string: %v, want ErrBodyTooLarge", err)
 	}
+}
+
+// countingWake counts open subscriptions; with flood set, it feeds each one events as fast as the
+// stream takes them until the subscription is cancelled.
+type countingWake struct {
+	open  atomic.Int64
+	flood bool
+}
+
+func (c *countingWake) Subscribe(buffer int) (<-chan WakeEvent, func()) {
+	c.open.Add(1)
+	ch := make(chan WakeEvent, buffer)
+	done := make(chan struct{})
+	if c.flood {
+		go func() {
+			key := "ns/" + strings.Repeat("x", 250)
+			for {
+				select {
+				case ch <- WakeEvent{Key: key}:
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
+	var once sync.Once
+	return ch, func() { once.Do(func() { close(done); c.open.Add(-1) }) }
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// openWake opens a wake stream on a raw connection, reads the response head and returns the
+// status and the connection, which the caller never reads again.
+func openWake(t *testing.T, addr string) (int, http.Header, net.Conn) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: admin\r\n\r\n", PathWake)
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Time{})
+	return resp.StatusCode, resp.Header, conn
+}
+
+func TestWakeStreamsAreBoundedAgainstIdleSubscribers(t *testing.T) {
+	src := &countingWake{}
+	srv := httptest.NewServer(NewHandler(HandlerOptions{Wake: src, MaxWakeStreams: 3, WakeHeartbeat: time.Second}))
+	defer func() { srv.CloseClientConnections(); srv.Close() }()
+	addr := srv.Listener.Addr().String()
+
+	var conns []net.Conn
+	for range 3 {
+		code, _, conn := openWake(t, addr)
+		if code != http.StatusOK {
+			t.Fatalf("stream within the limit: status %d", code)
+		}
+		conns = append(conns, conn)
+	}
+	for range 5 {
+		code, hdr, _ := openWake(t, addr)
+		if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
+			t.Fatalf("stream beyond the limit: status %d, Retry-After %q; want 503 with Retry-After", code, hdr.Get("Retry-After"))
+		}
+	}
+	if n := src.open.Load(); n != 3 {
+		t.Errorf("%d subscriptions open, want 3: a refused stream must not subscribe", n)
+	}
+	// A subscriber that goes away frees its slot.
+	conns[0].Close()
+	waitFor(t, "slot freed", func() bool { return src.open.Load() == 2 })
+	if code, _, _ := openWake(t, addr); code != http.StatusOK {
+		t.Fatalf("stream after one closed: status %d, want 200", code)
+	}
+}
+
+func TestWakeStreamCutsOffAReaderThatStopsReading(t *testing.T) {
+	src := &countingWake{flood: true}
+	srv := httptest.NewServer(NewHandler(HandlerOptions{Wake: src, WakeHeartbeat: 200 * time.Millisecond}))
+	defer func() { srv.CloseClientConnections(); srv.Close() }()
+	code, _, _ := openWake(t, srv.Listener.Addr().String())
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	waitFor(t, "subscribed", func() bool { return src.open.Load() == 1 })
+	// The client never reads: once the socket buffers are full, a write misses its deadline and the
+	// handler ends the stream and its subscription although the connection is still open.
+	start := time.Now()
+	waitFor(t, "stalled stream ended", func() bool { return src.open.Load() == 0 })
+	t.Logf("stream to a reader that stopped reading ended after %s", time.Since(start))
 }
