@@ -96,6 +96,9 @@ const (
 	// HeaderWakeHeartbeat carries the server's heartbeat interval (a Go duration, e.g. "5s") on the
 	// wake stream's response so that the client knows when to give up.
 	HeaderWakeHeartbeat = "Httpscale-Wake-Heartbeat"
+	// MaxWakeHeartbeat caps the heartbeat interval a client believes: a replica announcing an hour
+	// and then falling silent must not keep a dead stream open for hours.
+	MaxWakeHeartbeat = time.Minute
 )
 
 // MaxBodyBytes bounds a Status or Counts body the client reads. A full Counts snapshot of 100,000
@@ -111,6 +114,9 @@ type Client struct {
 	// Its Timeout must be zero for Wake, whose response never ends; Wake bounds itself with the
 	// heartbeat instead.
 	HTTP *http.Client
+	// MaxWakeHeartbeat caps the heartbeat interval announced by the replica; zero means
+	// MaxWakeHeartbeat.
+	MaxWakeHeartbeat time.Duration
 }
 
 // Status fetches the replica's Status from baseURL (http://host:port).

@@ -111,8 +111,9 @@ func (c Client) Counts(ctx context.Context, baseURL string, since uint64, epoch 
 // the calling goroutine. It blocks until ctx ends or the stream breaks and always returns a non-nil
 // error: ctx's error when ctx ended, ErrStreamEnded when the replica closed the stream,
 // ErrHeartbeatMissed when nothing arrived for WakeHeartbeatMisses intervals of the heartbeat the
-// replica announced (HeaderWakeHeartbeat; DefaultWakeHeartbeat before the response headers arrive),
-// or the transport's error. Reconnecting, with backoff, is the caller's job.
+// replica announced (HeaderWakeHeartbeat, at most c.MaxWakeHeartbeat; DefaultWakeHeartbeat before
+// the response headers arrive), or the transport's error. Reconnecting, with backoff, is the
+// caller's job.
 //
 // fn should return quickly; while it runs the heartbeat watchdog is paused, and the replica coalesces
 // events for the same app behind a slow reader.
@@ -144,7 +145,11 @@ func (c Client) Wake(ctx context.Context, baseURL string, fn func(WakeEvent)) er
 		return fmt.Errorf("GET %s: status %d: %s", u, resp.StatusCode, body)
 	}
 	if hb, err := time.ParseDuration(resp.Header.Get(HeaderWakeHeartbeat)); err == nil && hb > 0 {
-		deadline = WakeHeartbeatMisses * hb
+		limit := c.MaxWakeHeartbeat
+		if limit <= 0 {
+			limit = MaxWakeHeartbeat
+		}
+		deadline = WakeHeartbeatMisses * min(hb, limit)
 	}
 	watchdog.Reset(deadline)
 

@@ -310,3 +310,47 @@ func TestWakeStreamCutsOffAReaderThatStopsReading(t *testing.T) {
 	waitFor(t, "stalled stream ended", func() bool { return src.open.Load() == 0 })
 	t.Logf("stream to a reader that stopped reading ended after %s", time.Since(start))
 }
+
+func TestWakeClientCapsTheAnnouncedHeartbeat(t *testing.T) {
+	// The replica announces a heartbeat of a thousand hours, then falls silent with the connection
+	// open: the client must not believe it.
+	rep := startRaw(t, func(conn net.Conn) {
+		fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n%s: 1000h\r\nTransfer-Encoding: chunked\r\n\r\n", HeaderWakeHeartbeat)
+		io.WriteString(conn, "3\r\n{}\n\r\n")
+		io.Copy(io.Discard, conn) // until the client hangs up
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := Client{MaxWakeHeartbeat: 100 * time.Millisecond}.Wake(ctx, rep.url(), func(WakeEvent) {})
+	if !errors.Is(err, ErrHeartbeatMissed) {
+		t.Fatalf("Wake = %v, want ErrHeartbeatMissed", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("silent stream detected after %s, want about 3 capped heartbeats (300ms)", d)
+	}
+}
+
+func TestWakeClientSurvivesHostileLines(t *testing.T) {
+	for name, tc := range map[string]struct {
+		body string
+		want string
+	}{
+		"garbage line":   {"{}\nnot json\n", "decoding wake event"},
+		"line too long":  {`{"key":"ns/` + strings.Repeat("x", maxWakeLine) + "\"}\n", "token too long"},
+		"HTML with 200":  {"<html><body>oops</body></html>\n", "decoding wake event"},
+		"ended mid-line": {`{"key":"ns/a`, "decoding wake event"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rep := startRaw(t, reply(http.StatusOK, "application/x-ndjson", tc.body))
+			var got []WakeEvent
+			err := Client{}.Wake(context.Background(), rep.url(), func(ev WakeEvent) { got = append(got, ev) })
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Wake = %v, want an error containing %q", err, tc.want)
+			}
+			if len(got) != 0 {
+				t.Errorf("events from a hostile stream reached the caller: %+v", got)
+			}
+		})
+	}
+}
