@@ -6,6 +6,7 @@ package trigger
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -131,7 +132,7 @@ func parseTarget(md map[string]string, key string) (float64, error) {
 		return 0, nil
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f <= 0 {
+	if err != nil || !(f > 0) || math.IsInf(f, 1) { // NaN and +Inf parse, and are no target
 		return 0, fmt.Errorf("%s: want a positive number, got %q", key, v)
 	}
 	return f, nil
