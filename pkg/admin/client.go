@@ -59,7 +59,7 @@ func CheckAppKey(key string) error {
 var ErrInvalidCounts = errors.New("invalid counts")
 
 // Validate reports the first way c is not a believable answer: no epoch, too many apps, a key that is
-// not "namespace/name", a negative or absurd counter. The whole answer is rejected rather than the
+// not "namespace/name", apps out of order or listed twice, a negative or absurd counter. The whole answer is rejected rather than the
 // offending app alone, because a replica that sends one impossible number is not to be believed about
 // the others.
 func (c Counts) Validate() error {
@@ -69,9 +69,14 @@ func (c Counts) Validate() error {
 	if len(c.Apps) > MaxApps {
 		return fmt.Errorf("%w: %d apps, more than %d", ErrInvalidCounts, len(c.Apps), MaxApps)
 	}
-	for _, a := range c.Apps {
+	for i, a := range c.Apps {
 		if err := CheckAppKey(a.Key); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidCounts, err)
+		}
+		// Sorted and unique, as the contract says: a second entry for an app would count its
+		// request increase twice.
+		if i > 0 && c.Apps[i-1].Key >= a.Key {
+			return fmt.Errorf("%w: app %s listed after %s: apps must be sorted by key, each once", ErrInvalidCounts, a.Key, c.Apps[i-1].Key)
 		}
 		if a.InFlight < 0 || a.InFlight > MaxAppConcurrency || a.Held < 0 || a.Held > MaxAppConcurrency {
 			return fmt.Errorf("%w: app %s: in flight %d, held %d, want 0 to %d",

@@ -164,6 +164,8 @@ func TestClientRejectsMalformedAndAbsurdCounts(t *testing.T) {
 		{name: "empty app key", body: `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"","i":1}]}`, want: "malformed app key"},
 		{name: "app key without namespace", body: `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"app","i":1}]}`, want: "malformed app key"},
 		{name: "app key longer than Kubernetes allows", body: `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/` + strings.Repeat("x", 400) + `","i":1}]}`, want: "403 bytes, more than 317"},
+		{name: "app listed twice", body: `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/a","r":10},{"k":"ns/a","r":10}]}`, want: "listed after ns/a"},
+		{name: "apps out of order", body: `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/b"},{"k":"ns/a"}]}`, want: "app ns/a listed after ns/b"},
 		{name: "no epoch", body: `{"seq":1,"full":true,"apps":[]}`, want: "no epoch"},
 		{name: "delta for another epoch", body: `{"epoch":"other","seq":9,"apps":[{"k":"ns/a","i":1}]}`, want: "delta answer"},
 		{name: "error status", status: http.StatusInternalServerError, contentType: "text/plain", body: "boom", want: "status 500: boom"},
