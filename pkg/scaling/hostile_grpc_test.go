@@ -30,6 +30,8 @@ func TestGRPCRejectsMalformedAndHugeMetadataAndAnswersUnknownApps(t *testing.T) 
 		"not an app key":      {map[string]string{trigger.KeyHTTPScaledObject: "no-slash", trigger.KeyConcurrencyTarget: "1"}, codes.InvalidArgument},
 		"no app":              {map[string]string{trigger.KeyConcurrencyTarget: "1"}, codes.InvalidArgument},
 		"app key of 3 MB":     {map[string]string{trigger.KeyHTTPScaledObject: "ns/" + strings.Repeat("x", 3<<20), trigger.KeyConcurrencyTarget: "1"}, codes.InvalidArgument},
+		"3 MB that is no key": {map[string]string{trigger.KeyHTTPScaledObject: strings.Repeat("x", 3<<20), trigger.KeyConcurrencyTarget: "1"}, codes.InvalidArgument},
+		"3 MB target":         {map[string]string{trigger.KeyHTTPScaledObject: "ns/app", trigger.KeyConcurrencyTarget: strings.Repeat("9", 3<<20)}, codes.InvalidArgument},
 		"message above 4 MiB": {map[string]string{trigger.KeyHTTPScaledObject: "ns/app", "junk": strings.Repeat("x", 5<<20)}, codes.ResourceExhausted},
 		"NaN target":          {map[string]string{trigger.KeyHTTPScaledObject: "ns/app", trigger.KeyConcurrencyTarget: "NaN"}, codes.InvalidArgument},
 		"infinite target":     {map[string]string{trigger.KeyHTTPScaledObject: "ns/app", trigger.KeyRequestRateTarget: "+Inf"}, codes.InvalidArgument},
