@@ -140,7 +140,7 @@ func TestClientGivesUpOnAReplicaThatStalls(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("Counts: %v, want the context's deadline", err)
 			}
-			if d := time.Since(start); d > 3*time.Second {
+			if d := time.Since(start); d > 5*time.Second {
 				t.Errorf("Counts returned after %s, want about the 300ms deadline", d)
 			}
 		})
@@ -328,7 +328,7 @@ func TestWakeClientCapsTheAnnouncedHeartbeat(t *testing.T) {
 	if !errors.Is(err, ErrHeartbeatMissed) {
 		t.Fatalf("Wake = %v, want ErrHeartbeatMissed", err)
 	}
-	if d := time.Since(start); d > 3*time.Second {
+	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("silent stream detected after %s, want about 3 capped heartbeats (300ms)", d)
 	}
 }
