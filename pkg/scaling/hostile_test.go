@@ -155,14 +155,17 @@ func TestHostileReplicasDoNotPoisonOtherReplicasOrApps(t *testing.T) {
 	}
 	h.reps.Store(&reps)
 
-	for key, hr := range hostile {
-		eventually(t, "log names replica "+key, func() (bool, string) {
-			return book.has("polling interceptor counts failed", fmt.Sprintf(`"replica"=%q`, key), fmt.Sprintf(`"reason"=%q`, hr.reason)),
-				"no log line yet"
-		})
-	}
-	// Every hostile replica has been polled and rejected at least once; what KEDA reads is still
-	// exactly the well-behaved replicas' sums, and the healthy ones keep being polled meanwhile.
+	eventually(t, "every hostile replica polled", func() (bool, string) {
+		polled := 0
+		for _, rs := range h.state.Snapshot().Replicas {
+			if _, bad := hostile[rs.Key]; bad && (rs.Err != "" || !rs.LastSuccess.IsZero()) {
+				polled++
+			}
+		}
+		return polled == len(hostile), fmt.Sprintf("%d of %d polled", polled, len(hostile))
+	})
+	// What KEDA reads is exactly the well-behaved replicas' sums, and the healthy ones keep being
+	// polled next to the hostile ones.
 	h.ics[0].Counts().Set("ns/app", 4, 0)
 	eventually(t, "healthy replica still polled next to hostile ones", metricIs(h, appMD, trigger.MetricConcurrency, 5))
 	for range 10 {
@@ -187,6 +190,12 @@ func TestHostileReplicasDoNotPoisonOtherReplicasOrApps(t *testing.T) {
 		if _, bad := hostile[rs.Key]; bad && (!rs.LastSuccess.IsZero() || rs.Err == "") {
 			t.Errorf("hostile replica %s: last success %v, error %q; want never successful with an error", rs.Key, rs.LastSuccess, rs.Err)
 		}
+	}
+	for key, hr := range hostile {
+		eventually(t, "log names replica "+key, func() (bool, string) {
+			return book.has("polling interceptor counts failed", fmt.Sprintf(`"replica"=%q`, key), fmt.Sprintf(`"reason"=%q`, hr.reason)),
+				"no log line yet"
+		})
 	}
 	if got := testutil.ToFloat64(metricPollErrors.WithLabelValues("invalid")) - invalidBefore; got < 3 {
 		t.Errorf("poll errors with reason invalid grew by %v, want at least one per invalid replica (3)", got)
