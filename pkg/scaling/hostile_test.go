@@ -333,3 +333,36 @@ func TestWakeFloodIsBoundedPerReplica(t *testing.T) {
 		t.Error("no log line names the flooding replica with reasons rate and malformed")
 	}
 }
+
+// TestFlappingEpochDoesNotInventRequests runs a replica that answers with a new epoch on every poll,
+// each claiming a thousand requests since it started, next to a well-behaved replica: the request
+// rate KEDA reads counts the well-behaved replica's requests and at most the flapping replica's first
+// restart, not a thousand requests per poll.
+func TestFlappingEpochDoesNotInventRequests(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	url := hostileCounts(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		epoch := n
+		mu.Unlock()
+		jsonCounts(fmt.Sprintf(`{"epoch":"flap-%d","seq":1,"full":true,"apps":[{"k":"ns/app","r":1000}]}`, epoch))(w, r)
+	})
+	h := startHarness(t, harnessOptions{replicas: 1})
+	reps := append(*h.reps.Load(), Replica{Key: "flapper", URL: url})
+	h.reps.Store(&reps)
+	polls := func() int { mu.Lock(); defer mu.Unlock(); return n }
+	eventually(t, "flapping replica polled many times", func() (bool, string) {
+		return polls() >= 30, fmt.Sprintf("%d polls", polls())
+	})
+	h.ics[0].Counts().AddRequests("ns/app", 10)
+	// appMD's window is 10s: the well-behaved 10 requests are 1/s, the flapping replica's one counted
+	// restart adds at most 100/s; each further poll would add another 100/s.
+	eventually(t, "well-behaved requests counted", func() (bool, string) {
+		got := h.metric(appMD, trigger.MetricRequestRate)
+		return got >= 1, "got " + formatFloat(got)
+	})
+	if got := h.metric(appMD, trigger.MetricRequestRate); got > 101 {
+		t.Errorf("request rate = %v after %d polls of a flapping replica, want at most 101 (10 real requests and one restart)", got, polls())
+	}
+}
