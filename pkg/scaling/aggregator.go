@@ -77,6 +77,10 @@ type appState struct {
 // the new process's requests from zero (see Aggregator).
 const MinEpochLife = 5 * time.Second
 
+// MaxAppRequestRate bounds the requests per second one replica is believed to serve for one app
+// (see Aggregator.Observe); a single interceptor replica serves far fewer.
+const MaxAppRequestRate = 1_000_000
+
 // NewAggregator returns an empty Aggregator.
 func NewAggregator(opts AggregatorOptions) *Aggregator {
 	if opts.Window == nil {
@@ -141,6 +145,10 @@ func (a *Aggregator) Observe(key string, c admin.Counts, now time.Time) {
 	if first || restarted || c.Full || counts == nil {
 		counts = make(map[string]replicaApp, len(c.Apps))
 	}
+	// No replica serves more than MaxAppRequestRate requests a second for one app: an increase above
+	// that since the previous answer (or the past second, whichever is longer) is cut to it, so one
+	// absurd counter cannot make the app's rate absurd.
+	allowed := uint64(MaxAppRequestRate * max(now.Sub(st.lastOK), time.Second).Seconds())
 	for _, ac := range c.Apps {
 		app := a.app(ac.Key)
 		if !first {
@@ -152,7 +160,7 @@ func (a *Aggregator) Observe(key string, c admin.Counts, now time.Time) {
 			if ac.Requests >= old {
 				inc = ac.Requests - old
 			}
-			app.total += inc
+			app.total += min(inc, allowed)
 		}
 		counts[ac.Key] = replicaApp{AppCount: ac, app: app}
 	}

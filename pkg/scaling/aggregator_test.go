@@ -181,6 +181,20 @@ func TestAggregatorCountsRequestsAcrossResetsAndJoins(t *testing.T) {
 		},
 		want: 7,
 	}, {
+		name: "an absurd increase is cut to what a replica can serve",
+		steps: func(a *Aggregator) {
+			a.Observe("a", full("ea", 1, app("ns/x", 0, 0, 100)), t0)
+			a.Observe("a", delta("ea", 2, app("ns/x", 0, 0, 1<<50)), t0.Add(2*time.Second))
+		},
+		want: 2 * MaxAppRequestRate,
+	}, {
+		name: "an absurd total at a restart is cut too",
+		steps: func(a *Aggregator) {
+			a.Observe("a", full("ea", 1, app("ns/x", 0, 0, 100)), t0)
+			a.Observe("a", full("eb", 1, app("ns/x", 0, 0, 1<<50)), t0.Add(200*time.Millisecond))
+		},
+		want: MaxAppRequestRate,
+	}, {
 		name: "a decreasing counter in the same epoch is a reset",
 		steps: func(a *Aggregator) {
 			a.Observe("a", full("ea", 1, app("ns/x", 0, 0, 500)), t0)

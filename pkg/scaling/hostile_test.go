@@ -366,3 +366,39 @@ func TestFlappingEpochDoesNotInventRequests(t *testing.T) {
 		t.Errorf("request rate = %v after %d polls of a flapping replica, want at most 101 (10 real requests and one restart)", got, polls())
 	}
 }
+
+// TestAbsurdRequestCounterIsCut runs a replica whose request counter jumps from 0 to 2^52 between two
+// polls: KEDA reads a rate bounded by MaxAppRequestRate, not one of 10^14 requests a second.
+func TestAbsurdRequestCounterIsCut(t *testing.T) {
+	var mu sync.Mutex
+	requests := 0
+	url := hostileCounts(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n := requests
+		mu.Unlock()
+		jsonCounts(fmt.Sprintf(`{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/app","r":%d}]}`, n))(w, r)
+	})
+	h := startHarness(t, harnessOptions{replicas: 1})
+	reps := append(*h.reps.Load(), Replica{Key: "jumper", URL: url})
+	h.reps.Store(&reps)
+	eventually(t, "baseline from the jumping replica", func() (bool, string) {
+		for _, rs := range h.state.Snapshot().Replicas {
+			if rs.Key == "jumper" && !rs.LastSuccess.IsZero() {
+				return true, ""
+			}
+		}
+		return false, "not polled yet"
+	})
+	mu.Lock()
+	requests = 1 << 52
+	mu.Unlock()
+	eventually(t, "jump observed", func() (bool, string) {
+		got := h.metric(appMD, trigger.MetricRequestRate)
+		return got > 0, "got " + formatFloat(got)
+	})
+	// appMD's window is 10s; the cut allows MaxAppRequestRate for each second since the previous
+	// answer, at least one.
+	if got, limit := h.metric(appMD, trigger.MetricRequestRate), float64(MaxAppRequestRate)/10; got > limit {
+		t.Errorf("request rate = %v after one absurd counter, want at most %v", got, limit)
+	}
+}
