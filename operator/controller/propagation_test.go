@@ -1,6 +1,14 @@
 package controller_test
 
 import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -63,4 +71,56 @@ var _ = Describe("Routing propagation", func() {
 			HaveField("InterceptorsReady", int32(2)), HaveField("InterceptorsTotal", int32(3))))
 		Eventually(condition(h, v1.ConditionReady)).Should(haveCondition(False, "Propagating"))
 	})
+
+	It("counts hung, endless and non-JSON interceptors as not serving without delaying the others", func() {
+		ns := newNamespace()
+		a, b := newFakeInterceptor("192.0.2.20"), newFakeInterceptor("192.0.2.21")
+		hostile := []*fakeInterceptor{
+			// Accepts the connection and never answers.
+			newHostileInterceptor("192.0.2.22", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }),
+			// Claims a table version that never ends.
+			newHostileInterceptor("192.0.2.23", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"tableVersion":"`)
+				chunk := strings.Repeat("v", 64<<10)
+				for r.Context().Err() == nil {
+					if _, err := io.WriteString(w, chunk); err != nil {
+						return
+					}
+				}
+			}),
+			// A proxy's error page served with 200.
+			newHostileInterceptor("192.0.2.24", func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/html")
+				io.WriteString(w, "<html><body>upstream error</body></html>")
+			}),
+		}
+		publishFleet("fleet", append([]*fakeInterceptor{a, b}, hostile...))
+		DeferCleanup(func() {
+			Expect(k8s.Delete(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "fleet", Namespace: installNS}})).To(Succeed())
+		})
+
+		h := app(ns, "hostile", "hostile.example.com")
+		Expect(k8s.Create(ctx, h)).To(Succeed())
+		Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }).Should(And(
+			HaveField("InterceptorsReady", int32(2)), HaveField("InterceptorsTotal", int32(5))))
+		Eventually(condition(h, v1.ConditionRoutingPropagated)).Should(And(haveCondition(False, "Propagating"),
+			HaveField("Message", ContainSubstring("2 of 5 ready interceptors"))))
+
+		By("following a change on the well-behaved replicas while the others keep misbehaving")
+		update(h, func(h *v1.HTTPScaledObject) { h.Spec.Hosts = append(h.Spec.Hosts, "hostile2.example.com") })
+		Eventually(entryOf(ns + "/hostile")).Should(HaveField("Generation", int64(2)))
+		// Each probe round waits at most the 1s probe timeout for the hostile replicas.
+		Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }, 10*time.Second).Should(And(
+			HaveField("InterceptorsReady", int32(2)), HaveField("InterceptorsTotal", int32(5))))
+	})
 })
+
+// newHostileInterceptor serves handle on every admin path at the given EndpointSlice address.
+func newHostileInterceptor(ip string, handle http.HandlerFunc) *fakeInterceptor {
+	f := &fakeInterceptor{ip: ip}
+	f.srv = httptest.NewServer(handle)
+	dialer.set(net.JoinHostPort(ip, fmt.Sprint(adminPort)), f.srv.Listener.Addr().String())
+	DeferCleanup(func() { f.srv.CloseClientConnections(); f.srv.Close() })
+	return f
+}

@@ -6,6 +6,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -95,7 +96,17 @@ const (
 	// HeaderWakeHeartbeat carries the server's heartbeat interval (a Go duration, e.g. "5s") on the
 	// wake stream's response so that the client knows when to give up.
 	HeaderWakeHeartbeat = "Httpscale-Wake-Heartbeat"
+	// MaxWakeHeartbeat caps the heartbeat interval a client believes: a replica announcing an hour
+	// and then falling silent must not keep a dead stream open for hours.
+	MaxWakeHeartbeat = time.Minute
 )
+
+// MaxBodyBytes bounds a Status or Counts body the client reads. A full Counts snapshot of 100,000
+// apps is under 10 MiB.
+const MaxBodyBytes = 32 << 20
+
+// ErrBodyTooLarge is wrapped by the error of a call whose response body exceeded MaxBodyBytes.
+var ErrBodyTooLarge = errors.New("response body exceeds limit")
 
 // Client talks to one interceptor replica's admin port. It is safe for concurrent use.
 type Client struct {
@@ -103,6 +114,9 @@ type Client struct {
 	// Its Timeout must be zero for Wake, whose response never ends; Wake bounds itself with the
 	// heartbeat instead.
 	HTTP *http.Client
+	// MaxWakeHeartbeat caps the heartbeat interval announced by the replica; zero means
+	// MaxWakeHeartbeat.
+	MaxWakeHeartbeat time.Duration
 }
 
 // Status fetches the replica's Status from baseURL (http://host:port).
@@ -132,8 +146,14 @@ func (c Client) getJSON(ctx context.Context, url string, into any) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("GET %s: status %d: %s", url, resp.StatusCode, body)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
-		return fmt.Errorf("decoding %s: %w", url, err)
+	// Read at most MaxBodyBytes: a replica that streams an endless or huge body must cost the caller
+	// a bounded amount of memory, not all of it. The request's context bounds the time.
+	body := &io.LimitedReader{R: resp.Body, N: MaxBodyBytes + 1}
+	if err := json.NewDecoder(body).Decode(into); err != nil {
+		if body.N <= 0 {
+			return fmt.Errorf("decoding %s: %w (%d bytes)", url, ErrBodyTooLarge, int64(MaxBodyBytes))
+		}
+		return fmt.Errorf("decoding %s (Content-Type %q): %w", url, resp.Header.Get("Content-Type"), err)
 	}
 	return nil
 }

@@ -171,7 +171,8 @@ func TestCountsRejectsDeltaWithoutBase(t *testing.T) {
 func TestWakeStreamDeliversEventsInOrder(t *testing.T) {
 	src := &fakeWake{}
 	stop := make(chan struct{})
-	srv := httptest.NewServer(NewHandler(HandlerOptions{Wake: src, WakeHeartbeat: 20 * time.Millisecond, Stop: stop}))
+	// The heartbeat is also each line's write deadline: 100ms leaves room for a busy machine.
+	srv := httptest.NewServer(NewHandler(HandlerOptions{Wake: src, WakeHeartbeat: 100 * time.Millisecond, Stop: stop}))
 	defer srv.Close()
 
 	var mu sync.Mutex
@@ -187,7 +188,7 @@ func TestWakeStreamDeliversEventsInOrder(t *testing.T) {
 	ch := src.waitSub(t)
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	ch <- WakeEvent{Key: "a/x", At: at}
-	time.Sleep(60 * time.Millisecond) // let heartbeats flow between events: they must not reach fn
+	time.Sleep(300 * time.Millisecond) // let heartbeats flow between events: they must not reach fn
 	ch <- WakeEvent{Key: "b/y", At: at}
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -25,6 +25,10 @@ type WakeSource interface {
 	Subscribe(buffer int) (events <-chan WakeEvent, cancel func())
 }
 
+// DefaultMaxWakeStreams is HandlerOptions.MaxWakeStreams when zero: each scaler replica holds one
+// stream per interceptor replica, so a few are in use and the rest is room for reconnects.
+const DefaultMaxWakeStreams = 64
+
 // HandlerOptions wires the admin port to its sources. Nil sources leave their path unserved (404),
 // except the probes.
 type HandlerOptions struct {
@@ -46,6 +50,11 @@ type HandlerOptions struct {
 	WakeHeartbeat time.Duration
 	// WakeBuffer is the channel buffer requested from Wake.Subscribe per stream; zero means 64.
 	WakeBuffer int
+	// MaxWakeStreams bounds the wake streams open at once; zero means DefaultMaxWakeStreams. Every
+	// stream is a subscription that each wake notice is published to, so an unbounded number of idle
+	// subscribers would cost memory and slow the request path; a stream beyond the limit is answered
+	// 503 with Retry-After.
+	MaxWakeStreams int
 	// Stop ends every wake stream when closed. http.Server.Shutdown waits for handlers to return and
 	// does not cancel their requests, so the owner must close Stop when it starts draining, e.g.
 	// with server.RegisterOnShutdown(func() { close(stop) }). Nil means streams end only when their
@@ -61,6 +70,9 @@ func NewHandler(opts HandlerOptions) http.Handler {
 	}
 	if opts.WakeBuffer <= 0 {
 		opts.WakeBuffer = 64
+	}
+	if opts.MaxWakeStreams <= 0 {
+		opts.MaxWakeStreams = DefaultMaxWakeStreams
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
@@ -86,6 +98,7 @@ func NewHandler(opts HandlerOptions) http.Handler {
 	if opts.Wake != nil {
 		mux.Handle("GET "+PathWake, &wakeHandler{
 			src: opts.Wake, heartbeat: opts.WakeHeartbeat, buffer: opts.WakeBuffer, stop: opts.Stop,
+			slots: make(chan struct{}, opts.MaxWakeStreams),
 		})
 	}
 	if opts.Metrics != nil {

@@ -16,11 +16,20 @@ type wakeHandler struct {
 	heartbeat time.Duration
 	buffer    int
 	stop      <-chan struct{}
+	slots     chan struct{} // one per open stream
 }
 
 // ServeHTTP returns when the client goes away, a write fails or times out (one heartbeat interval),
 // the source closes the subscription, or stop is closed.
 func (h *wakeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		writeText(w, http.StatusServiceUnavailable, "too many wake streams")
+		return
+	}
 	events, cancel := h.src.Subscribe(h.buffer)
 	defer cancel()
 

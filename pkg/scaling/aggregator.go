@@ -35,7 +35,8 @@ type AggregatorOptions struct {
 // Request counting is robust to the ways a replica's monotonic counters misbehave: a replica seen for
 // the first time only sets a baseline (joining replicas and a restarted scaler cause no rate spike);
 // a new epoch (restarted replica) or a decreasing counter (app removed and re-added) counts the new
-// value from zero, as Prometheus' increase does.
+// value from zero, as Prometheus' increase does, except that an epoch replacing one that itself began
+// less than MinEpochLife earlier only sets a new baseline (a replica whose epoch flaps).
 type Aggregator struct {
 	opts     AggregatorOptions
 	replicas map[string]*replicaState
@@ -47,6 +48,7 @@ type replicaState struct {
 	key, url string
 	seen     bool
 	epoch    string
+	epochAt  time.Time // when the current epoch replaced an earlier one; zero for the first seen
 	seq      uint64
 	counts   map[string]replicaApp
 	lastOK   time.Time
@@ -69,6 +71,15 @@ type appState struct {
 	stale  bool
 	listed bool
 }
+
+// MinEpochLife is the shortest life of an epoch that began while the scaler watched, for its
+// successor to count as a restart. A new epoch sooner than that sets a baseline instead of counting
+// the new process's requests from zero (see Aggregator).
+const MinEpochLife = 5 * time.Second
+
+// MaxAppRequestRate bounds the requests per second one replica is believed to serve for one app
+// (see Aggregator.Observe); a single interceptor replica serves far fewer.
+const MaxAppRequestRate = 1_000_000
 
 // NewAggregator returns an empty Aggregator.
 func NewAggregator(opts AggregatorOptions) *Aggregator {
@@ -121,10 +132,23 @@ func (a *Aggregator) Observe(key string, c admin.Counts, now time.Time) {
 	}
 	first := !st.seen
 	restarted := st.seen && c.Epoch != st.epoch
+	if restarted {
+		if !st.epochAt.IsZero() && now.Sub(st.epochAt) < MinEpochLife {
+			// Two restarts this close together: the replica's epochs flap. Counting each new epoch's
+			// totals from zero would invent requests on every answer, so the new totals are only a
+			// baseline, as for a replica seen for the first time.
+			first = true
+		}
+		st.epochAt = now
+	}
 	counts := st.counts
 	if first || restarted || c.Full || counts == nil {
 		counts = make(map[string]replicaApp, len(c.Apps))
 	}
+	// No replica serves more than MaxAppRequestRate requests a second for one app: an increase above
+	// that since the previous answer (or the past second, whichever is longer) is cut to it, so one
+	// absurd counter cannot make the app's rate absurd.
+	allowed := uint64(MaxAppRequestRate * max(now.Sub(st.lastOK), time.Second).Seconds())
 	for _, ac := range c.Apps {
 		app := a.app(ac.Key)
 		if !first {
@@ -136,7 +160,7 @@ func (a *Aggregator) Observe(key string, c admin.Counts, now time.Time) {
 			if ac.Requests >= old {
 				inc = ac.Requests - old
 			}
-			app.total += inc
+			app.total += min(inc, allowed)
 		}
 		counts[ac.Key] = replicaApp{AppCount: ac, app: app}
 	}

@@ -2,6 +2,7 @@ package scaling
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -158,6 +159,41 @@ func TestAggregatorCountsRequestsAcrossResetsAndJoins(t *testing.T) {
 			a.Observe("a", delta("ea-2", 2, app("ns/x", 0, 0, 5)), t0.Add(2*time.Second))
 		},
 		want: 5,
+	}, {
+		name: "an epoch that flaps on every answer sets baselines, not bursts",
+		steps: func(a *Aggregator) {
+			a.Observe("a", full("ea", 1, app("ns/x", 0, 0, 500)), t0)
+			// The first change is a restart like any other: 3 requests since it started.
+			a.Observe("a", full("e1", 1, app("ns/x", 0, 0, 3)), t0.Add(200*time.Millisecond))
+			// Then a new epoch on every answer, each claiming a thousand requests since it started.
+			for i := range 10 {
+				a.Observe("a", full(fmt.Sprint("e-flap-", i), 1, app("ns/x", 0, 0, 1000)), t0.Add(time.Duration(i+2)*200*time.Millisecond))
+			}
+			a.Observe("a", delta("e-flap-9", 2, app("ns/x", 0, 0, 1002)), t0.Add(2500*time.Millisecond))
+		},
+		want: 5,
+	}, {
+		name: "restarts further apart than MinEpochLife each count from zero",
+		steps: func(a *Aggregator) {
+			a.Observe("a", full("ea", 1, app("ns/x", 0, 0, 500)), t0)
+			a.Observe("a", full("e1", 1, app("ns/x", 0, 0, 3)), t0.Add(200*time.Millisecond))
+			a.Observe("a", full("e2", 1, app("ns/x", 0, 0, 4)), t0.Add(200*time.Millisecond+MinEpochLife))
+		},
+		want: 7,
+	}, {
+		name: "an absurd increase is cut to what a replica can serve",
+		steps: func(a *Aggregator) {
+			a.Observe("a", full("ea", 1, app("ns/x", 0, 0, 100)), t0)
+			a.Observe("a", delta("ea", 2, app("ns/x", 0, 0, 1<<50)), t0.Add(2*time.Second))
+		},
+		want: 2 * MaxAppRequestRate,
+	}, {
+		name: "an absurd total at a restart is cut too",
+		steps: func(a *Aggregator) {
+			a.Observe("a", full("ea", 1, app("ns/x", 0, 0, 100)), t0)
+			a.Observe("a", full("eb", 1, app("ns/x", 0, 0, 1<<50)), t0.Add(200*time.Millisecond))
+		},
+		want: MaxAppRequestRate,
 	}, {
 		name: "a decreasing counter in the same epoch is a reset",
 		steps: func(a *Aggregator) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	"k8s.io/utils/clock"
 
 	"github.com/httpscale/httpscale/pkg/admin"
@@ -27,6 +28,11 @@ type CollectorOptions struct {
 	// WakeBackoffMin and WakeBackoffMax bound the reconnect delay of a broken wake stream (doubling,
 	// with jitter). Zero means 50ms and 2s.
 	WakeBackoffMin, WakeBackoffMax time.Duration
+	// WakeRate and WakeBurst bound the wake notices taken from one replica (a token bucket, kept
+	// across reconnects); notices beyond it are dropped and counted. Zero means DefaultWakeRate and
+	// DefaultWakeBurst.
+	WakeRate  float64
+	WakeBurst int
 	// ActiveHold is AggregatorOptions.ActiveHold; zero means DefaultActiveHold.
 	ActiveHold time.Duration
 	// Clock is the time source; nil means the real clock.
@@ -81,6 +87,15 @@ type pollResult struct {
 // pollingInterval.
 const DefaultActiveHold = 2 * time.Second
 
+// Defaults of the per-replica wake notice limit. A replica sends one notice per app that starts
+// holding requests, and announces every app holding requests when a stream opens, so a burst of
+// thousands is legitimate after an outage; a steady thousand per second is not. Together with the
+// wake hold they bound the memory one replica's notices can take.
+const (
+	DefaultWakeRate  = 1000
+	DefaultWakeBurst = 10000
+)
+
 // NewCollector returns a Collector publishing to state.
 func NewCollector(opts CollectorOptions, state *State) *Collector {
 	if opts.Clock == nil {
@@ -94,6 +109,12 @@ func NewCollector(opts CollectorOptions, state *State) *Collector {
 	}
 	if opts.ActiveHold <= 0 {
 		opts.ActiveHold = DefaultActiveHold
+	}
+	if opts.WakeRate <= 0 {
+		opts.WakeRate = DefaultWakeRate
+	}
+	if opts.WakeBurst <= 0 {
+		opts.WakeBurst = DefaultWakeBurst
 	}
 	return &Collector{
 		opts:  opts,
@@ -158,13 +179,15 @@ func (c *Collector) apply(r pollResult) {
 	}
 	c.dirty = true
 	if r.err != nil {
-		metricPollErrors.Inc()
+		reason := pollErrorReason(r.err)
+		metricPollErrors.WithLabelValues(reason).Inc()
 		c.agg.Fail(r.key, r.err)
 		log := c.log.V(1)
 		if !run.failing {
 			log = c.log
 		}
-		log.Info("polling interceptor counts failed; keeping its last counts for the grace period", "replica", r.key, "error", r.err.Error())
+		log.Info("polling interceptor counts failed; keeping its last counts for the grace period",
+			"replica", r.key, "url", run.rep.URL, "reason", reason, "error", r.err.Error())
 		run.failing = true
 		return
 	}
@@ -258,11 +281,29 @@ func (c *Collector) setReplicas(ctx context.Context, reps []Replica) {
 func (c *Collector) followWake(ctx context.Context, rep Replica) {
 	clk := c.opts.Clock
 	backoff := c.opts.WakeBackoffMin
+	limit := rate.NewLimiter(rate.Limit(c.opts.WakeRate), c.opts.WakeBurst)
 	for {
 		started := clk.Now()
+		warned := map[string]bool{} // drop reasons logged on this stream
 		err := c.opts.Wake.Wake(ctx, rep.URL, func(ev admin.WakeEvent) {
+			now := clk.Now()
+			reason := ""
+			if err := admin.CheckAppKey(ev.Key); err != nil {
+				reason = "malformed"
+			} else if !limit.AllowN(now, 1) {
+				reason = "rate"
+			}
+			if reason != "" {
+				metricWakesDropped.WithLabelValues(reason).Inc()
+				if !warned[reason] {
+					warned[reason] = true
+					c.log.Info("dropping wake notices from interceptor replica", "replica", rep.Key, "url", rep.URL,
+						"reason", reason, "example", truncate(ev.Key, 80))
+				}
+				return
+			}
 			metricWakes.Inc()
-			c.state.Wake(ev.Key, clk.Now())
+			c.state.Wake(ev.Key, now)
 		})
 		if ctx.Err() != nil {
 			return
@@ -286,4 +327,12 @@ func (c *Collector) followWake(ctx context.Context, rep Replica) {
 		}
 		backoff = min(2*backoff, c.opts.WakeBackoffMax)
 	}
+}
+
+// truncate returns s cut to at most n bytes, for logging what a peer sent.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

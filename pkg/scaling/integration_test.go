@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -34,6 +35,11 @@ type harnessOptions struct {
 	wakeHeartbeat time.Duration
 	server        ServerOptions
 	dial          []grpc.DialOption
+	// wakeRate and wakeBurst: see CollectorOptions.
+	wakeRate  float64
+	wakeBurst int
+	// log, when set, receives the collector's and server's logs instead of the test log.
+	log logr.Logger
 	// before runs after the replicas started and before the collector's first poll.
 	before func(ics []*scalingtest.Interceptor)
 }
@@ -55,6 +61,10 @@ func startHarness(t *testing.T, o harnessOptions) *harness {
 	if o.before != nil {
 		o.before(h.ics)
 	}
+	log := o.log
+	if log.GetSink() == nil {
+		log = testLog(t)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	collector := NewCollector(CollectorOptions{
 		Discovery:  DiscoverFunc(func(context.Context) ([]Replica, error) { return *h.reps.Load(), nil }),
@@ -63,14 +73,16 @@ func startHarness(t *testing.T, o harnessOptions) *harness {
 		Interval:   20 * time.Millisecond,
 		Timeout:    100 * time.Millisecond,
 		StaleGrace: o.grace,
-		Log:        testLog(t).WithName("collector"),
+		WakeRate:   o.wakeRate,
+		WakeBurst:  o.wakeBurst,
+		Log:        log.WithName("collector"),
 	}, h.state)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.server.Listener = lis
-	o.server.Log = testLog(t).WithName("grpc")
+	o.server.Log = log.WithName("grpc")
 	server := NewServer(o.server, h.state)
 	done := make(chan error, 2)
 	go func() { done <- collector.Start(ctx) }()

@@ -1,8 +1,13 @@
 package scaling
 
 import (
+	"context"
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/httpscale/httpscale/pkg/admin"
 )
 
 // Prometheus metrics of the scaler, served on the manager's metrics endpoint. Labels are bounded:
@@ -12,10 +17,10 @@ var (
 		Name: "httpscale_scaler_interceptor_replicas",
 		Help: "Interceptor replicas known to the scaler, by state: healthy, stale (last counts kept for the grace period), expired (ignored) or unknown (never answered yet).",
 	}, []string{"state"})
-	metricPollErrors = prometheus.NewCounter(prometheus.CounterOpts{
+	metricPollErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "httpscale_scaler_poll_errors_total",
-		Help: "Failed or timed-out polls of an interceptor replica's counts.",
-	})
+		Help: "Failed polls of an interceptor replica's counts, by reason: timeout, invalid (an answer with impossible counts), too_large (a body over the limit) or failed (any other error). The log names the replica.",
+	}, []string{"reason"})
 	metricCycleSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "httpscale_scaler_poll_cycle_seconds",
 		Help:    "Time from the start of a poll cycle to the snapshot it produced.",
@@ -29,6 +34,10 @@ var (
 		Name: "httpscale_scaler_wake_notices_total",
 		Help: "Wake notices received from interceptor replicas.",
 	})
+	metricWakesDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "httpscale_scaler_wake_notices_dropped_total",
+		Help: "Wake notices dropped, by reason: malformed (not a namespace/name app key) or rate (a replica sent more than its limit). The log names the replica.",
+	}, []string{"reason"})
 	metricWakeReconnects = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "httpscale_scaler_wake_stream_reconnects_total",
 		Help: "Wake streams that broke and were reopened.",
@@ -36,7 +45,7 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(metricReplicas, metricPollErrors, metricCycleSeconds, metricApps, metricWakes, metricWakeReconnects)
+	ctrlmetrics.Registry.MustRegister(metricReplicas, metricPollErrors, metricCycleSeconds, metricApps, metricWakes, metricWakesDropped, metricWakeReconnects)
 }
 
 func recordSnapshot(s *Snapshot) {
@@ -58,4 +67,18 @@ func recordSnapshot(s *Snapshot) {
 	metricReplicas.WithLabelValues("stale").Set(stale)
 	metricReplicas.WithLabelValues("expired").Set(expired)
 	metricApps.Set(float64(len(s.Apps)))
+}
+
+// pollErrorReason is the metric label of a failed poll.
+func pollErrorReason(err error) string {
+	switch {
+	case errors.Is(err, admin.ErrInvalidCounts):
+		return "invalid"
+	case errors.Is(err, admin.ErrBodyTooLarge):
+		return "too_large"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	default:
+		return "failed"
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/utils/clock"
 
+	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/trigger"
 )
 
@@ -44,6 +45,11 @@ func (s *Service) metadata(ref *externalscaler.ScaledObjectRef) (trigger.Metadat
 		return trigger.Metadata{}, status.Errorf(codes.InvalidArgument, "ScaledObject %s/%s: %v", ref.GetNamespace(), ref.GetName(), err)
 	}
 	if !md.Fleet {
+		// Only keys Kubernetes could name: the window is remembered per app, and a client sending
+		// megabyte-long keys must not make the scaler keep them.
+		if err := admin.CheckAppKey(md.App); err != nil {
+			return trigger.Metadata{}, status.Errorf(codes.InvalidArgument, "ScaledObject %s/%s: %v", ref.GetNamespace(), ref.GetName(), err)
+		}
 		s.state.SetWindow(md.App, md.Window, md.Granularity)
 	}
 	return md, nil

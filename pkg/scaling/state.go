@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/trigger"
 )
 
@@ -99,6 +100,10 @@ func (s *State) Subscribe(app string) *Subscription {
 	return sub
 }
 
+// maxWindows bounds the apps whose windows are remembered, so that a client asking about ever new
+// apps cannot grow the State without end; apps beyond it get the trigger defaults.
+const maxWindows = admin.MaxApps
+
 // SetWindow records the rate window and granularity KEDA uses for the app. It takes a write lock only
 // when the values change.
 func (s *State) SetWindow(app string, w, g time.Duration) {
@@ -109,7 +114,9 @@ func (s *State) SetWindow(app string, w, g time.Duration) {
 		return
 	}
 	s.wmu.Lock()
-	s.windows[app] = window{w, g}
+	if ok || len(s.windows) < maxWindows {
+		s.windows[app] = window{w, g}
+	}
 	s.wmu.Unlock()
 }
 

@@ -6,6 +6,7 @@ package trigger
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -90,14 +91,14 @@ func Parse(md map[string]string) (Metadata, error) {
 	if v := md[KeyInterceptorFleet]; v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: want true or false, got %q", KeyInterceptorFleet, v))
+			errs = append(errs, fmt.Errorf("%s: want true or false, got %q", KeyInterceptorFleet, clip(v)))
 		}
 		m.Fleet = b
 	}
 	if !m.Fleet {
 		m.App = md[KeyHTTPScaledObject]
 		if _, err := appkey.Parse(m.App); err != nil {
-			errs = append(errs, fmt.Errorf("%s: want namespace/name of an HTTPScaledObject, got %q", KeyHTTPScaledObject, m.App))
+			errs = append(errs, fmt.Errorf("%s: want namespace/name of an HTTPScaledObject, got %q", KeyHTTPScaledObject, clip(m.App)))
 		}
 	}
 	var err error
@@ -131,8 +132,8 @@ func parseTarget(md map[string]string, key string) (float64, error) {
 		return 0, nil
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f <= 0 {
-		return 0, fmt.Errorf("%s: want a positive number, got %q", key, v)
+	if err != nil || !(f > 0) || math.IsInf(f, 1) { // NaN and +Inf parse, and are no target
+		return 0, fmt.Errorf("%s: want a positive number, got %q", key, clip(v))
 	}
 	return f, nil
 }
@@ -144,7 +145,7 @@ func parseDuration(md map[string]string, key string, def time.Duration) (time.Du
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%s: want a positive duration such as 1m, got %q", key, v)
+		return 0, fmt.Errorf("%s: want a positive duration such as 1m, got %q", key, clip(v))
 	}
 	return d, nil
 }
@@ -156,4 +157,14 @@ func orDefault(d, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+// clip shortens a metadata value quoted in an error: the metadata comes from whoever calls the
+// scaler, and an error must not echo megabytes back to it or into a log.
+func clip(v string) string {
+	const n = 64
+	if len(v) <= n {
+		return v
+	}
+	return v[:n] + "..."
 }

@@ -1,0 +1,404 @@
+package scaling
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/httpscale/httpscale/pkg/admin"
+	"github.com/httpscale/httpscale/pkg/trigger"
+)
+
+// logBook is a logger that keeps every line, so that a test can assert what an operator would read.
+type logBook struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func newLogBook(t *testing.T) (*logBook, logr.Logger) {
+	b := &logBook{}
+	return b, funcr.New(func(prefix, args string) {
+		b.mu.Lock()
+		b.lines = append(b.lines, prefix+" "+args)
+		b.mu.Unlock()
+	}, funcr.Options{Verbosity: 0})
+}
+
+// has reports whether one line contains every part.
+func (b *logBook) has(parts ...string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, l := range b.lines {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// hostileCounts serves /counts with handle and answers 404 everywhere else (the wake stream too).
+func hostileCounts(t *testing.T, handle http.HandlerFunc) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != admin.PathCounts {
+			http.NotFound(w, r)
+			return
+		}
+		handle(w, r)
+	}))
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
+	return srv.URL
+}
+
+func jsonCounts(body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, body)
+	}
+}
+
+// silentReplica accepts TCP connections and never reads or answers.
+func silentReplica(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "http://" + lis.Addr().String()
+}
+
+// TestHostileReplicasDoNotPoisonOtherReplicasOrApps runs two well-behaved replicas next to replicas
+// that misbehave in every way the admin port allows, and checks what KEDA is told through the real
+// gRPC service: the well-behaved replicas' sums, per app and for the fleet, exactly, and a log line
+// naming each bad replica with the reason.
+func TestHostileReplicasDoNotPoisonOtherReplicasOrApps(t *testing.T) {
+	book, log := newLogBook(t)
+	h := startHarness(t, harnessOptions{replicas: 2, log: log})
+	h.ics[0].Counts().Set("ns/app", 2, 0)
+	h.ics[1].Counts().Set("ns/app", 1, 0)
+	h.ics[1].Counts().Set("ns/other", 5, 0)
+	otherMD := trigger.Metadata{App: "ns/other", ConcurrencyTarget: 10}.Encode("s:1")
+	fleet := trigger.Metadata{Fleet: true, ConcurrencyTarget: 100}.Encode("s:1")
+	eventually(t, "well-behaved replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 3))
+
+	invalidBefore := testutil.ToFloat64(metricPollErrors.WithLabelValues("invalid"))
+	hostile := map[string]struct {
+		url    string
+		reason string // the poll error's reason in the log and the metric
+	}{
+		// Before answers were validated, -1000000 cancelled the other replicas' 3 requests in flight
+		// and told KEDA the app was idle.
+		"negative": {hostileCounts(t, jsonCounts(`{"epoch":"n","seq":1,"full":true,"apps":[{"k":"ns/app","i":-1000000},{"k":"ns/other","h":-5}]}`)), "invalid"},
+		// Two values near the int64 limit overflowed the fleet's sum into a negative number.
+		"overflow": {hostileCounts(t, jsonCounts(`{"epoch":"o","seq":1,"full":true,"apps":[{"k":"ns/app","i":9000000000000000000},{"k":"ns/zzz","i":9000000000000000000}]}`)), "invalid"},
+		"bad-key":  {hostileCounts(t, jsonCounts(`{"epoch":"k","seq":1,"full":true,"apps":[{"k":"","i":7}]}`)), "invalid"},
+		"html": {hostileCounts(t, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			io.WriteString(w, "<html><body>upstream error</body></html>")
+		}), "failed"},
+		"truncated": {hostileCounts(t, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Length", "500")
+			io.WriteString(w, `{"epoch":"t","seq":1,"full":true,"apps":[{"k":"ns/app","i":40`)
+			w.(http.Flusher).Flush()
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close() // a half-written answer: the connection ends early
+			}
+		}), "failed"},
+		"stalled": {hostileCounts(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"epoch":"s","apps":[`)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done() // headers and a first byte, then nothing
+		}), "timeout"},
+		"silent": {silentReplica(t), "timeout"},
+	}
+	reps := append([]Replica(nil), *h.reps.Load()...)
+	for key, hr := range hostile {
+		reps = append(reps, Replica{Key: key, URL: hr.url})
+	}
+	h.reps.Store(&reps)
+
+	eventually(t, "every hostile replica polled", func() (bool, string) {
+		polled := 0
+		for _, rs := range h.state.Snapshot().Replicas {
+			if _, bad := hostile[rs.Key]; bad && (rs.Err != "" || !rs.LastSuccess.IsZero()) {
+				polled++
+			}
+		}
+		return polled == len(hostile), fmt.Sprintf("%d of %d polled", polled, len(hostile))
+	})
+	// What KEDA reads is exactly the well-behaved replicas' sums, and the healthy ones keep being
+	// polled next to the hostile ones.
+	h.ics[0].Counts().Set("ns/app", 4, 0)
+	eventually(t, "healthy replica still polled next to hostile ones", metricIs(h, appMD, trigger.MetricConcurrency, 5))
+	for range 10 {
+		if got := h.metric(appMD, trigger.MetricConcurrency); got != 5 {
+			t.Fatalf("ns/app concurrency = %v, want 5 from the well-behaved replicas", got)
+		}
+		if got := h.metric(otherMD, trigger.MetricConcurrency); got != 5 {
+			t.Fatalf("ns/other concurrency = %v, want 5", got)
+		}
+		if got := h.metric(fleet, trigger.MetricFleet); got != 10 {
+			t.Fatalf("fleet concurrency = %v, want 10", got)
+		}
+		if !h.isActive(appMD) || !h.isActive(otherMD) {
+			t.Fatal("an app with requests in flight is reported inactive")
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	if _, ok := h.state.Snapshot().Apps["ns/zzz"]; ok {
+		t.Error("an app only a rejected answer mentioned is in the snapshot")
+	}
+	for _, rs := range h.state.Snapshot().Replicas {
+		if _, bad := hostile[rs.Key]; bad && (!rs.LastSuccess.IsZero() || rs.Err == "") {
+			t.Errorf("hostile replica %s: last success %v, error %q; want never successful with an error", rs.Key, rs.LastSuccess, rs.Err)
+		}
+	}
+	for key, hr := range hostile {
+		eventually(t, "log names replica "+key, func() (bool, string) {
+			return book.has("polling interceptor counts failed", fmt.Sprintf(`"replica"=%q`, key), fmt.Sprintf(`"reason"=%q`, hr.reason)),
+				"no log line yet"
+		})
+	}
+	if got := testutil.ToFloat64(metricPollErrors.WithLabelValues("invalid")) - invalidBefore; got < 3 {
+		t.Errorf("poll errors with reason invalid grew by %v, want at least one per invalid replica (3)", got)
+	}
+}
+
+// TestReplicaTurningHostileKeepsItsLastGoodCountsThenExpires checks that a replica whose answers
+// become impossible is treated like one that stopped answering: its last believable counts are kept
+// for the grace period, then dropped; its impossible numbers are never used.
+func TestReplicaTurningHostileKeepsItsLastGoodCountsThenExpires(t *testing.T) {
+	var mu sync.Mutex
+	body := `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/app","i":4}]}`
+	url := hostileCounts(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		b := body
+		mu.Unlock()
+		jsonCounts(b)(w, r)
+	})
+	h := startHarness(t, harnessOptions{replicas: 1, grace: time.Second})
+	h.ics[0].Counts().Set("ns/app", 1, 0)
+	reps := append(*h.reps.Load(), Replica{Key: "turncoat", URL: url})
+	h.reps.Store(&reps)
+	eventually(t, "both replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 5))
+
+	mu.Lock()
+	body = `{"epoch":"e","seq":2,"full":true,"apps":[{"k":"ns/app","i":-100}]}`
+	mu.Unlock()
+	turned := time.Now()
+	for time.Since(turned) < 600*time.Millisecond {
+		if got := h.metric(appMD, trigger.MetricConcurrency); got != 5 {
+			t.Fatalf("ns/app concurrency = %v within the grace period, want 5 (the last good counts)", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	eventually(t, "turncoat's counts dropped after the grace period", metricIs(h, appMD, trigger.MetricConcurrency, 1))
+}
+
+// floodingReplica answers /counts with an empty snapshot and, on /wake, writes the given lines as fast
+// as the connection takes them, then keeps the stream open with heartbeats.
+func floodingReplica(t *testing.T, lines func(w io.Writer)) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case admin.PathCounts:
+			jsonCounts(`{"epoch":"f","seq":1,"full":true,"apps":[]}`)(w, r)
+		case admin.PathWake:
+			w.Header().Set(admin.HeaderWakeHeartbeat, "100ms")
+			w.WriteHeader(http.StatusOK)
+			lines(w)
+			w.(http.Flusher).Flush()
+			for {
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				io.WriteString(w, "{}\n")
+				w.(http.Flusher).Flush()
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
+	return srv.URL
+}
+
+// TestWakeFloodIsBoundedPerReplica runs a replica that sends tens of thousands of wake notices for
+// apps nobody asked about, and notices whose key is not an app key, next to a well-behaved replica.
+// The scaler keeps at most the flooding replica's allowance, names it in the log, records no
+// malformed key, and still pushes the well-behaved replica's notice to KEDA at once.
+func TestWakeFloodIsBoundedPerReplica(t *testing.T) {
+	const rate, burst, flood = 100, 200, 20000
+	book, log := newLogBook(t)
+	h := startHarness(t, harnessOptions{replicas: 1, wakeRate: rate, wakeBurst: burst, log: log})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	md := trigger.Metadata{App: "ns/app", RequestRateTarget: 1}.Encode("s:1")
+	stream, err := h.client.StreamIsActive(ctx, ref(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := recvWithin(t, stream, 5*time.Second); v {
+		t.Fatal("first message true before any traffic")
+	}
+
+	malformed := []string{"no-slash", "a/b/c", "/name", "ns/" + strings.Repeat("x", 400)}
+	url := floodingReplica(t, func(w io.Writer) {
+		for _, k := range malformed {
+			fmt.Fprintf(w, "{\"key\":%q}\n", k)
+		}
+		for i := range flood {
+			fmt.Fprintf(w, "{\"key\":\"flood/app-%d\"}\n", i)
+		}
+	})
+	seen := func() float64 {
+		return testutil.ToFloat64(metricWakes) + testutil.ToFloat64(metricWakesDropped.WithLabelValues("rate")) +
+			testutil.ToFloat64(metricWakesDropped.WithLabelValues("malformed"))
+	}
+	before := seen()
+	start := time.Now()
+	reps := append(*h.reps.Load(), Replica{Key: "flooder", URL: url})
+	h.reps.Store(&reps)
+	eventually(t, "the whole flood read", func() (bool, string) {
+		n := seen() - before
+		return n >= float64(flood+len(malformed)), fmt.Sprintf("%v notices read", n)
+	})
+
+	// The well-behaved replica's notice is not queued behind the flood.
+	h.ics[0].Wake("ns/app")
+	if v, d := recvWithin(t, stream, 5*time.Second); !v {
+		t.Fatal("message after the well-behaved replica's wake notice is false")
+	} else if d > 2*time.Second {
+		t.Errorf("wake notice took %s to reach KEDA during another replica's flood", d)
+	}
+
+	h.state.mu.Lock()
+	var kept int
+	for app := range h.state.wakes {
+		if strings.HasPrefix(app, "flood/") {
+			kept++
+		}
+		for _, k := range malformed {
+			if app == k {
+				t.Errorf("malformed key %.20q recorded as a wake notice", k)
+			}
+		}
+	}
+	h.state.mu.Unlock()
+	if allowed := burst + int(rate*time.Since(start).Seconds()) + 1; kept == 0 || kept > allowed {
+		t.Errorf("%d of the flooding replica's %d notices kept, want between 1 and its allowance %d", kept, flood, allowed)
+	}
+	if !book.has("dropping wake notices", `"replica"="flooder"`, `"reason"="rate"`) ||
+		!book.has("dropping wake notices", `"replica"="flooder"`, `"reason"="malformed"`) {
+		t.Error("no log line names the flooding replica with reasons rate and malformed")
+	}
+}
+
+// TestFlappingEpochDoesNotInventRequests runs a replica that answers with a new epoch on every poll,
+// each claiming a thousand requests since it started, next to a well-behaved replica: the request
+// rate KEDA reads counts the well-behaved replica's requests and at most the flapping replica's first
+// restart, not a thousand requests per poll.
+func TestFlappingEpochDoesNotInventRequests(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	url := hostileCounts(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		epoch := n
+		mu.Unlock()
+		jsonCounts(fmt.Sprintf(`{"epoch":"flap-%d","seq":1,"full":true,"apps":[{"k":"ns/app","r":1000}]}`, epoch))(w, r)
+	})
+	h := startHarness(t, harnessOptions{replicas: 1})
+	reps := append(*h.reps.Load(), Replica{Key: "flapper", URL: url})
+	h.reps.Store(&reps)
+	polls := func() int { mu.Lock(); defer mu.Unlock(); return n }
+	eventually(t, "flapping replica polled many times", func() (bool, string) {
+		return polls() >= 30, fmt.Sprintf("%d polls", polls())
+	})
+	h.ics[0].Counts().AddRequests("ns/app", 10)
+	// appMD's window is 10s: the well-behaved 10 requests are 1/s, the flapping replica's one counted
+	// restart adds at most 100/s; each further poll would add another 100/s.
+	eventually(t, "well-behaved requests counted", func() (bool, string) {
+		got := h.metric(appMD, trigger.MetricRequestRate)
+		return got >= 1, "got " + formatFloat(got)
+	})
+	if got := h.metric(appMD, trigger.MetricRequestRate); got > 101 {
+		t.Errorf("request rate = %v after %d polls of a flapping replica, want at most 101 (10 real requests and one restart)", got, polls())
+	}
+}
+
+// TestAbsurdRequestCounterIsCut runs a replica whose request counter jumps from 0 to 2^52 between two
+// polls: KEDA reads a rate bounded by MaxAppRequestRate, not one of 10^14 requests a second.
+func TestAbsurdRequestCounterIsCut(t *testing.T) {
+	var mu sync.Mutex
+	requests := 0
+	url := hostileCounts(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n := requests
+		mu.Unlock()
+		jsonCounts(fmt.Sprintf(`{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/app","r":%d}]}`, n))(w, r)
+	})
+	h := startHarness(t, harnessOptions{replicas: 1})
+	reps := append(*h.reps.Load(), Replica{Key: "jumper", URL: url})
+	h.reps.Store(&reps)
+	eventually(t, "baseline from the jumping replica", func() (bool, string) {
+		for _, rs := range h.state.Snapshot().Replicas {
+			if rs.Key == "jumper" && !rs.LastSuccess.IsZero() {
+				return true, ""
+			}
+		}
+		return false, "not polled yet"
+	})
+	mu.Lock()
+	requests = 1 << 52
+	mu.Unlock()
+	eventually(t, "jump observed", func() (bool, string) {
+		got := h.metric(appMD, trigger.MetricRequestRate)
+		return got > 0, "got " + formatFloat(got)
+	})
+	// appMD's window is 10s; the cut allows MaxAppRequestRate for each second since the previous
+	// answer, at least one.
+	if got, limit := h.metric(appMD, trigger.MetricRequestRate), float64(MaxAppRequestRate)/10; got > limit {
+		t.Errorf("request rate = %v after one absurd counter, want at most %v", got, limit)
+	}
+}
