@@ -1,8 +1,10 @@
 //go:build e2e
 
-// Package e2e is httpscale's end-to-end suite: real kube-apiserver, controller-manager, scheduler,
-// kwok nodes in two zones, KEDA's operator and metrics adapter, and httpscale's binaries, all as
-// processes inside a network namespace (see docs/local-cluster.md). Run it with `make e2e` (root).
+// Package e2e is httpscale's end-to-end suite: a local control plane (kube-apiserver, controller-manager,
+// scheduler, KEDA's operator and metrics adapter as processes inside a network namespace) with two real
+// nodes (kubelet, containerd, runc; zone-a and zone-b) next to kwok's fake ones, and httpscale installed
+// from charts/httpscale as real pods of the images hack/images builds from this tree; the sample app
+// runs as real pods of its own image (see docs/local-cluster.md). Run it with `make e2e` (root).
 package e2e
 
 import (
