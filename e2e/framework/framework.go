@@ -70,34 +70,24 @@ func Start(ctx context.Context, out io.Writer) (*Framework, error) {
 		sum := sha256.Sum256([]byte(RepoRoot()))
 		name = "e2e-" + hex.EncodeToString(sum[:3])
 	}
-	cfg := localcluster.Default(name, RepoRoot()).WithRealNodes()
 	f := &Framework{}
-	if state, err := localcluster.LoadState(cfg.Dir); err == nil && state.RealNodes && state.Healthy(ctx) == nil {
-		fmt.Fprintf(out, "[e2e] reusing the running cluster %s (%s)\n", name, cfg.Dir)
-		// The CRDs may have changed since it started.
-		if _, err := state.KubectlRun(ctx, "", "apply", "--server-side", "--force-conflicts", "-f",
-			filepath.Join(RepoRoot(), "config", "crd", "bases")); err != nil {
+	cfg, err := f.startOrReuse(ctx, localcluster.Default(name, RepoRoot()).WithRealNodes(), false, out)
+	if err != nil {
+		return nil, err
+	}
+	// The chart from this source tree: images built and pushed, helm upgrade --install, every pod Ready.
+	f.Images, err = cfg.InstallHTTPScale(ctx, out)
+	if errors.Is(err, localcluster.ErrImagesChanged) {
+		fmt.Fprintf(out, "[e2e] %v: starting %s anew\n", err, name)
+		if cfg, err = f.startOrReuse(ctx, cfg, true, out); err != nil {
 			return nil, err
 		}
-		cfg = state
-	} else {
-		if err := cfg.Down(out); err != nil {
-			return nil, err
-		}
-		var err error
-		if f.sysctlsBefore, err = localcluster.ReadHostSysctls(); err != nil {
-			return nil, err
-		}
-		if err := cfg.ResolveTools(out); err != nil {
-			return nil, err
-		}
-		if err := cfg.Up(ctx, out); err != nil {
-			return nil, err
-		}
-		f.owned = true
+		f.Images, err = cfg.InstallHTTPScale(ctx, out)
+	}
+	if err != nil {
+		return nil, err
 	}
 	f.Cluster = cfg
-	var err error
 	if f.RESTConfig, err = restConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -116,11 +106,37 @@ func Start(ctx context.Context, out io.Writer) (*Framework, error) {
 		Timeout:   3 * time.Minute, // requests held through a scale from zero
 		Transport: &http.Transport{DialContext: localcluster.DialContext(cfg.NetNS), MaxIdleConnsPerHost: 64},
 	}
-	// The chart from this source tree: images built and pushed, helm upgrade --install, every pod Ready.
-	if f.Images, err = cfg.InstallHTTPScale(ctx, out); err != nil {
-		return f, err
-	}
 	return f, nil
+}
+
+// startOrReuse returns the healthy real-node cluster of cfg's name (unless fresh), or starts it anew.
+func (f *Framework) startOrReuse(ctx context.Context, cfg localcluster.Config, fresh bool, out io.Writer) (localcluster.Config, error) {
+	if state, err := localcluster.LoadState(cfg.Dir); !fresh && err == nil && state.RealNodes && state.Healthy(ctx) == nil {
+		fmt.Fprintf(out, "[e2e] reusing the running cluster %s (%s)\n", cfg.Name, cfg.Dir)
+		// The CRDs may have changed since it started.
+		if _, err := state.KubectlRun(ctx, "", "apply", "--server-side", "--force-conflicts", "-f",
+			filepath.Join(RepoRoot(), "config", "crd", "bases")); err != nil {
+			return cfg, err
+		}
+		return state, nil
+	}
+	if err := cfg.Down(out); err != nil {
+		return cfg, err
+	}
+	if f.sysctlsBefore == nil {
+		var err error
+		if f.sysctlsBefore, err = localcluster.ReadHostSysctls(); err != nil {
+			return cfg, err
+		}
+	}
+	if err := cfg.ResolveTools(out); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Up(ctx, out); err != nil {
+		return cfg, err
+	}
+	f.owned = true
+	return cfg, nil
 }
 
 // Stop stops the cluster if this suite started it, unless HTTPSCALE_E2E_KEEP=1.

@@ -57,7 +57,7 @@ func run() error {
 	fs.IntVar(&cfg.KEDAAdapterPort, "keda-adapter-port", cfg.KEDAAdapterPort, "KEDA metrics adapter port (on "+cfg.KEDAAdapterIP+").")
 	fs.IntVar(&cfg.KEDAGRPCPort, "keda-grpc-port", cfg.KEDAGRPCPort, "KEDA operator metrics service (gRPC) port.")
 	fs.IntVar(&cfg.KEDAPortBase, "keda-port-base", cfg.KEDAPortBase, "KEDA operator metrics, probes and adapter metrics use this port and the next two.")
-	fs.IntVar(&cfg.SampleAppPort, "sample-app-port", cfg.SampleAppPort, "Port of the sample app on every pod IP; 0 disables it.")
+	fs.IntVar(&cfg.SampleAppPort, "sample-app-port", cfg.SampleAppPort, "Port of the sample-app process answering on every kwok pod IP; 0 disables it (--real-nodes sets 0: the sample app runs as real pods of its image, pushed by install-chart).")
 	fs.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "Time between SIGTERM and SIGKILL when stopping a process.")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "Bound of each readiness wait.")
 	loadURL := fs.String("url", "", "load: URL to send GET requests to (inside the namespace).")
@@ -202,6 +202,9 @@ func printEnv(c localcluster.Config) {
 	fmt.Printf("export HTTPSCALE_NETNS=%s\n", c.NetNS)
 	fmt.Printf("export KUBECONFIG=%s\n", c.AdminKubeconfig())
 	fmt.Printf("export PATH=%s:$PATH\n", filepath.Join(c.Dir, "bin"))
+	if c.RealNodes {
+		fmt.Printf("export HTTPSCALE_SAMPLEAPP_IMAGE=%s\n", c.SampleAppImage())
+	}
 	fmt.Printf("# kubectl in that PATH runs inside the namespace; for anything else: netns-exec <command>\n")
 }
 

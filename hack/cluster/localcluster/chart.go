@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -289,8 +290,13 @@ func (c Config) CheckChartPods(ctx context.Context, im Images, progress io.Write
 	return errors.Join(errs...)
 }
 
+// ErrImagesChanged: the cluster runs images of an earlier build under the same tag. The nodes cache
+// images by tag (the chart's pull policy is IfNotPresent), so only a new cluster runs the new ones.
+var ErrImagesChanged = errors.New("the cluster's nodes hold images of an earlier build under the same tag; restart the cluster (down, then up)")
+
 // InstallHTTPScale is the whole path from source to running pods: BuildImages, PushSampleApp,
-// InstallChart, CheckChartPods. The cluster must have real nodes.
+// InstallChart, CheckChartPods. The cluster must have real nodes. It fails with ErrImagesChanged when
+// an earlier InstallHTTPScale on this cluster pushed other digests.
 func (c Config) InstallHTTPScale(ctx context.Context, progress io.Writer) (Images, error) {
 	if !c.RealNodes {
 		return Images{}, errors.New("the chart's pods need real nodes (up --real-nodes)")
@@ -299,6 +305,9 @@ func (c Config) InstallHTTPScale(ctx context.Context, progress io.Writer) (Image
 	im, err := c.BuildImages(ctx, progress)
 	if err != nil {
 		return Images{}, err
+	}
+	if prev, err := c.LoadImages(); err == nil && !maps.Equal(prev.Digests, im.Digests) {
+		return Images{}, ErrImagesChanged
 	}
 	if err := c.PushSampleApp(ctx); err != nil {
 		return Images{}, err
