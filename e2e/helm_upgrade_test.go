@@ -65,24 +65,28 @@ var _ = Describe("helm upgrade under steady traffic", Ordered, func() {
 			defer wg.Done()
 			tick := time.NewTicker(time.Second / rate)
 			defer tick.Stop()
+			// Open loop at a fixed rate; a late tick sends every request due by then.
+			start, sent := time.Now(), 0
 			for {
 				select {
 				case <-loadCtx.Done():
 					return
 				case <-tick.C:
 				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					at := time.Now()
-					code, err := get(context.WithoutCancel(loadCtx), hc, url, host)
-					mu.Lock()
-					defer mu.Unlock()
-					total++
-					if err != nil || code != http.StatusOK {
-						failures = append(failures, fmt.Sprintf("%s: status %d, %v", at.Format("15:04:05.000"), code, err))
-					}
-				}()
+				for due := int(time.Since(start).Seconds() * rate); sent < due; sent++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						at := time.Now()
+						code, err := get(context.WithoutCancel(loadCtx), hc, url, host)
+						mu.Lock()
+						defer mu.Unlock()
+						total++
+						if err != nil || code != http.StatusOK {
+							failures = append(failures, fmt.Sprintf("%s: status %d, %v", at.Format("15:04:05.000"), code, err))
+						}
+					}()
+				}
 			}
 		}()
 

@@ -316,16 +316,7 @@ func (b *readinessBalancer) run(ctx context.Context, rate int, d time.Duration) 
 	end := time.After(d)
 	var wg sync.WaitGroup
 	next := 0
-	for {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		case <-end:
-			wg.Wait()
-			return
-		case <-tick.C:
-		}
+	send := func() {
 		var t *lbTarget
 		targets := b.snapshot()
 		for range targets {
@@ -338,7 +329,7 @@ func (b *readinessBalancer) run(ctx context.Context, rate int, d time.Duration) 
 		}
 		if t == nil {
 			b.record(lbResult{sent: time.Now(), done: time.Now(), err: fmt.Errorf("no ready interceptor")})
-			continue
+			return
 		}
 		wg.Add(1)
 		go func() {
@@ -357,6 +348,23 @@ func (b *readinessBalancer) run(ctx context.Context, rate int, d time.Duration) 
 			r.err, r.done = err, time.Now()
 			b.record(r)
 		}()
+	}
+	// Open loop at a fixed rate: a tick that comes late (a busy machine delays the ticker's goroutine)
+	// sends every request that was due by then.
+	start, sent := time.Now(), 0
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-end:
+			wg.Wait()
+			return
+		case <-tick.C:
+		}
+		for due := int(time.Since(start).Seconds() * float64(rate)); sent < due; sent++ {
+			send()
+		}
 	}
 }
 
