@@ -91,6 +91,7 @@ while kill -0 "$load" 2>/dev/null; do
 	sleep 2
 done
 wait "$load" || true
+burst_end=$SECONDS
 
 say "Real cold starts: $wakes wakes of app 'wake' from zero (each waits until KEDA reports it idle, scales it to 0, then times one request)"
 times=()
@@ -116,7 +117,7 @@ until [ "$(kubectl get deploy sampleapp -n demo -o jsonpath='{.spec.replicas}')"
 	sleep 2
 	if [ $((SECONDS - t1)) -gt 300 ]; then echo "    still not at zero after 300 s"; break; fi
 done
-say "Replicas $(replicas), $((SECONDS - t1)) s after the last request"
+say "Replicas $(replicas), $((SECONDS - t1)) s after the wait began (the burst ended $((SECONDS - burst_end)) s ago)"
 kubectl get httpscaledobject,scaledobject,hpa -n demo 2>/dev/null || true
 
 cat <<TXT
