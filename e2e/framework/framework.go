@@ -139,6 +139,10 @@ func (f *Framework) startOrReuse(ctx context.Context, cfg localcluster.Config, f
 	return cfg, nil
 }
 
+// Stopping reports whether Stop will stop the cluster: this suite started it and HTTPSCALE_E2E_KEEP is
+// not 1.
+func (f *Framework) Stopping() bool { return f != nil && f.owned && os.Getenv(EnvKeep) != "1" }
+
 // Stop stops the cluster if this suite started it, unless HTTPSCALE_E2E_KEEP=1.
 func (f *Framework) Stop(out io.Writer) error {
 	if f == nil || !f.owned {
