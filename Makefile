@@ -103,14 +103,13 @@ fuzz: ## Fuzz the fast path's HTTP/1.1 parsers and writers against net/http, FUZ
 	done
 
 .PHONY: e2e
-e2e: build ## End-to-end suite on a local control plane in a network namespace, then the real-node check (root; tools built on first use).
+e2e: ## End-to-end suite: the chart's real pods from our images on a local control plane with real nodes (root; tools built on first use).
 	$(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e -ginkgo.v
-	$(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/realnodes
 
 ##@ Demo
 
 .PHONY: demo
-demo: build ## Run the whole system on a local control plane with a sample app (root); leaves it running.
+demo: ## Run the whole system (the chart's pods from our images) on a local control plane with real nodes and a sample app (root); leaves it running.
 	hack/demo.sh
 
 .PHONY: demo-down

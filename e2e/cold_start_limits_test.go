@@ -13,13 +13,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+	"github.com/httpscale/httpscale/e2e/framework"
 )
 
 var _ = Describe("Cold-start limits", Ordered, func() {
 	const readiness = 4 * time.Second
 	var (
-		h  *localcluster.HTTPScale
+		h  *framework.HTTPScale
 		ns string
 	)
 

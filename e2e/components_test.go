@@ -3,8 +3,6 @@
 package e2e
 
 import (
-	"fmt"
-	"path/filepath"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -13,25 +11,64 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
-// How the other scenarios run httpscale: its three binaries as processes in the namespace, each with a
-// token of its own ServiceAccount, discoverable through EndpointSlices like pods would be.
-var _ = Describe("httpscale's binaries on the local cluster", Ordered, func() {
-	var h *localcluster.HTTPScale
+// How every scenario runs httpscale: `helm install` of charts/httpscale with its default values, the
+// images hack/images built from this source tree, as real pods on the real nodes.
+var _ = Describe("httpscale installed from the chart", Ordered, func() {
+	var h *framework.HTTPScale
 
 	BeforeAll(func(ctx SpecContext) {
 		var err error
-		h, err = f.HTTPScale(ctx, GinkgoWriter)
+		h, err = f.HTTPScale(ctx)
 		Expect(err).NotTo(HaveOccurred())
 	})
 
-	It("runs the operator, the scaler and one interceptor per zone", func() {
-		Expect(h.Components).To(HaveLen(2 + len(f.Cluster.Nodes)))
-		for name, c := range h.Components {
-			Expect(c.Process.Alive()).To(BeTrue(), name)
+	It("runs two operators, the scaler and one interceptor per zone as Ready pods of our images on real nodes", func(ctx SpecContext) {
+		for comp, want := range map[string]int{"operator": 2, "interceptor": len(f.Cluster.Real), "scaler": 1} {
+			pods, err := f.Cluster.Pods(ctx, localcluster.Namespace, "app.kubernetes.io/component="+comp)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(pods).To(HaveLen(want), comp)
+			for _, p := range pods {
+				Expect(p.Ready).To(BeTrue(), p.Name)
+				Expect(p.Node).To(HavePrefix("real-"), p.Name)
+				Expect(p.ImageIDs).To(HaveEach(HaveSuffix("@"+f.Images.Digests[comp])), "%s runs the image hack/images built", p.Name)
+			}
 		}
+		Expect(h.Interceptors).To(HaveLen(len(f.Cluster.Real)))
+		for i, n := range f.Cluster.Real {
+			Expect(h.Interceptors[i].Node).To(Equal(n.Name))
+		}
+	})
+
+	It("elects one operator leader and serves the webhook with the operator's own certificate", func(ctx SpecContext) {
+		holder, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "get", "lease", "operator.httpscale.dev", "-o", "jsonpath={.spec.holderIdentity}")
+		Expect(err).NotTo(HaveOccurred())
+		pods, err := f.Cluster.Pods(ctx, localcluster.Namespace, "app.kubernetes.io/component=operator")
+		Expect(err).NotTo(HaveOccurred())
+		var names []string
+		for _, p := range pods {
+			names = append(names, p.Name)
+		}
+		Expect(names).To(ContainElement(Satisfy(func(n string) bool { return strings.HasPrefix(holder, n) })),
+			"leader lease holder %q is one of the operator pods", holder)
+
+		// Only the webhook judges cron syntax (the CRD's schema cannot); kubectl prints a webhook's
+		// Invalid denial by its causes.
+		_, err = f.Cluster.KubectlRun(ctx, `apiVersion: httpscale.dev/v1alpha1
+kind: HTTPScaledObject
+metadata: {name: invalid, namespace: default}
+spec:
+  hosts: [invalid.example]
+  scaleTargetRef: {name: app, service: app, port: 80}
+  schedules: [{name: never, schedule: "61 8 * * *", targetMinReplicas: 1}]
+`, "apply", "-f", "-")
+		Expect(err).To(MatchError(ContainSubstring(`schedule "61 8 * * *" is not a valid 5-field cron expression`)))
+		ca, err := f.Cluster.KubectlRun(ctx, "", "get", "validatingwebhookconfiguration", "httpscale-operator-webhook", "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(len(ca)).To(BeNumerically(">", 100), "caBundle patched by the operator")
 	})
 
 	It("publishes the interceptors' admin endpoints with their zones", func(ctx SpecContext) {
@@ -40,42 +77,49 @@ var _ = Describe("httpscale's binaries on the local cluster", Ordered, func() {
 			client.MatchingLabels{discoveryv1.LabelServiceName: "httpscale-interceptor-admin"})).To(Succeed())
 		zones := map[string]string{}
 		for _, s := range slices.Items {
-			if len(s.Endpoints) == 0 {
-				continue // the chart's Service selects no pod here: its controller-made slice is empty
-			}
 			Expect(s.Ports).To(ConsistOf(HaveField("Name", ptr.To("admin"))))
 			for _, e := range s.Endpoints {
-				zones[e.Addresses[0]] = ptr.Deref(e.Zone, "")
+				if ptr.Deref(e.Conditions.Ready, false) {
+					zones[e.Addresses[0]] = ptr.Deref(e.Zone, "")
+				}
 			}
 		}
 		want := map[string]string{}
-		for _, ic := range h.Addresses.Interceptors {
+		for _, ic := range h.Interceptors {
 			want[ic.IP] = ic.Zone
 		}
 		Expect(zones).To(Equal(want))
 	})
 
-	It("gives each binary only its ServiceAccount's permissions", func(ctx SpecContext) {
+	It("gives each component only its ServiceAccount's permissions", func(ctx SpecContext) {
 		canI := func(sa, verb, resource string) string {
-			kc := filepath.Join(f.Cluster.Dir, "kubeconfigs", sa+".kubeconfig")
-			out, _ := f.Cluster.Command(ctx, f.Cluster.Kubectl(), "--kubeconfig", kc, "auth", "can-i", verb, resource,
-				"-n", localcluster.Namespace).Output()
-			return strings.TrimSpace(string(out))
+			out, _ := f.Cluster.KubectlRun(ctx, "", "auth", "can-i", verb, resource, "-n", localcluster.Namespace,
+				"--as=system:serviceaccount:"+localcluster.Namespace+":"+sa)
+			return strings.TrimSpace(out)
 		}
 		Expect(canI("httpscale-interceptor", "watch", "endpointslices.discovery.k8s.io")).To(Equal("yes"))
 		Expect(canI("httpscale-interceptor", "list", "secrets")).To(Equal("no"))
 		Expect(canI("httpscale-scaler", "create", "configmaps")).To(Equal("no"))
 	})
 
-	It("restarts one interceptor while the other keeps running", func(ctx SpecContext) {
-		ic := h.Addresses.Interceptors[0]
-		c := h.Components[ic.Name]
-		old := c.Process.PID
-		Expect(f.Cluster.StopComponent(c)).To(Succeed())
-		Expect(c.Process.Alive()).To(BeFalse())
-		Expect(h.Components[h.Addresses.Interceptors[1].Name].Process.Alive()).To(BeTrue())
-		Expect(f.Cluster.StartComponent(ctx, ic.Name, c)).To(Succeed())
-		Expect(c.Process.PID).NotTo(Equal(old), fmt.Sprintf("%s was not restarted", ic.Name))
-		Expect(c.Process.Alive()).To(BeTrue())
+	It("replaces a deleted interceptor pod in its zone while the other keeps running", func(ctx SpecContext) {
+		deleted, kept := h.Interceptors[0], h.Interceptors[1]
+		keptBefore, err := f.Cluster.Pods(ctx, localcluster.Namespace, "app.kubernetes.io/component=interceptor")
+		Expect(err).NotTo(HaveOccurred())
+		_, err = f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "delete", "pod", deleted.Name, "--wait=false")
+		Expect(err).NotTo(HaveOccurred())
+		after, err := f.HTTPScale(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(after.Interceptors[0].Name).NotTo(Equal(deleted.Name), "a new pod replaced the deleted one")
+		Expect(after.Interceptors[0].Zone).To(Equal(deleted.Zone))
+		Expect(after.Interceptors[1].Name).To(Equal(kept.Name), "the other interceptor kept running")
+		for _, p := range keptBefore {
+			if p.Name == kept.Name {
+				now, err := f.Cluster.Pods(ctx, localcluster.Namespace, "app.kubernetes.io/component=interceptor")
+				Expect(err).NotTo(HaveOccurred())
+				Expect(now).To(ContainElement(And(HaveField("UID", p.UID), HaveField("Restarts", p.Restarts))))
+			}
+		}
+		h = after
 	})
 })

@@ -13,12 +13,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+	"github.com/httpscale/httpscale/e2e/framework"
 )
 
 var _ = Describe("Conflicting claims on one host", Ordered, func() {
 	var (
-		h    *localcluster.HTTPScale
+		h    *framework.HTTPScale
 		ns   string
 		host string
 	)

@@ -21,15 +21,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
 // expectProxying fails the calling container unless every interceptor serves its proxy port within
 // 30 s (one may still be restarting after an earlier scenario). A broken component is a failed
 // scenario, never a skipped one.
-func expectProxying(ctx context.Context, h *localcluster.HTTPScale) {
+func expectProxying(ctx context.Context, h *framework.HTTPScale) {
 	GinkgoHelper()
-	for _, ic := range h.Addresses.Interceptors {
+	for _, ic := range h.Interceptors {
 		addr := net.JoinHostPort(ic.IP, fmt.Sprint(localcluster.ProxyPort))
 		Eventually(func() error {
 			conn, err := localcluster.DialContext(f.Cluster.NetNS)(ctx, "tcp", addr)
@@ -41,10 +42,11 @@ func expectProxying(ctx context.Context, h *localcluster.HTTPScale) {
 	}
 }
 
-// scenario starts (or reuses) httpscale's binaries, fails the calling container when an interceptor
-// does not proxy, and gives it a namespace of its own (deleted afterwards) and a host named after it.
-func scenario(ctx context.Context, prefix string) (h *localcluster.HTTPScale, ns, host string) {
-	h, err := f.HTTPScale(ctx, GinkgoWriter)
+// scenario waits until the chart's pods are all Ready (an earlier scenario may have deleted or restarted
+// some), fails the calling container when an interceptor does not proxy, and gives it the interceptor
+// pods, a namespace of its own (deleted afterwards) and a host named after it.
+func scenario(ctx context.Context, prefix string) (h *framework.HTTPScale, ns, host string) {
+	h, err := f.HTTPScale(ctx)
 	Expect(err).NotTo(HaveOccurred())
 	expectProxying(ctx, h)
 	ns, err = f.CreateNamespace(ctx, prefix)
@@ -53,9 +55,9 @@ func scenario(ctx context.Context, prefix string) (h *localcluster.HTTPScale, ns
 	return h, ns, ns + ".example"
 }
 
-// proxyURL is the URL of path on the interceptor of the given zone index.
-func proxyURL(h *localcluster.HTTPScale, zone int, path string) string {
-	return fmt.Sprintf("http://%s:%d%s", h.Addresses.Interceptors[zone].IP, localcluster.ProxyPort, path)
+// proxyURL is the URL of path on the interceptor pod of the given zone index.
+func proxyURL(h *framework.HTTPScale, zone int, path string) string {
+	return fmt.Sprintf("http://%s:%d%s", h.Interceptors[zone].IP, localcluster.ProxyPort, path)
 }
 
 // scaledApp creates the sample app at zero replicas and an HTTPScaledObject routing host to it, and
@@ -88,7 +90,7 @@ func routedApp(ctx context.Context, ns, name string, replicas int32, spec func(*
 	Eventually(func(g Gomega) {
 		g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), hso)).To(Succeed())
 		g.Expect(hso.Status.Routing).NotTo(BeNil())
-		g.Expect(hso.Status.Routing.InterceptorsTotal).To(BeEquivalentTo(len(f.Cluster.Nodes)))
+		g.Expect(hso.Status.Routing.InterceptorsTotal).To(BeEquivalentTo(len(f.Cluster.Real)))
 		g.Expect(hso.Status.Routing.InterceptorsReady).To(Equal(hso.Status.Routing.InterceptorsTotal))
 	}).WithContext(ctx).Should(Succeed())
 	return hso
@@ -104,7 +106,7 @@ type answer struct {
 }
 
 // ask sends one GET through an interceptor (zone index) with the given Host and headers.
-func ask(ctx context.Context, h *localcluster.HTTPScale, zone int, host, path string, headers map[string]string) (answer, error) {
+func ask(ctx context.Context, h *framework.HTTPScale, zone int, host, path string, headers map[string]string) (answer, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, proxyURL(h, zone, path), nil)
 	if err != nil {
 		return answer{}, err
@@ -117,6 +119,11 @@ func ask(ctx context.Context, h *localcluster.HTTPScale, zone int, host, path st
 	if err != nil {
 		return answer{}, err
 	}
+	return readAnswer(resp)
+}
+
+// readAnswer reads (and closes) a response of the sample app.
+func readAnswer(resp *http.Response) (answer, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -153,22 +160,22 @@ func replicas(ctx context.Context, ns, name string) (int32, error) {
 	return ptr.Deref(d.Spec.Replicas, 1), nil
 }
 
-// requestCounts reads (and with reset, clears) the sample app's count of requests per ?rid=.
-func requestCounts(ctx context.Context, reset bool) map[string]int64 {
-	method := http.MethodGet
-	if reset {
-		method = http.MethodDelete
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+f.Cluster.SampleAppAdmin()+"/requests", nil)
-	Expect(err).NotTo(HaveOccurred())
-	resp, err := f.HTTP.Do(req)
-	Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
+// requestCounts sums the count of requests per ?rid= over the pods of the sample app <name> in ns:
+// each pod answers GET /requests on its admin port with the requests it saw.
+func requestCounts(ctx context.Context, ns, name string) map[string]int64 {
+	GinkgoHelper()
 	counts := map[string]int64{}
-	if !reset {
-		Expect(json.Unmarshal(body, &counts)).To(Succeed())
+	for _, ip := range podIPs(ctx, ns, name) {
+		resp, err := f.Get(ctx, fmt.Sprintf("http://%s:%d/requests", ip, framework.SampleAppAdmin), "")
+		Expect(err).NotTo(HaveOccurred())
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
+		var pod map[string]int64
+		Expect(json.Unmarshal(body, &pod)).To(Succeed())
+		for rid, n := range pod {
+			counts[rid] += n
+		}
 	}
 	return counts
 }

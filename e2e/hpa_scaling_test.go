@@ -14,13 +14,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
 var _ = Describe("Scaling 1->N through KEDA and the HPA", Ordered, func() {
 	const scaledown = 15 * time.Second
 	var (
-		h    *localcluster.HTTPScale
+		h    *framework.HTTPScale
 		ns   string
 		host string
 	)

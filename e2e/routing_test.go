@@ -10,12 +10,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+	"github.com/httpscale/httpscale/e2e/framework"
 )
 
 var _ = Describe("Routing", Ordered, func() {
 	var (
-		h        *localcluster.HTTPScale
+		h        *framework.HTTPScale
 		ns1, ns2 string
 		suffix   string
 	)
@@ -29,7 +29,7 @@ var _ = Describe("Routing", Ordered, func() {
 
 	BeforeAll(func(ctx SpecContext) {
 		var err error
-		h, err = f.HTTPScale(ctx, GinkgoWriter)
+		h, err = f.HTTPScale(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		expectProxying(ctx, h)
 		ns1, err = f.CreateNamespace(ctx, "route-a")
@@ -102,7 +102,7 @@ var _ = Describe("Routing", Ordered, func() {
 		servedBy(ctx, "hdr."+suffix, "/", nil, ns2, "stable")
 	})
 	It("answers 404 for a host nobody claims", func(ctx SpecContext) {
-		for zone := range h.Addresses.Interceptors {
+		for zone := range h.Interceptors {
 			a, err := ask(ctx, h, zone, "nobody."+suffix, "/", nil)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(a.Status).To(Equal(http.StatusNotFound))

@@ -13,12 +13,12 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+	"github.com/httpscale/httpscale/e2e/framework"
 )
 
 var _ = Describe("Scale from zero", Ordered, func() {
 	var (
-		h    *localcluster.HTTPScale
+		h    *framework.HTTPScale
 		ns   string
 		host string
 	)
@@ -30,7 +30,6 @@ var _ = Describe("Scale from zero", Ordered, func() {
 
 	It("answers every one of 200 concurrent requests sent at zero exactly once", func(ctx SpecContext) {
 		Expect(replicas(ctx, ns, "app")).To(BeEquivalentTo(0))
-		requestCounts(ctx, true)
 
 		watchCtx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
@@ -45,7 +44,7 @@ var _ = Describe("Scale from zero", Ordered, func() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				resp, err := f.Get(ctx, proxyURL(h, i%len(h.Addresses.Interceptors), fmt.Sprintf("/cold?rid=%d", i)), host)
+				resp, err := f.Get(ctx, proxyURL(h, i%len(h.Interceptors), fmt.Sprintf("/cold?rid=%d", i)), host)
 				if err != nil {
 					errs[i] = err
 					return
@@ -64,7 +63,8 @@ var _ = Describe("Scale from zero", Ordered, func() {
 		}
 		var scaledAt time.Time
 		Eventually(scaled).Should(Receive(&scaledAt))
-		counts := requestCounts(ctx, false)
+		// Every pod counted what it saw; the app was scaled up and never down (scaledown 600 s).
+		counts := requestCounts(ctx, ns, "app")
 		Expect(counts).To(HaveLen(n), "requests that reached the app")
 		for rid, c := range counts {
 			Expect(c).To(BeEquivalentTo(1), "request %s reached the app %d times", rid, c)

@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/pkg/scaling"
 )
 
@@ -32,7 +32,7 @@ const (
 var _ = Describe("Scale to zero", Ordered, func() {
 	const scaledown = 20 * time.Second
 	var (
-		h  *localcluster.HTTPScale
+		h  *framework.HTTPScale
 		ns string
 	)
 	apps := []struct {

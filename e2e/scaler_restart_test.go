@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -11,13 +12,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
 var _ = Describe("Scaler restart under load", Ordered, func() {
 	const scaledown = 10 * time.Second
 	var (
-		h    *localcluster.HTTPScale
+		h    *framework.HTTPScale
 		ns   string
 		host string
 	)
@@ -43,12 +45,30 @@ var _ = Describe("Scaler restart under load", Ordered, func() {
 		Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).
 			WithTimeout(80 * time.Second).WithPolling(time.Second).Should(BeNumerically(">=", 2))
 
-		By("stopping the scaler for longer than the scaledown period, then starting it again")
-		scaler := h.Components["httpscale-scaler"]
-		Expect(f.Cluster.StopComponent(scaler)).To(Succeed())
+		By("scaling the scaler's Deployment to zero for longer than the scaledown period, then back to one")
+		scaleScaler := func(n int) {
+			_, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "scale", "deployment/httpscale-scaler", fmt.Sprintf("--replicas=%d", n))
+			Expect(err).NotTo(HaveOccurred())
+		}
+		DeferCleanup(func(ctx SpecContext) {
+			_, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "scale", "deployment/httpscale-scaler", "--replicas=1")
+			Expect(err).NotTo(HaveOccurred())
+		})
+		scaleScaler(0)
+		Eventually(func() ([]localcluster.Pod, error) {
+			return f.Cluster.Pods(ctx, localcluster.Namespace, "app.kubernetes.io/component=scaler")
+		}).WithContext(ctx).Should(BeEmpty(), "no scaler pod left")
 		Consistently(func() (int32, error) { return replicas(ctx, ns, "app") }).
 			WithTimeout(scaledown + 2*time.Second).WithPolling(500 * time.Millisecond).Should(BeNumerically(">=", 1))
-		Expect(f.Cluster.StartComponent(ctx, "httpscale-scaler", scaler)).To(Succeed())
+		scaleScaler(1)
+		Expect(f.Cluster.WaitChart(ctx)).To(Succeed())
+		Consistently(func() (int32, error) { return replicas(ctx, ns, "app") }).
+			WithTimeout(scaledown + 10*time.Second).WithPolling(500 * time.Millisecond).Should(BeNumerically(">=", 1))
+
+		By("restarting the scaler with kubectl rollout restart")
+		_, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "rollout", "restart", "deployment/httpscale-scaler")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(f.Cluster.WaitChart(ctx)).To(Succeed())
 		Consistently(func() (int32, error) { return replicas(ctx, ns, "app") }).
 			WithTimeout(scaledown + 10*time.Second).WithPolling(500 * time.Millisecond).Should(BeNumerically(">=", 1))
 	})

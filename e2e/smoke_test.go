@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"time"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
@@ -22,10 +23,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/httpscale/httpscale/e2e/framework"
+	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
-// The platform every other scenario stands on: zoned nodes, pods with routable IPs, zoned
-// EndpointSlices, a sample app answering on pod IPs, and KEDA scaling through the HPA.
+// The platform every other scenario stands on: real nodes in two zones (next to kwok's fake ones), real
+// pods with routable IPs, zoned EndpointSlices, the sample app's pods answering on their IPs, and KEDA
+// scaling through the HPA.
 var _ = Describe("The local cluster", Ordered, func() {
 	var ns string
 
@@ -53,7 +56,7 @@ var _ = Describe("The local cluster", Ordered, func() {
 
 	It("runs a Deployment's pods Ready with IPs from their node's pod CIDR, in both zones", func(ctx SpecContext) {
 		cidrs := map[string]netip.Prefix{}
-		for _, n := range f.Cluster.Nodes {
+		for _, n := range f.Cluster.Real {
 			cidrs[n.Name] = netip.MustParsePrefix(n.PodCIDR)
 		}
 		Eventually(func(g Gomega) {
@@ -70,8 +73,8 @@ var _ = Describe("The local cluster", Ordered, func() {
 				g.Expect(cidrs[p.Spec.NodeName].Contains(ip)).To(BeTrue(), "%s: %s not in the pod CIDR of %s", p.Name, ip, p.Spec.NodeName)
 				perNode[p.Spec.NodeName]++
 			}
-			g.Expect(perNode).To(HaveKeyWithValue("kwok-zone-a", 2))
-			g.Expect(perNode).To(HaveKeyWithValue("kwok-zone-b", 2))
+			g.Expect(perNode).To(HaveKeyWithValue("real-zone-a", 2))
+			g.Expect(perNode).To(HaveKeyWithValue("real-zone-b", 2))
 		}).WithContext(ctx).Should(Succeed())
 	})
 
@@ -93,14 +96,14 @@ var _ = Describe("The local cluster", Ordered, func() {
 		}).WithContext(ctx).Should(Succeed())
 
 		zoneOf := map[string]string{}
-		for _, n := range f.Cluster.Nodes {
+		for _, n := range f.Cluster.Real {
 			zoneOf[n.Name] = n.Zone
 		}
 		for _, e := range eps {
 			Expect(e.Zone).NotTo(BeNil())
 			Expect(*e.Zone).To(Equal(zoneOf[ptr.Deref(e.NodeName, "")]))
 			ip := e.Addresses[0]
-			resp, err := f.Get(ctx, fmt.Sprintf("http://%s:%d/hello", ip, f.Cluster.SampleAppPort), "smoke.example")
+			resp, err := f.Get(ctx, fmt.Sprintf("http://%s:%d/hello", ip, framework.SampleAppPort), "smoke.example")
 			Expect(err).NotTo(HaveOccurred())
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -112,6 +115,25 @@ var _ = Describe("The local cluster", Ordered, func() {
 			Expect(rep.Host).To(Equal("smoke.example"))
 			Expect(rep.Path).To(Equal("/hello"))
 		}
+	})
+
+	It("answers through the Service's ClusterIP (kube-proxy) from pods in both zones", func(ctx SpecContext) {
+		var svc corev1.Service
+		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &svc)).To(Succeed())
+		// kube-proxy programs the endpoints up to a sync period after they are ready; every request
+		// goes on a new connection, so each picks an endpoint anew.
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			DialContext: localcluster.DialContext(f.Cluster.NetNS), DisableKeepAlives: true}}
+		zones := map[string]int{}
+		Eventually(func(g Gomega) {
+			resp, err := hc.Get(fmt.Sprintf("http://%s/hello", svc.Spec.ClusterIP))
+			g.Expect(err).NotTo(HaveOccurred())
+			resp.Body.Close()
+			g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+			zones[resp.Header.Get("X-Zone")]++
+			g.Expect(zones).To(HaveKey("zone-a"))
+			g.Expect(zones).To(HaveKey("zone-b"))
+		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
 	})
 
 	It("serves the external metrics API through KEDA's adapter", func(ctx SpecContext) {

@@ -12,12 +12,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+	"github.com/httpscale/httpscale/e2e/framework"
 )
 
 var _ = Describe("Zone-aware routing", Ordered, func() {
 	var (
-		h    *localcluster.HTTPScale
+		h    *framework.HTTPScale
 		ns   string
 		host string
 	)
@@ -32,13 +32,13 @@ var _ = Describe("Zone-aware routing", Ordered, func() {
 			s.Replicas.Max = ptr.To[int32](1)
 		})
 		updateDeployment(ctx, ns, "app", func(d *appsv1.Deployment) {
-			d.Spec.Template.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "zone-b"}
+			d.Spec.Template.Spec.NodeSelector["topology.kubernetes.io/zone"] = "zone-b"
 			d.Spec.Template.Spec.TopologySpreadConstraints = nil
 		})
 		zoneA, _ := f.SampleApp(ns, "app-a", 1)
 		zoneA.Spec.Selector.MatchLabels = map[string]string{"app": "app", "pin": "zone-a"}
 		zoneA.Spec.Template.Labels = map[string]string{"app": "app", "pin": "zone-a"}
-		zoneA.Spec.Template.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "zone-a"}
+		zoneA.Spec.Template.Spec.NodeSelector["topology.kubernetes.io/zone"] = "zone-a"
 		zoneA.Spec.Template.Spec.TopologySpreadConstraints = nil
 		Expect(f.Client.Create(ctx, zoneA)).To(Succeed())
 	})
@@ -63,9 +63,9 @@ var _ = Describe("Zone-aware routing", Ordered, func() {
 
 	It("sends requests through an interceptor to pods of its own zone", func(ctx SpecContext) {
 		Eventually(func() map[string]int { return zonesOf(ctx, 0, 20) }).WithContext(ctx).
-			Should(Equal(map[string]int{h.Addresses.Interceptors[0].Zone: 20}))
+			Should(Equal(map[string]int{h.Interceptors[0].Zone: 20}))
 		Eventually(func() map[string]int { return zonesOf(ctx, 1, 20) }).WithContext(ctx).
-			Should(Equal(map[string]int{h.Addresses.Interceptors[1].Zone: 20}))
+			Should(Equal(map[string]int{h.Interceptors[1].Zone: 20}))
 	})
 
 	It("falls back to another zone when its own has no ready pod", func(ctx SpecContext) {

@@ -1,13 +1,14 @@
-// Command sampleapp is the stand-in application of the local cluster. One process, listening on
-// 0.0.0.0 inside the cluster's network namespace, answers for every pod IP (the node pod CIDRs are
-// local there) and reports which pod IP and zone a request reached, taken from the local address of
-// the connection. Whether a pod is "ready" is decided by kwok and published in EndpointSlices, exactly
-// what a proxy in front of the app sees.
+// Command sampleapp is the stand-in application of the local cluster. It reports which pod IP and zone
+// a request reached, taken from the local address of the connection (zones from --zone CIDR=zone).
+// The e2e suite and `make demo` run it as real pods of its own image on the real nodes, one process per
+// pod; on kwok's fake nodes one process listening on 0.0.0.0 inside the cluster's network namespace
+// answers for every pod IP (the node pod CIDRs are local there).
 //
 //	GET /anything?sleep=200ms&status=503 -> waits, then answers with that status and a JSON report
 //
 // With --admin, requests carrying ?rid=<id> are counted per id; GET <admin>/requests returns the counts
-// as JSON (so a test can prove no request was lost or answered twice) and DELETE resets them.
+// of this process as JSON (so a test can prove no request was lost or answered twice, summing over
+// pods) and DELETE resets them.
 package main
 
 import (

@@ -1,6 +1,6 @@
 // Command cluster runs httpscale's local control plane inside a network namespace:
 //
-//	go run ./hack/cluster [flags] up|down|status|env|logs|start-httpscale|load
+//	go run ./hack/cluster [flags] up|down|status|env|logs|install-chart|load
 //
 // See docs/local-cluster.md.
 package main
@@ -58,20 +58,16 @@ func run() error {
 	fs.IntVar(&cfg.KEDAAdapterPort, "keda-adapter-port", cfg.KEDAAdapterPort, "KEDA metrics adapter port (on "+cfg.KEDAAdapterIP+").")
 	fs.IntVar(&cfg.KEDAGRPCPort, "keda-grpc-port", cfg.KEDAGRPCPort, "KEDA operator metrics service (gRPC) port.")
 	fs.IntVar(&cfg.KEDAPortBase, "keda-port-base", cfg.KEDAPortBase, "KEDA operator metrics, probes and adapter metrics use this port and the next two.")
-	fs.IntVar(&cfg.SampleAppPort, "sample-app-port", cfg.SampleAppPort, "Port of the sample app on every pod IP; 0 disables it.")
+	fs.IntVar(&cfg.SampleAppPort, "sample-app-port", cfg.SampleAppPort, "Port of the sample-app process answering on every kwok pod IP; 0 disables it (--real-nodes sets 0: the sample app runs as real pods of its image, pushed by install-chart).")
 	fs.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "Time between SIGTERM and SIGKILL when stopping a process.")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "Bound of each readiness wait.")
-	bins := localcluster.DefaultBinaries(cfg.RepoRoot)
-	fs.StringVar(&bins.Operator, "operator-bin", bins.Operator, "Operator binary (start-httpscale).")
-	fs.StringVar(&bins.Interceptor, "interceptor-bin", bins.Interceptor, "Interceptor binary (start-httpscale).")
-	fs.StringVar(&bins.Scaler, "scaler-bin", bins.Scaler, "Scaler binary (start-httpscale).")
 	loadURL := fs.String("url", "", "load: URL to send GET requests to (inside the namespace).")
 	loadHost := fs.String("host", "", "load: Host header.")
 	loadConc := fs.Int("c", 50, "load: concurrent requests.")
 	loadTotal := fs.Int("n", 200, "load: total requests.")
 	loadTimeout := fs.Duration("timeout", 2*time.Minute, "load: timeout of one request.")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./hack/cluster [flags] up|down|status|env|logs|start-httpscale|load")
+		fmt.Fprintln(fs.Output(), "usage: go run ./hack/cluster [flags] up|down|status|env|logs|install-chart|load")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -173,11 +169,11 @@ func run() error {
 			fmt.Println("  error:", e)
 		}
 		return nil
-	case "start-httpscale":
+	case "install-chart":
 		if stateErr != nil {
 			return stateErr
 		}
-		_, err := state.StartHTTPScale(ctx, bins, os.Stderr)
+		_, err := state.InstallHTTPScale(ctx, os.Stderr)
 		return err
 	default:
 		fs.Usage()
@@ -207,6 +203,9 @@ func printEnv(c localcluster.Config) {
 	fmt.Printf("export HTTPSCALE_NETNS=%s\n", c.NetNS)
 	fmt.Printf("export KUBECONFIG=%s\n", c.AdminKubeconfig())
 	fmt.Printf("export PATH=%s:$PATH\n", filepath.Join(c.Dir, "bin"))
+	if c.RealNodes {
+		fmt.Printf("export HTTPSCALE_SAMPLEAPP_IMAGE=%s\n", c.SampleAppImage())
+	}
 	fmt.Printf("# kubectl in that PATH runs inside the namespace; for anything else: netns-exec <command>\n")
 }
 

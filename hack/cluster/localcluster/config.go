@@ -154,11 +154,13 @@ func Default(name, repoRoot string) Config {
 	}
 }
 
-// WithRealNodes turns the real nodes on and moves ServiceCIDR into RealNodeRange: kube-proxy's ClusterIPs
-// must not be local addresses of the namespace.
+// WithRealNodes turns the real nodes on and moves ServiceCIDR into RealNodeRange (kube-proxy's ClusterIPs
+// must not be local addresses of the namespace), and turns the sample-app process off.
 func (c Config) WithRealNodes() Config {
 	c.RealNodes = true
 	c.ServiceCIDR = "198.18.192.0/20"
+	// The sample app runs as real pods from its image (PushSampleApp), not as a process.
+	c.SampleAppPort = 0
 	return c
 }
 

@@ -149,7 +149,14 @@ func (c Config) startNode(ctx context.Context, n RealNode) error {
 	}); err != nil {
 		return err
 	}
-	_, err = c.startNodeProcess("kubelet-"+n.Zone, filepath.Join(c.NodeDir, "kubelet"), []string{
+	_, err = c.startKubelet(n)
+	return err
+}
+
+// startKubelet starts the kubelet of node n (its containerd must run).
+func (c Config) startKubelet(n RealNode) (*Process, error) {
+	env := []string{"PATH=" + c.NodeDir + ":" + os.Getenv("PATH")}
+	return c.startNodeProcess("kubelet-"+n.Zone, filepath.Join(c.NodeDir, "kubelet"), []string{
 		"--config=" + c.nodePath(n, "kubelet.yaml"),
 		"--kubeconfig=" + c.path("kubeconfigs", n.Name+".kubeconfig"),
 		"--root-dir=" + c.nodePath(n, "kubelet"),
@@ -158,7 +165,6 @@ func (c Config) startNode(ctx context.Context, n RealNode) error {
 		"--node-ip=" + n.IP,
 		"--node-labels=type=real,topology.kubernetes.io/region=local,topology.kubernetes.io/zone=" + n.Zone,
 	}, env)
-	return err
 }
 
 // containerdConfig is a containerd 2.x (version 3) configuration with every path private to the node.

@@ -1,0 +1,149 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/e2e/framework"
+	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+)
+
+// EnvWakes sets how many timed wakes the cold-start spec measures after its first (default 5; the
+// figures in docs/benchmarks.md are from 20).
+const EnvWakes = "HTTPSCALE_E2E_WAKES"
+
+// Real cold starts: a request through the interceptor Service's ClusterIP (kube-proxy) for an app at
+// zero is held by an interceptor pod until KEDA (through the scaler pod) has scaled the app, its real
+// pod has started and passed its readiness probe; then it is answered, marked as a cold start.
+var _ = Describe("Cold starts on real pods", Ordered, func() {
+	var (
+		h    *framework.HTTPScale
+		ns   string
+		host string
+		url  string
+	)
+
+	BeforeAll(func(ctx SpecContext) {
+		h, ns, host = scenario(ctx, "wake")
+		hso := routedApp(ctx, ns, "app", 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
+			s.ScaledownPeriod = ptr.To[int32](5)
+			s.Replicas.Max = ptr.To[int32](2)
+		})
+		// KEDA reaches the scaler pod at the address the chart's values gave it.
+		var so kedav1alpha1.ScaledObject
+		Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), &so)).To(Succeed())
+		Expect(so.Spec.Triggers).To(HaveLen(1))
+		Expect(so.Spec.Triggers[0].Metadata).To(HaveKeyWithValue("scalerAddress", fmt.Sprintf("%s:%d", localcluster.ScalerClusterIP, localcluster.ScalerGRPCPort)))
+		url = fmt.Sprintf("http://%s:%d/hello", h.InterceptorService, localcluster.ProxyPort)
+	})
+
+	// atZero waits until the app has no pods and no ready endpoints, so the next request is a cold one.
+	atZero := func(ctx context.Context, within time.Duration) {
+		GinkgoHelper()
+		Eventually(func(g Gomega) {
+			g.Expect(replicas(ctx, ns, "app")).To(BeEquivalentTo(0))
+			var pods corev1.PodList
+			g.Expect(f.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": "app"})).To(Succeed())
+			g.Expect(pods.Items).To(BeEmpty())
+			var eps discoveryv1.EndpointSliceList
+			g.Expect(f.Client.List(ctx, &eps, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "app"})).To(Succeed())
+			for _, s := range eps.Items {
+				for _, e := range s.Endpoints {
+					g.Expect(ptr.Deref(e.Conditions.Ready, true)).To(BeFalse())
+				}
+			}
+		}).WithContext(ctx).WithTimeout(within).WithPolling(200 * time.Millisecond).Should(Succeed())
+	}
+
+	// cold sends one request while the app has no pods and checks it was held until a real pod was
+	// Ready and answered; it returns the time to the answer.
+	cold := func(ctx context.Context) time.Duration {
+		GinkgoHelper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		Expect(err).NotTo(HaveOccurred())
+		req.Host = host
+		start := time.Now()
+		resp, err := f.HTTP.Do(req)
+		Expect(err).NotTo(HaveOccurred())
+		a, err := readAnswer(resp)
+		took := time.Since(start)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(a.Status).To(Equal(http.StatusOK))
+		Expect(a.Host).To(Equal(host))
+		Expect(a.Path).To(Equal("/hello"))
+		Expect(resp.Header.Get("X-Httpscale-Cold-Start")).To(Equal("true"), "the request was held")
+		Expect(replicas(ctx, ns, "app")).To(BeNumerically(">=", 1))
+		var pods corev1.PodList
+		Expect(f.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": "app"})).To(Succeed())
+		Expect(pods.Items).To(ContainElement(And(
+			HaveField("Spec.NodeName", HavePrefix("real-")), HaveField("Status.PodIP", a.PodIP))),
+			"answered by a real pod of the app")
+		fmt.Fprintf(GinkgoWriter, "cold start answered by pod %s after %s (interceptor wait %s)\n",
+			a.PodIP, took.Round(time.Millisecond), resp.Header.Get("X-Httpscale-Cold-Start-Wait"))
+		return took
+	}
+
+	It("holds a request at zero until a real pod is Ready, and KEDA scales the app back to zero", func(ctx SpecContext) {
+		Expect(replicas(ctx, ns, "app")).To(BeEquivalentTo(0))
+		first := cold(ctx)
+		t0 := time.Now()
+		atZero(ctx, 2*time.Minute)
+		toZero := time.Since(t0)
+		AddReportEntry("real cold start: first request -> answered", first.String())
+		AddReportEntry("real cold start: KEDA back to zero after", toZero.String())
+	})
+
+	It("wakes the app from zero again and again", func(ctx SpecContext) {
+		n := 5
+		if v := os.Getenv(EnvWakes); v != "" {
+			var err error
+			n, err = strconv.Atoi(v)
+			Expect(err).NotTo(HaveOccurred(), EnvWakes)
+		}
+		var wakes []time.Duration
+		for range n {
+			// Back to zero the quick way: once KEDA reports the ScaledObject inactive (nothing in flight
+			// or held), scale the Deployment to 0 instead of waiting for KEDA's polling and cooldown.
+			Eventually(func(g Gomega) {
+				var so kedav1alpha1.ScaledObject
+				g.Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, &so)).To(Succeed())
+				g.Expect(so.Status.Conditions.GetActiveCondition().Status).To(Equal(metav1.ConditionFalse))
+			}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+			updateDeployment(ctx, ns, "app", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) })
+			atZero(ctx, time.Minute)
+			wakes = append(wakes, cold(ctx))
+		}
+		rep := fmt.Sprintf("%d wakes from zero, request -> answered: p50 %s, p99 %s, max %s", len(wakes),
+			percentile(wakes, 50).Round(time.Millisecond), percentile(wakes, 99).Round(time.Millisecond), slices.Max(wakes).Round(time.Millisecond))
+		AddReportEntry("real cold starts", rep)
+		fmt.Fprintln(GinkgoWriter, rep)
+	})
+})
+
+// percentile returns the nearest-rank percentile p (0-100] of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(i, 0)]
+}
