@@ -94,22 +94,32 @@ func FromConfigMaps(head *corev1.ConfigMap, shardCMs []*corev1.ConfigMap) (*Tabl
 	return r.FromConfigMaps(head, shardCMs)
 }
 
-// FromConfigMaps is the package's FromConfigMaps for a Reader: it decodes only the shards that
-// changed since the table it last returned (see Reader.Read).
-func (r *Reader) FromConfigMaps(head *corev1.ConfigMap, shardCMs []*corev1.ConfigMap) (*Table, error) {
+// ReadManifest returns the validated manifest of a head ConfigMap. A nil head is ErrIncomplete;
+// a missing, malformed or inconsistent manifest is ErrCorrupt.
+func ReadManifest(head *corev1.ConfigMap) (Manifest, error) {
 	if head == nil {
-		return nil, fmt.Errorf("reading routing table: %w: no head ConfigMap", ErrIncomplete)
+		return Manifest{}, fmt.Errorf("reading routing table: %w: no head ConfigMap", ErrIncomplete)
 	}
 	var m Manifest
 	raw, ok := head.Data[ManifestKey]
 	if !ok {
-		return nil, fmt.Errorf("reading routing table %s/%s: %w: no %s", head.Namespace, head.Name, ErrCorrupt, ManifestKey)
+		return Manifest{}, fmt.Errorf("reading routing table %s/%s: %w: no %s", head.Namespace, head.Name, ErrCorrupt, ManifestKey)
 	}
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		return nil, fmt.Errorf("reading routing table %s/%s: %w: %s: %w", head.Namespace, head.Name, ErrCorrupt, ManifestKey, err)
+		return Manifest{}, fmt.Errorf("reading routing table %s/%s: %w: %s: %w", head.Namespace, head.Name, ErrCorrupt, ManifestKey, err)
 	}
 	if err := m.validate(); err != nil {
-		return nil, fmt.Errorf("reading routing table %s/%s: %w", head.Namespace, head.Name, err)
+		return Manifest{}, fmt.Errorf("reading routing table %s/%s: %w", head.Namespace, head.Name, err)
+	}
+	return m, nil
+}
+
+// FromConfigMaps is the package's FromConfigMaps for a Reader: it decodes only the shards that
+// changed since the table it last returned (see Reader.Read).
+func (r *Reader) FromConfigMaps(head *corev1.ConfigMap, shardCMs []*corev1.ConfigMap) (*Table, error) {
+	m, err := ReadManifest(head)
+	if err != nil {
+		return nil, err
 	}
 	byName := make(map[string]*corev1.ConfigMap, len(shardCMs))
 	for _, cm := range shardCMs {

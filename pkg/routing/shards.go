@@ -13,18 +13,19 @@ import (
 	"strings"
 )
 
-// EncodeEntry validates and canonicalises e and returns its stored form: the JSON line an Encoder
-// takes. Invalid entries are an error wrapping ErrInvalidEntry. Safe for concurrent use.
-func EncodeEntry(e Entry) ([]byte, error) {
+// EncodeEntry validates and canonicalises e and returns the canonical entry and its stored form: the
+// JSON line an Encoder takes. Invalid entries are an error wrapping ErrInvalidEntry. Safe for
+// concurrent use.
+func EncodeEntry(e Entry) (Entry, []byte, error) {
 	c, err := e.canonical()
 	if err != nil {
-		return nil, err
+		return Entry{}, nil, err
 	}
 	line, err := json.Marshal(&c)
 	if err != nil {
-		return nil, fmt.Errorf("encoding routing entry %s: %w", c.Key(), err)
+		return Entry{}, nil, fmt.Errorf("encoding routing entry %s: %w", c.Key(), err)
 	}
-	return line, nil
+	return c, line, nil
 }
 
 // Encoder keeps a stored table's shards between versions, so that a change re-encodes only the

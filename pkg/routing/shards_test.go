@@ -29,7 +29,7 @@ func TestReaderFollowsEncoder(t *testing.T) {
 	var follower Reader
 	var prev Manifest
 	put := func(e *Entry) {
-		line, err := EncodeEntry(*e)
+		_, line, err := EncodeEntry(*e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +159,7 @@ func TestReaderReadsOnlyChangedShards(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range syntheticEntries(1000) {
-		line, err := EncodeEntry(e)
+		_, line, err := EncodeEntry(e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +179,7 @@ func TestReaderReadsOnlyChangedShards(t *testing.T) {
 	if asked != len(m.Shards) || len(m.Shards) < 32 {
 		t.Fatalf("first read asked for %d shards of %d", asked, len(m.Shards))
 	}
-	line, _ := EncodeEntry(entry("new/app", []string{"new.example.com"}))
+	_, line, _ := EncodeEntry(entry("new/app", []string{"new.example.com"}))
 	enc.Put("new/app", line)
 	m, shards, err = enc.Encode()
 	if err != nil {
@@ -217,7 +217,7 @@ func BenchmarkReaderOneChange10k(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, e := range syntheticEntries(10_000) {
-		line, _ := EncodeEntry(e)
+		_, line, _ := EncodeEntry(e)
 		enc.Put(e.Key(), line)
 	}
 	m, shards, _ := enc.Encode()
@@ -230,7 +230,7 @@ func BenchmarkReaderOneChange10k(b *testing.B) {
 	for b.Loop() {
 		i++
 		e := entry(fmt.Sprintf("bench/app-%d", i), []string{fmt.Sprintf("app-%d.bench.example.com", i)})
-		line, _ := EncodeEntry(e)
+		_, line, _ := EncodeEntry(e)
 		enc.Put(e.Key(), line)
 		m, shards, err := enc.Encode()
 		if err != nil {
