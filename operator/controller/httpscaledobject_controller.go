@@ -45,8 +45,9 @@ const invalidRecheck = 30 * time.Second
 // +kubebuilder:rbac:groups="",namespace=httpscale-system,resources=configmaps,verbs=get;list;create;update;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,namespace=httpscale-system,resources=endpointslices,verbs=get;list;watch
 
-// Reconciler reconciles one HTTPScaledObject: validates its references, hands its routing entry to the
-// TableWriter, keeps its KEDA ScaledObject in sync and reports status.
+// Reconciler reconciles one HTTPScaledObject: validates its references, keeps its KEDA ScaledObject in
+// sync and reports status, including the routing outcome the TableWriter reports. The routing entry
+// itself reaches the TableWriter through routeReconciler, which does not wait for any of this.
 type Reconciler struct {
 	Client        client.Client
 	Recorder      events.EventRecorder
@@ -96,14 +97,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var inv *invalidError
 	switch {
 	case errors.As(err, &inv):
-		r.Table.Set(key, nil)
 		r.setCondition(hso, v1.ConditionValid, metav1.ConditionFalse, inv.Reason, inv.Message)
 		hso.Status.TargetService = ""
 		result.RequeueAfter = invalidRecheck
 	case err != nil:
 		return ctrl.Result{}, err
 	default:
-		r.Table.Set(key, &candidate{entry: entry, created: hso.CreationTimestamp.Time})
 		r.setCondition(hso, v1.ConditionValid, metav1.ConditionTrue, "Resolved",
 			fmt.Sprintf("Service %s port %d and %s %s resolve", entry.Service, entry.Port, hso.Spec.ScaleTargetRef.Kind, hso.Spec.ScaleTargetRef.Name))
 		hso.Status.TargetService = fmt.Sprintf("%s:%d", entry.Service, entry.Port)
