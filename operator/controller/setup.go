@@ -147,6 +147,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if transport == nil {
 		transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
+	var writer *TableWriter // the prober's callback reads it; set below
 	prober := &Prober{
 		Reader:    mgr.GetClient(),
 		Namespace: o.Namespace,
@@ -156,13 +157,22 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Timeout:   o.ProbeTimeout,
 		Admin:     admin.Client{HTTP: &http.Client{Timeout: o.ProbeTimeout, Transport: transport}},
 		Log:       log.WithName("propagation"),
-		OnChange:  enqueueAll,
+		// A probe answer changes after every table write; re-evaluate the objects whose count can
+		// change, not all 10,000 (each a reconcile competing with the next change for the CPU).
+		OnChange: func(prev, next *Fleet) {
+			affected, all := Affected(prev, next, writer.Written())
+			if all {
+				enqueueAll()
+				return
+			}
+			keys.Enqueue(affected)
+		},
 	}
 	maxShard := o.MaxShardBytes
 	if maxShard <= 0 {
 		maxShard = routing.DefaultMaxShardBytes
 	}
-	writer := &TableWriter{
+	writer = &TableWriter{
 		Client:          mgr.GetClient(),
 		Reader:          mgr.GetAPIReader(),
 		Namespace:       o.Namespace,

@@ -330,3 +330,47 @@ func readStored(ctx context.Context, c client.Reader) (*routing.Table, error) {
 	}
 	return routing.FromConfigMaps(head, shards)
 }
+
+func TestAffectedByAFleetChange(t *testing.T) {
+	w := &Written{
+		versions:   map[string]uint64{"v1": 1, "v2": 2, "v3": 3},
+		introduced: map[string]introduction{"ns/old": {1, 1, "v1"}, "ns/mid": {1, 2, "v2"}, "ns/new": {1, 3, "v3"}},
+	}
+	fleet := func(versions ...string) *Fleet {
+		f := &Fleet{}
+		for i, v := range versions {
+			f.Replicas = append(f.Replicas, Replica{Address: fmt.Sprint(i), Version: v})
+		}
+		return f
+	}
+	for _, tc := range []struct {
+		name       string
+		prev, next *Fleet
+		want       []string
+		all        bool
+	}{
+		{"one replica catches up with the last write", fleet("v2", "v3"), fleet("v3", "v3"), []string{"ns/new"}, false},
+		{"replicas far behind", fleet("v1", "v3"), fleet("v2", "v3"), []string{"ns/mid", "ns/new"}, false},
+		{"a replica joins", fleet("v3"), fleet("v3", "v3"), nil, true},
+		{"an unknown version", fleet("v3", "v0"), fleet("v3", "v3"), nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, all := Affected(tc.prev, tc.next, w)
+			slices.Sort(got)
+			if all != tc.all || !slices.Equal(got, tc.want) {
+				t.Errorf("Affected = %v, all=%v; want %v, all=%v", got, all, tc.want, tc.all)
+			}
+			// Whatever is left out must really be counted the same in both fleets.
+			for k, in := range w.introduced {
+				if all || slices.Contains(got, k) {
+					continue
+				}
+				r1, t1 := tc.prev.Propagation(w, in.seq)
+				r2, t2 := tc.next.Propagation(w, in.seq)
+				if r1 != r2 || t1 != t2 {
+					t.Errorf("%s left out but its propagation changes: %d/%d → %d/%d", k, r1, t1, r2, t2)
+				}
+			}
+		})
+	}
+}
