@@ -65,8 +65,30 @@ func (p *Proxy) TableChanged(t *routing.Table) {
 	if rt := p.routes.Load(); rt != nil && rt.table == t {
 		return
 	}
-	p.prepared.Store(p.build(t))
-	p.syncRegistry()
+	old := p.prepared.Load()
+	if old == nil {
+		old = p.routes.Load()
+	}
+	rt := p.build(t)
+	p.prepared.Store(rt)
+	// The sync drops the counters of apps that left; it costs O(apps). A table that only added or
+	// changed apps (build created the new counters) has nothing to drop: the usual single change.
+	if old == nil || dropsApps(old, rt) {
+		p.syncRegistry()
+	}
+}
+
+// dropsApps reports whether an app of old is not in rt.
+func dropsApps(old, rt *routes) bool {
+	if len(old.byKey) > len(rt.byKey) {
+		return true
+	}
+	for k := range old.byKey {
+		if rt.byKey[k] == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // build returns the routes of t, carrying state over from the newest routes built before (the
