@@ -1,10 +1,15 @@
 package routing
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -239,5 +244,57 @@ func BenchmarkReaderOneChange10k(b *testing.B) {
 		if _, err := r.Decode(m, shardMap(shards)); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// formatV1 stores tbl the way operators before format 2 did: one shard, the version hashed over
+// every entry's line.
+func formatV1(t *testing.T, tbl *Table) (Manifest, map[string][]byte) {
+	t.Helper()
+	var text strings.Builder
+	for e := range tbl.All() {
+		line, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text.Write(line)
+		text.WriteByte('\n')
+	}
+	data := gz(text.String())
+	sum := sha256.Sum256(data)
+	m := Manifest{Format: manifestFormatV1, Version: tbl.Version(), Entries: tbl.Len(), Buckets: 1,
+		Shards: []ShardRef{{Name: "0", SHA256: hex.EncodeToString(sum[:]), Entries: tbl.Len()}}}
+	return m, map[string][]byte{"0": data}
+}
+
+// A reader follows a table across a rolling upgrade of the operator: format 1, then 2, then 1 again.
+func TestReaderReadsFormatOne(t *testing.T) {
+	tbl := mustTable(t, syntheticEntries(300)...)
+	m1, data1 := formatV1(t, tbl)
+	var r Reader
+	got, err := r.Decode(m1, data1)
+	if err != nil {
+		t.Fatalf("format 1: %v", err)
+	}
+	if got.Version() != tbl.Version() {
+		t.Errorf("format 1 version %s, want %s", got.Version(), tbl.Version())
+	}
+	if d := diff(tbl.Entries(), got.Entries()); d != "" {
+		t.Fatalf("format 1 entries (-want +got):\n%s", d)
+	}
+	m2, shards := encodeT(t, tbl, DefaultMaxShardBytes)
+	if got, err = r.Decode(m2, shardMap(shards)); err != nil || got.Version() != m2.Version {
+		t.Fatalf("format 2 after 1: %v, version %s want %s", err, got.Version(), m2.Version)
+	}
+	if d := diff(tbl.Entries(), got.Entries()); d != "" {
+		t.Fatalf("format 2 entries (-want +got):\n%s", d)
+	}
+	if got, err = r.Decode(m1, data1); err != nil || got.Version() != tbl.Version() {
+		t.Fatalf("format 1 after 2: %v", err)
+	}
+	// A format-1 table whose entries do not hash to its version is corrupt.
+	m1.Version = "0123456789abcdef"
+	if _, err := Decode(m1, data1); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("format 1 with a wrong version: %v, want ErrCorrupt", err)
 	}
 }
