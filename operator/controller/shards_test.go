@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -145,10 +146,17 @@ func expectReadersConsistent(readers []*tablewatch.Watcher) {
 		Expect(got.Entries()).To(Equal(fresh.Entries()), "reader %d entries", i)
 		for e := range fresh.All() {
 			for _, host := range e.Hosts {
-				want, _ := fresh.Match(host, "/", nil)
-				have, ok := got.Match(host, "/", nil)
-				Expect(ok).To(BeTrue(), "reader %d routes %s", i, host)
-				Expect(have.Key()).To(Equal(want.Key()), "reader %d routes %s", i, host)
+				if strings.HasPrefix(host, "*") {
+					host = "any" + strings.TrimPrefix(host, "*") // a name the wildcard (or "*") matches
+				}
+				for _, path := range append([]string{"/"}, e.PathPrefixes...) {
+					want, wantOK := fresh.Match(host, path, nil)
+					have, ok := got.Match(host, path, nil)
+					Expect(ok).To(Equal(wantOK), "reader %d routes %s%s", i, host, path)
+					if ok {
+						Expect(have.Key()).To(Equal(want.Key()), "reader %d routes %s%s", i, host, path)
+					}
+				}
 			}
 		}
 	}
