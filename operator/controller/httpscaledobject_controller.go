@@ -72,7 +72,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	hso := &v1.HTTPScaledObject{}
 	if err := r.Client.Get(ctx, req.NamespacedName, hso); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.Table.Set(key, nil)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("reading HTTPScaledObject %s: %w", key, err)
@@ -134,15 +133,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return result, nil
 }
 
-// finalize takes the object out of the routing table and releases it once the written table no longer
-// holds it; the TableWriter's Notify brings the object back here after that write.
+// finalize releases the object once the routing controller decided to take it out of the routing table
+// and a table without it was written (TableWriter.Released); the TableWriter's Notify brings the object
+// back here after that write.
 func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key string) (ctrl.Result, error) {
-	r.Table.Set(key, nil)
 	if !controllerutil.ContainsFinalizer(hso, Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	if r.Table.Written().Contains(key) {
-		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	if !r.Table.Released(key, hso.UID) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	orig := hso.DeepCopy()
 	controllerutil.RemoveFinalizer(hso, Finalizer)

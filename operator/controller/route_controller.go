@@ -7,6 +7,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -16,9 +18,12 @@ import (
 
 // routeReconciler is the routing table's input: for every change of an HTTPScaledObject (and of the
 // Services and workloads it names) it resolves the object's routing entry from the informer cache
-// and hands it to the TableWriter. It writes nothing to the API server, so a new object is routed
-// without waiting behind the finalizer patch, ScaledObject writes, status patches and events of the
-// main reconcile (Reconciler), which only reads the writer's outcome for the status.
+// and hands it to the TableWriter. Its only write is the object's finalizer (once, before the object
+// is first routed), so a new object is routed without waiting behind the ScaledObject writes, status
+// patches and events of the main reconcile (Reconciler), which only reads the writer's outcome for
+// the status. It is the
+// table's only input, so its decisions for one key are serialised by its work queue; the finalizer
+// waits for its decision that the object is being deleted (TableWriter.Released).
 type routeReconciler struct {
 	r *Reconciler // its cached client, target checker and resolve
 }
@@ -32,13 +37,13 @@ func (rr *routeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	hso := &v1.HTTPScaledObject{}
 	if err := rr.r.Client.Get(ctx, req.NamespacedName, hso); err != nil {
 		if apierrors.IsNotFound(err) {
-			rr.r.Table.Set(key, nil)
+			rr.r.Table.Gone(key)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("reading HTTPScaledObject %s: %w", key, err)
 	}
 	if !hso.DeletionTimestamp.IsZero() {
-		rr.r.Table.Set(key, nil)
+		rr.r.Table.SetDeleting(key, hso.UID)
 		return ctrl.Result{}, nil
 	}
 	entry, err := rr.r.resolve(ctx, hso)
@@ -50,7 +55,16 @@ func (rr *routeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	case err != nil:
 		return ctrl.Result{}, err
 	}
-	rr.r.Table.Set(key, &candidate{entry: entry, created: hso.CreationTimestamp.Time})
+	if !controllerutil.ContainsFinalizer(hso, Finalizer) {
+		// The finalizer goes on before the object is routed, so that it cannot leave the API while an
+		// interceptor still routes it. The main reconcile adds it too; whichever is first wins.
+		orig := hso.DeepCopy()
+		controllerutil.AddFinalizer(hso, Finalizer)
+		if err := rr.r.Client.Patch(ctx, hso, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer to %s: %w", key, err)
+		}
+	}
+	rr.r.Table.Set(key, &candidate{entry: entry, created: hso.CreationTimestamp.Time, uid: hso.UID})
 	return ctrl.Result{}, nil
 }
 

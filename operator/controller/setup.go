@@ -243,9 +243,9 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if err := b.Complete(r); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}
-	// The routing table's input: cheap cached reads only, so two workers keep up with any burst the
-	// API server can deliver.
-	rb, err := controllerFor("httpscaledobject-routing", routeInputChanged, 2)
+	// The routing table's input: cached reads and a new object's finalizer patch; enough workers to
+	// keep the API server's round trips of a burst's patches overlapping.
+	rb, err := controllerFor("httpscaledobject-routing", routeInputChanged, 8)
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,15 @@ var _ = Describe("A routing table of several shards", func() {
 		ns := newNamespace()
 		createService(ns, "app")
 		createDeployment(ns, "app")
+		// Leave no objects behind for later specs (a new leader reconciles every existing object).
+		DeferCleanup(func() {
+			Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed())
+			Eventually(func() int {
+				var list v1.HTTPScaledObjectList
+				Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+				return len(list.Items)
+			}).WithTimeout(2 * time.Minute).Should(BeZero())
+		})
 		objs := map[string]*v1.HTTPScaledObject{}
 		newObj := func(name string) *v1.HTTPScaledObject {
 			h := hso(ns, name, name+".shards.example.com")

@@ -95,6 +95,9 @@ type TableWriter struct {
 	mu      sync.Mutex
 	state   *tableState
 	pending map[string]struct{} // existing objects not yet decided after start-up
+	// deleting holds, per key, the UID of an object being deleted whose removal the routing
+	// controller decided; decisions for that object made from an older read are stale and ignored.
+	deleting map[string]types.UID
 	touched map[string]struct{} // keys decided since the last successful write
 	dirty   chan struct{}
 	initErr error
@@ -135,7 +138,7 @@ func (w *TableWriter) init() {
 func (w *TableWriter) Set(key string, c *candidate) {
 	w.init()
 	if c != nil {
-		c = &candidate{entry: c.entry, created: c.created}
+		c = &candidate{entry: c.entry, created: c.created, uid: c.uid}
 		if err := c.prepare(); err != nil {
 			// The reconciler validates entries before handing them over; this guard keeps one bad
 			// entry from blocking every other app should the two ever disagree.
@@ -144,12 +147,52 @@ func (w *TableWriter) Set(key string, c *candidate) {
 		}
 	}
 	w.mu.Lock()
+	if uid, ok := w.deleting[key]; ok && c != nil {
+		if c.uid == uid {
+			w.mu.Unlock()
+			return // decided from a read older than the deletion
+		}
+		delete(w.deleting, key) // a new object of the same name
+	}
 	delete(w.pending, key)
 	changed := w.state != nil && w.state.set(key, c)
 	w.mu.Unlock()
 	if changed {
 		w.markDirty()
 	}
+}
+
+// SetDeleting takes the object uid out of the table for good: later Sets of a candidate of the same
+// object (decided from an older read) are ignored. Safe for concurrent use.
+func (w *TableWriter) SetDeleting(key string, uid types.UID) {
+	w.init()
+	w.mu.Lock()
+	if w.deleting == nil {
+		w.deleting = map[string]types.UID{}
+	}
+	w.deleting[key] = uid
+	w.mu.Unlock()
+	w.Set(key, nil)
+}
+
+// Gone records that no object has key any more (it was deleted): it leaves the table and is
+// forgotten. Safe for concurrent use.
+func (w *TableWriter) Gone(key string) {
+	w.init()
+	w.mu.Lock()
+	delete(w.deleting, key)
+	w.mu.Unlock()
+	w.Set(key, nil)
+}
+
+// Released reports whether the object uid being deleted is out of the written table for good: its
+// removal was decided (SetDeleting) and a table without it was written. Safe for concurrent use.
+func (w *TableWriter) Released(key string, uid types.UID) bool {
+	w.init()
+	w.mu.Lock()
+	decided := w.deleting[key] == uid
+	w.mu.Unlock()
+	return decided && !w.written.Load().Contains(key)
 }
 
 func (w *TableWriter) markDirty() {
@@ -287,7 +330,7 @@ func (w *TableWriter) seed(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		c := &candidate{entry: e.Clone(), created: o.CreationTimestamp.Time}
+		c := &candidate{entry: e.Clone(), created: o.CreationTimestamp.Time, uid: o.UID}
 		if err := c.prepare(); err != nil {
 			continue
 		}

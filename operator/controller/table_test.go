@@ -374,3 +374,35 @@ func TestAffectedByAFleetChange(t *testing.T) {
 		})
 	}
 }
+
+// A decision made from a read older than the object's deletion must not put it back; a new object
+// of the same name may.
+func TestDeletingIgnoresStaleDecisions(t *testing.T) {
+	w := &TableWriter{Log: logr.Discard()}
+	c := cand("ns/app", "app.example.com", time.Hour)
+	c.uid = "uid-1"
+	w.Set("ns/app", &c)
+	w.SetDeleting("ns/app", "uid-1")
+	if w.Released("ns/app", "uid-2") {
+		t.Error("released for another object")
+	}
+	w.Set("ns/app", &c) // a routing decision that read the object before its deletion
+	w.mu.Lock()
+	_, back := w.state.desired["ns/app"]
+	w.mu.Unlock()
+	if back {
+		t.Fatal("a stale decision put a deleting object back")
+	}
+	if !w.Released("ns/app", "uid-1") {
+		t.Error("not released although never written and its removal decided")
+	}
+	again := c
+	again.uid = "uid-2"
+	w.Set("ns/app", &again)
+	w.mu.Lock()
+	_, back = w.state.desired["ns/app"]
+	w.mu.Unlock()
+	if !back {
+		t.Error("a new object of the same name was refused")
+	}
+}

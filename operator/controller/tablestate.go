@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
@@ -13,6 +15,7 @@ import (
 type candidate struct {
 	entry   routing.Entry // canonical once prepared
 	created time.Time
+	uid     types.UID // of the object, to tell a stale decision from a recreated object
 	line    []byte   // the stored form of entry (routing.EncodeEntry)
 	routes  []string // routing.RouteKeys of entry
 }
