@@ -98,9 +98,9 @@ type TableWriter struct {
 	// deleting holds, per key, the UID of an object being deleted whose removal the routing
 	// controller decided; decisions for that object made from an older read are stale and ignored.
 	deleting map[string]types.UID
-	touched map[string]struct{} // keys decided since the last successful write
-	dirty   chan struct{}
-	initErr error
+	touched  map[string]struct{} // keys decided since the last successful write
+	dirty    chan struct{}
+	initErr  error
 
 	// Owned by the Start goroutine: the shard ConfigMaps known to exist (nil: list them) and the
 	// head's last resourceVersion written.

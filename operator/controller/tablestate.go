@@ -16,8 +16,8 @@ type candidate struct {
 	entry   routing.Entry // canonical once prepared
 	created time.Time
 	uid     types.UID // of the object, to tell a stale decision from a recreated object
-	line    []byte   // the stored form of entry (routing.EncodeEntry)
-	routes  []string // routing.RouteKeys of entry
+	line    []byte    // the stored form of entry (routing.EncodeEntry)
+	routes  []string  // routing.RouteKeys of entry
 }
 
 // prepare canonicalises c's entry and computes its stored form and route keys. It is called outside
