@@ -50,19 +50,37 @@ func benchCandidates(b *testing.B, n int) []candidate {
 	return out
 }
 
-// BenchmarkBuildEncode50k measures what the writer does per table version with 50,000 apps: decide
-// the table (conflicts, canonical form, version hash), encode it into compressed shards and lay them
-// out as ConfigMaps. It reports the encoded size, the number of shards and the largest shard.
+// fill returns a table state holding cands, decided and encoded.
+func fill(b *testing.B, cands []candidate) *tableState {
+	b.Helper()
+	s, err := newTableState(routing.DefaultMaxShardBytes, routing.DefaultMaxShardEntries)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range cands {
+		c := cands[i]
+		if err := c.prepare(); err != nil {
+			b.Fatal(err)
+		}
+		s.set(c.entry.Key(), &c)
+	}
+	s.decide()
+	if _, _, err := s.enc.Encode(); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// BenchmarkBuildEncode50k measures deciding and encoding a whole table of 50,000 apps from scratch
+// (what the writer does once, at start-up): conflicts, canonical form, compressed shards, ConfigMaps.
+// It reports the encoded size, the number of shards and the largest shard.
 func BenchmarkBuildEncode50k(b *testing.B) {
 	cands := benchCandidates(b, 50_000)
 	var bytes, largest, shards int
 	b.ReportAllocs()
 	for b.Loop() {
-		table, _, invalid, err := buildTable(cands)
-		if err != nil || len(invalid) > 0 {
-			b.Fatalf("buildTable: %v %v", err, invalid)
-		}
-		manifest, ss, err := routing.Encode(table, routing.DefaultMaxShardBytes)
+		s := fill(b, cands)
+		manifest, ss, err := s.enc.Encode()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -73,8 +91,8 @@ func BenchmarkBuildEncode50k(b *testing.B) {
 			bytes += n
 			largest = max(largest, n)
 		}
-		if table.Len() != 50_000 {
-			b.Fatalf("table has %d entries", table.Len())
+		if manifest.Entries != 50_000 {
+			b.Fatalf("table has %d entries", manifest.Entries)
 		}
 	}
 	b.ReportMetric(float64(bytes), "encoded-bytes")
@@ -82,13 +100,42 @@ func BenchmarkBuildEncode50k(b *testing.B) {
 	b.ReportMetric(float64(largest), "largest-shard-bytes")
 }
 
-// BenchmarkBuild50k is the decision alone (no encoding), for comparison.
-func BenchmarkBuild50k(b *testing.B) {
-	cands := benchCandidates(b, 50_000)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, _, _, err := buildTable(cands); err != nil {
-			b.Fatal(err)
-		}
+// BenchmarkOneChange measures what the writer does per table version when one new object arrives
+// among N: prepare its entry, decide what it can affect, re-encode the shard it lands in, lay the
+// table out as ConfigMaps. It reports the shards re-encoded per change.
+func BenchmarkOneChange(b *testing.B) {
+	for _, n := range []int{10_000, 50_000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			cands := benchCandidates(b, n+10_000)
+			s := fill(b, cands[:n])
+			prev, _, _ := s.enc.Encode()
+			i, changed := n, 0
+			b.ReportAllocs()
+			for b.Loop() {
+				c := cands[i%len(cands)]
+				i++
+				if err := c.prepare(); err != nil {
+					b.Fatal(err)
+				}
+				s.set(c.entry.Key(), &c)
+				s.decide()
+				m, shards, err := s.enc.Encode()
+				if err != nil {
+					b.Fatal(err)
+				}
+				routing.ToConfigMaps("httpscale-system", routing.DefaultBaseName, m, shards)
+				old := map[string]string{}
+				for _, r := range prev.Shards {
+					old[r.Name] = r.SHA256
+				}
+				for _, r := range m.Shards {
+					if old[r.Name] != r.SHA256 {
+						changed++
+					}
+				}
+				prev = m
+			}
+			b.ReportMetric(float64(changed)/float64(b.N), "shards/change")
+		})
 	}
 }

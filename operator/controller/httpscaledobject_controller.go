@@ -45,8 +45,9 @@ const invalidRecheck = 30 * time.Second
 // +kubebuilder:rbac:groups="",namespace=httpscale-system,resources=configmaps,verbs=get;list;create;update;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,namespace=httpscale-system,resources=endpointslices,verbs=get;list;watch
 
-// Reconciler reconciles one HTTPScaledObject: validates its references, hands its routing entry to the
-// TableWriter, keeps its KEDA ScaledObject in sync and reports status.
+// Reconciler reconciles one HTTPScaledObject: validates its references, keeps its KEDA ScaledObject in
+// sync and reports status, including the routing outcome the TableWriter reports. The routing entry
+// itself reaches the TableWriter through routeReconciler, which does not wait for any of this.
 type Reconciler struct {
 	Client        client.Client
 	Recorder      events.EventRecorder
@@ -71,7 +72,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	hso := &v1.HTTPScaledObject{}
 	if err := r.Client.Get(ctx, req.NamespacedName, hso); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.Table.Set(key, nil)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("reading HTTPScaledObject %s: %w", key, err)
@@ -96,14 +96,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var inv *invalidError
 	switch {
 	case errors.As(err, &inv):
-		r.Table.Set(key, nil)
 		r.setCondition(hso, v1.ConditionValid, metav1.ConditionFalse, inv.Reason, inv.Message)
 		hso.Status.TargetService = ""
 		result.RequeueAfter = invalidRecheck
 	case err != nil:
 		return ctrl.Result{}, err
 	default:
-		r.Table.Set(key, &candidate{entry: entry, created: hso.CreationTimestamp.Time})
 		r.setCondition(hso, v1.ConditionValid, metav1.ConditionTrue, "Resolved",
 			fmt.Sprintf("Service %s port %d and %s %s resolve", entry.Service, entry.Port, hso.Spec.ScaleTargetRef.Kind, hso.Spec.ScaleTargetRef.Name))
 		hso.Status.TargetService = fmt.Sprintf("%s:%d", entry.Service, entry.Port)
@@ -135,15 +133,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return result, nil
 }
 
-// finalize takes the object out of the routing table and releases it once the written table no longer
-// holds it; the TableWriter's Notify brings the object back here after that write.
+// finalize releases the object once the routing controller decided to take it out of the routing table
+// and a table without it was written (TableWriter.Released); the TableWriter's Notify brings the object
+// back here after that write.
 func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key string) (ctrl.Result, error) {
-	r.Table.Set(key, nil)
 	if !controllerutil.ContainsFinalizer(hso, Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	if r.Table.Written().Contains(key) {
-		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	if !r.Table.Released(key, hso.UID) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	orig := hso.DeepCopy()
 	controllerutil.RemoveFinalizer(hso, Finalizer)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -55,8 +56,9 @@ type Prober struct {
 	Timeout  time.Duration
 	Admin    admin.Client
 	Log      logr.Logger
-	// OnChange is called when a probe round's result differs from the previous one.
-	OnChange func()
+	// OnChange is called with the previous and the new result when a probe round's result differs
+	// from the previous one.
+	OnChange func(prev, next *Fleet)
 
 	fleet atomic.Pointer[Fleet]
 	kick  chan struct{}
@@ -134,9 +136,40 @@ func (p *Prober) probe(ctx context.Context) {
 	if !sameFleet(prev, next) {
 		p.Log.V(1).Info("interceptor fleet changed", "replicas", len(replicas))
 		if p.OnChange != nil {
-			p.OnChange()
+			p.OnChange(prev, next)
 		}
 	}
+}
+
+// Affected returns the keys whose propagation status (Propagation) can differ between fleets prev and
+// next, or all=true when that is every object: the replicas themselves changed, or one serves a
+// version w does not know. Otherwise only objects introduced after the oldest table any replica of
+// either fleet serves can be counted differently; after a write that is the few objects it
+// introduced, not every object. Cost: one pass over w's keys.
+func Affected(prev, next *Fleet, w *Written) (keys []string, all bool) {
+	if len(prev.Replicas) != len(next.Replicas) {
+		return nil, true
+	}
+	lowest := uint64(math.MaxUint64)
+	for i := range next.Replicas {
+		a, b := prev.Replicas[i], next.Replicas[i]
+		if a.Address != b.Address || (a.Err == "") != (b.Err == "") {
+			return nil, true
+		}
+		for _, v := range []string{a.Version, b.Version} {
+			s, ok := w.Seq(v)
+			if !ok {
+				return nil, true
+			}
+			lowest = min(lowest, s)
+		}
+	}
+	for k, in := range w.introduced {
+		if in.seq > lowest {
+			keys = append(keys, k)
+		}
+	}
+	return keys, false
 }
 
 func sameFleet(a, b *Fleet) bool {

@@ -71,6 +71,8 @@ type Options struct {
 	TableMaxDelay time.Duration
 	// MaxShardBytes bounds one compressed shard; 0 means routing.DefaultMaxShardBytes.
 	MaxShardBytes int
+	// MaxShardEntries bounds the entries of one shard; 0 means routing.DefaultMaxShardEntries.
+	MaxShardEntries int
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
 	// Schedules runs spec.schedules in every reconcile; nil disables scheduled scaling.
@@ -145,6 +147,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if transport == nil {
 		transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
+	var writer *TableWriter // the prober's callback reads it; set below
 	prober := &Prober{
 		Reader:    mgr.GetClient(),
 		Namespace: o.Namespace,
@@ -154,13 +157,22 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Timeout:   o.ProbeTimeout,
 		Admin:     admin.Client{HTTP: &http.Client{Timeout: o.ProbeTimeout, Transport: transport}},
 		Log:       log.WithName("propagation"),
-		OnChange:  enqueueAll,
+		// A probe answer changes after every table write; re-evaluate the objects whose count can
+		// change, not all 10,000 (each a reconcile competing with the next change for the CPU).
+		OnChange: func(prev, next *Fleet) {
+			affected, all := Affected(prev, next, writer.Written())
+			if all {
+				enqueueAll()
+				return
+			}
+			keys.Enqueue(affected)
+		},
 	}
 	maxShard := o.MaxShardBytes
 	if maxShard <= 0 {
 		maxShard = routing.DefaultMaxShardBytes
 	}
-	writer := &TableWriter{
+	writer = &TableWriter{
 		Client:          mgr.GetClient(),
 		Reader:          mgr.GetAPIReader(),
 		Namespace:       o.Namespace,
@@ -170,6 +182,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		MaxDelay:        o.TableMaxDelay,
 		StartupGrace:    30 * time.Second,
 		MaxShardBytes:   maxShard,
+		MaxShardEntries: o.MaxShardEntries,
 		Log:             log.WithName("table"),
 		Notify:          keys.Enqueue,
 		AfterWrite:      prober.Kick,
@@ -196,33 +209,48 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	// Creation and deletion of a workload re-validate the objects that scale it; updates never change
 	// whether it exists or has /scale, and would cost a list per rollout.
 	createDelete := builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})
-	b := ctrl.NewControllerManagedBy(mgr).
-		Named("httpscaledobject").
-		For(&v1.HTTPScaledObject{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexServices, nil, nil))).
-		WatchesRawSource(keys).
-		WithOptions(controller.Options{
-			MaxConcurrentReconciles: max(1, o.MaxConcurrentReconciles),
-			// controller-runtime v0.24.1's priority queue can deadlock at shutdown when many keys are
-			// queued (a worker leaving on shutdown does not give back its waiter slot, and the
-			// dispatcher then blocks handing it an item while holding the queue lock), so the manager
-			// never stops within its grace period. The classic queue drains; Reconcile returns at once
-			// once the context is cancelled.
-			UsePriorityQueue: ptr.To(false),
-		})
-	for _, kind := range watchedTargets {
-		gvk, err := mgr.GetClient().GroupVersionKindFor(kind)
-		if err != nil {
-			return nil, fmt.Errorf("looking up kind of %T: %w", kind, err)
+	controllerFor := func(name string, objects predicate.Predicate, workers int) (*builder.TypedBuilder[reconcile.Request], error) {
+		b := ctrl.NewControllerManagedBy(mgr).
+			Named(name).
+			For(&v1.HTTPScaledObject{}, builder.WithPredicates(objects)).
+			Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexServices, nil, nil))).
+			WithOptions(controller.Options{
+				MaxConcurrentReconciles: workers,
+				// controller-runtime v0.24.1's priority queue can deadlock at shutdown when many keys are
+				// queued (a worker leaving on shutdown does not give back its waiter slot, and the
+				// dispatcher then blocks handing it an item while holding the queue lock), so the manager
+				// never stops within its grace period. The classic queue drains; Reconcile returns at once
+				// once the context is cancelled.
+				UsePriorityQueue: ptr.To(false),
+			})
+		for _, kind := range watchedTargets {
+			gvk, err := mgr.GetClient().GroupVersionKindFor(kind)
+			if err != nil {
+				return nil, fmt.Errorf("looking up kind of %T: %w", kind, err)
+			}
+			targets.Watched[gvk] = true
+			value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
+			b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTarget, value, targets.Forget)), createDelete)
 		}
-		targets.Watched[gvk] = true
-		value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
-		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTarget, value, targets.Forget)), createDelete)
+		return b, nil
 	}
+	b, err := controllerFor("httpscaledobject", predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}),
+		max(1, o.MaxConcurrentReconciles))
+	if err != nil {
+		return nil, err
+	}
+	b.Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).WatchesRawSource(keys)
 	if err := b.Complete(r); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
+	}
+	// The routing table's input: cached reads and a new object's finalizer patch; enough workers to
+	// keep the API server's round trips of a burst's patches overlapping.
+	rb, err := controllerFor("httpscaledobject-routing", routeInputChanged, 8)
+	if err != nil {
+		return nil, err
+	}
+	if err := rb.Complete(&routeReconciler{r: r}); err != nil {
+		return nil, fmt.Errorf("building HTTPScaledObject routing controller: %w", err)
 	}
 	return writer, nil
 }

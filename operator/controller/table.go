@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,12 +22,6 @@ import (
 	"github.com/httpscale/httpscale/pkg/appkey"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
-
-// candidate is one valid object's bid for the routing table.
-type candidate struct {
-	entry   routing.Entry
-	created time.Time
-}
 
 // introduction records the first written table that held a key at a generation.
 type introduction struct {
@@ -69,9 +64,12 @@ func (w *Written) Seq(version string) (uint64, bool) {
 	return s, ok
 }
 
-// TableWriter owns the routing table. Reconciles hand it one decision per object (Set); it writes the
-// table ConfigMaps at most once per debounce interval, so a burst of changes costs a handful of writes.
-// It runs only on the elected leader.
+// TableWriter owns the routing table. The routing controller hands it one decision per object (Set);
+// it writes the table ConfigMaps at once when idle and at most once per debounce interval under a
+// burst, so a burst of changes costs a handful of writes. Each write re-decides only the objects a
+// change can affect and re-encodes and rewrites only the shards they land in (tableState,
+// routing.Encoder): one new object costs one shard ConfigMap create, the head update and one stale
+// shard delete, whatever the size of the table. It runs only on the elected leader.
 type TableWriter struct {
 	Client    client.Client // writes ConfigMaps
 	Reader    client.Reader // uncached reads of ConfigMaps and the object list at start-up
@@ -86,16 +84,28 @@ type TableWriter struct {
 	// StartupGrace bounds how long the first write waits for every existing object to be reconciled.
 	StartupGrace  time.Duration
 	MaxShardBytes int
-	Log           logr.Logger
+	// MaxShardEntries bounds the entries of one shard; zero means routing.DefaultMaxShardEntries.
+	MaxShardEntries int
+	Log             logr.Logger
 	// Notify is called after each write with the keys whose routing or conflict state may have changed.
 	Notify func(keys []string)
 	// AfterWrite is called after each write that changed the table version (the prober re-asks then).
 	AfterWrite func()
 
 	mu      sync.Mutex
-	desired map[string]candidate
+	state   *tableState
 	pending map[string]struct{} // existing objects not yet decided after start-up
-	dirty   chan struct{}
+	// deleting holds, per key, the UID of an object being deleted whose removal the routing
+	// controller decided; decisions for that object made from an older read are stale and ignored.
+	deleting map[string]types.UID
+	touched  map[string]struct{} // keys decided since the last successful write
+	dirty    chan struct{}
+	initErr  error
+
+	// Owned by the Start goroutine: the shard ConfigMaps known to exist (nil: list them) and the
+	// head's last resourceVersion written.
+	shardCMs map[string]bool
+	headRV   string
 
 	written atomic.Pointer[Written]
 	// Writes counts ConfigMap creates, updates and deletes; Tables counts table versions written.
@@ -107,37 +117,82 @@ type TableWriter struct {
 func (w *TableWriter) init() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.desired == nil {
-		w.desired = map[string]candidate{}
+	if w.state == nil && w.initErr == nil {
+		maxBytes, maxEntries := w.MaxShardBytes, w.MaxShardEntries
+		if maxBytes <= 0 {
+			maxBytes = routing.DefaultMaxShardBytes
+		}
+		if maxEntries <= 0 {
+			maxEntries = routing.DefaultMaxShardEntries
+		}
+		w.state, w.initErr = newTableState(maxBytes, maxEntries)
+		w.touched = map[string]struct{}{}
 		w.dirty = make(chan struct{}, 1)
 		w.written.Store(&Written{Conflicts: map[string]routing.Conflict{}, versions: map[string]uint64{}, introduced: map[string]introduction{}})
 	}
 }
 
-// Set records the decision for key: a candidate entry, or nil to leave the key out of the table.
-// It never blocks on I/O. Safe for concurrent use.
+// Set records the decision for key: a candidate entry, or nil to leave the key out of the table. An
+// entry the table would reject is logged and left out. It never blocks on I/O; the entry is encoded
+// by the caller's goroutine. Safe for concurrent use.
 func (w *TableWriter) Set(key string, c *candidate) {
 	w.init()
-	w.mu.Lock()
-	old, had := w.desired[key]
-	delete(w.pending, key)
-	changed := false
-	switch {
-	case c == nil:
-		changed = had
-		delete(w.desired, key)
-	case !had || !sameCandidate(old, *c):
-		changed = true
-		w.desired[key] = *c
+	if c != nil {
+		c = &candidate{entry: c.entry, created: c.created, uid: c.uid}
+		if err := c.prepare(); err != nil {
+			// The reconciler validates entries before handing them over; this guard keeps one bad
+			// entry from blocking every other app should the two ever disagree.
+			w.Log.Error(err, "leaving an invalid entry out of the routing table", "key", key)
+			c = nil
+		}
 	}
+	w.mu.Lock()
+	if uid, ok := w.deleting[key]; ok && c != nil {
+		if c.uid == uid {
+			w.mu.Unlock()
+			return // decided from a read older than the deletion
+		}
+		delete(w.deleting, key) // a new object of the same name
+	}
+	delete(w.pending, key)
+	changed := w.state != nil && w.state.set(key, c)
 	w.mu.Unlock()
 	if changed {
 		w.markDirty()
 	}
 }
 
-func sameCandidate(a, b candidate) bool {
-	return a.created.Equal(b.created) && reflect.DeepEqual(a.entry, b.entry)
+// SetDeleting takes the object uid out of the table for good: later Sets of a candidate of the same
+// object (decided from an older read) are ignored. Safe for concurrent use.
+func (w *TableWriter) SetDeleting(key string, uid types.UID) {
+	w.init()
+	w.mu.Lock()
+	if w.deleting == nil {
+		w.deleting = map[string]types.UID{}
+	}
+	w.deleting[key] = uid
+	w.mu.Unlock()
+	w.Set(key, nil)
+}
+
+// Gone records that no object has key any more (it was deleted): it leaves the table and is
+// forgotten. Safe for concurrent use.
+func (w *TableWriter) Gone(key string) {
+	w.init()
+	w.mu.Lock()
+	delete(w.deleting, key)
+	w.mu.Unlock()
+	w.Set(key, nil)
+}
+
+// Released reports whether the object uid being deleted is out of the written table for good: its
+// removal was decided (SetDeleting) and a table without it was written. Safe for concurrent use.
+func (w *TableWriter) Released(key string, uid types.UID) bool {
+	w.init()
+	w.mu.Lock()
+	decided := w.deleting[key] == uid
+	w.mu.Unlock()
+	return decided && !w.written.Load().Contains(key)
 }
 
 func (w *TableWriter) markDirty() {
@@ -163,6 +218,9 @@ func (w *TableWriter) Written() *Written {
 // thousands of changes therefore costs about (burst duration / MaxDelay) + 2 writes.
 func (w *TableWriter) Start(ctx context.Context) error {
 	w.init()
+	if w.initErr != nil {
+		return fmt.Errorf("routing-table writer: %w", w.initErr)
+	}
 	if err := w.seed(ctx); err != nil {
 		return err
 	}
@@ -261,15 +319,28 @@ func (w *TableWriter) seed(ctx context.Context) error {
 			existing[appkey.New(o.Namespace, o.Name).String()] = o
 		}
 	}
-	table, err := w.readCurrent(ctx)
+	table, buckets, err := w.readCurrent(ctx)
 	if err != nil {
 		w.Log.Info("no usable routing table in the cluster; starting empty", "reason", err.Error())
+	}
+	// Prepare outside the lock: encoding thousands of entries takes a while.
+	seeded := map[string]*candidate{}
+	for e := range table.All() {
+		o, ok := existing[e.Key()]
+		if !ok {
+			continue
+		}
+		c := &candidate{entry: e.Clone(), created: o.CreationTimestamp.Time, uid: o.UID}
+		if err := c.prepare(); err != nil {
+			continue
+		}
+		seeded[e.Key()] = c
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.pending = map[string]struct{}{}
 	for key := range existing {
-		if _, decided := w.desired[key]; !decided {
+		if _, decided := w.state.desired[key]; !decided {
 			w.pending[key] = struct{}{}
 		}
 	}
@@ -279,16 +350,14 @@ func (w *TableWriter) seed(ctx context.Context) error {
 		w.markDirty()
 		return nil
 	}
+	// Keep the table's bucket count, so that the first write rewrites only what changed.
+	w.state.enc.Grow(buckets)
 	prev := w.written.Load()
 	next := &Written{Version: table.Version(), Conflicts: prev.Conflicts, versions: map[string]uint64{table.Version(): 0}, introduced: map[string]introduction{}}
-	for _, e := range table.Entries() {
-		o, ok := existing[e.Key()]
-		if !ok {
-			continue
-		}
-		next.introduced[e.Key()] = introduction{generation: e.Generation, seq: 0, version: table.Version()}
-		if _, decided := w.desired[e.Key()]; !decided {
-			w.desired[e.Key()] = candidate{entry: e.Clone(), created: o.CreationTimestamp.Time}
+	for key, c := range seeded {
+		next.introduced[key] = introduction{generation: c.entry.Generation, seq: 0, version: table.Version()}
+		if _, decided := w.state.desired[key]; !decided {
+			w.state.set(key, c)
 		}
 	}
 	w.written.Store(next)
@@ -296,16 +365,25 @@ func (w *TableWriter) seed(ctx context.Context) error {
 	return nil
 }
 
-func (w *TableWriter) readCurrent(ctx context.Context) (*routing.Table, error) {
+// readCurrent reads the table in the cluster and its bucket count.
+func (w *TableWriter) readCurrent(ctx context.Context) (*routing.Table, int, error) {
 	head := &corev1.ConfigMap{}
 	if err := w.Reader.Get(ctx, types.NamespacedName{Namespace: w.Namespace, Name: w.Base}, head); err != nil {
-		return nil, fmt.Errorf("reading %s/%s: %w", w.Namespace, w.Base, err)
+		return nil, 0, fmt.Errorf("reading %s/%s: %w", w.Namespace, w.Base, err)
+	}
+	m, err := routing.ReadManifest(head)
+	if err != nil {
+		return nil, 0, err
 	}
 	shards, err := w.listShards(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return routing.FromConfigMaps(head, shards)
+	t, err := routing.FromConfigMaps(head, shards)
+	if err != nil {
+		return nil, 0, err
+	}
+	return t, m.Buckets, nil
 }
 
 func (w *TableWriter) listShards(ctx context.Context) ([]*corev1.ConfigMap, error) {
@@ -322,34 +400,46 @@ func (w *TableWriter) listShards(ctx context.Context) ([]*corev1.ConfigMap, erro
 	return out, nil
 }
 
-// write builds the table from the desired set and writes it if its version changed.
+// write settles the changes since the last write and writes the shards they touched and the head,
+// if the table's version changed.
 func (w *TableWriter) write(ctx context.Context) error {
 	w.mu.Lock()
-	cands := make([]candidate, 0, len(w.desired))
-	for _, c := range w.desired {
-		cands = append(cands, c)
+	for _, k := range w.state.decide() {
+		w.touched[k] = struct{}{}
 	}
+	manifest, shards, err := w.state.enc.Encode()
+	touched := make(map[string]int64, len(w.touched))
+	for k := range w.touched {
+		gen, ok := w.state.published[k]
+		if !ok {
+			gen = -1
+		}
+		touched[k] = gen
+	}
+	conflicts := maps.Clone(w.state.losers)
 	w.mu.Unlock()
-
-	table, conflicts, invalid, err := buildTable(cands)
 	if err != nil {
-		return err
+		return fmt.Errorf("encoding routing table: %w", err)
 	}
-	for key, err := range invalid {
-		w.Log.Error(err, "leaving an invalid entry out of the routing table", "key", key)
-	}
+
 	prev := w.written.Load()
-	if table.Version() != prev.Version {
-		if err := w.writeConfigMaps(ctx, table); err != nil {
+	if manifest.Version != prev.Version {
+		if err := w.writeConfigMaps(ctx, manifest, shards); err != nil {
 			return err
 		}
 		w.Tables.Add(1)
 	}
-	next := w.record(prev, table, conflicts)
+	next := w.record(prev, manifest.Version, touched, conflicts)
 	w.written.Store(next)
-	changed := changedKeys(prev, next)
-	if table.Version() != prev.Version {
-		w.Log.Info("wrote routing table", "version", table.Version(), "apps", table.Len(), "conflicts", len(conflicts), "changedObjects", len(changed))
+	w.mu.Lock()
+	for k := range touched {
+		delete(w.touched, k)
+	}
+	w.mu.Unlock()
+	changed := changedKeys(prev, next, touched)
+	if manifest.Version != prev.Version {
+		w.Log.Info("wrote routing table", "version", manifest.Version, "apps", manifest.Entries, "shards", len(manifest.Shards),
+			"conflicts", len(conflicts), "changedObjects", len(changed))
 		if w.AfterWrite != nil {
 			w.AfterWrite()
 		}
@@ -364,78 +454,36 @@ func (w *TableWriter) write(ctx context.Context) error {
 // replica serving a version older than that is reported as not (yet) serving the current one.
 const maxKnownVersions = 1024
 
-// buildTable decides the routing table from the valid objects' candidates: the oldest object (then
-// namespace/name) wins a contested route, losers are left out and reported by key, and so is any
-// entry the table would reject (the reconciler validates entries before handing them over; this
-// guard keeps one bad entry from blocking every other app should the two ever disagree). The result
-// does not depend on the order of cands. Pure; safe for concurrent use.
-func buildTable(cands []candidate) (*routing.Table, map[string]routing.Conflict, map[string]error, error) {
-	cands = slices.Clone(cands)
-	slices.SortFunc(cands, func(a, b candidate) int {
-		if c := a.created.Compare(b.created); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.entry.Key(), b.entry.Key())
-	})
-	entries := make([]routing.Entry, len(cands))
-	for i, c := range cands {
-		entries[i] = c.entry
-	}
-	// Conflicts skips invalid entries, so they claim no route.
-	conflicts := map[string]routing.Conflict{}
-	for _, c := range routing.Conflicts(entries) {
-		conflicts[c.Loser] = c
-	}
-	winners := make([]routing.Entry, 0, len(entries)-len(conflicts))
-	for _, e := range entries {
-		if _, lost := conflicts[e.Key()]; !lost {
-			winners = append(winners, e)
-		}
-	}
-	invalid := map[string]error{}
-	table, err := routing.NewTable(winners)
-	if errors.Is(err, routing.ErrInvalidEntry) {
-		// Rare: find the culprits and build without them rather than validating every entry up front.
-		valid := winners[:0]
-		for _, e := range winners {
-			if err := e.Validate(); err != nil {
-				invalid[e.Key()] = err
-				continue
-			}
-			valid = append(valid, e)
-		}
-		table, err = routing.NewTable(valid)
-	}
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("building routing table: %w", err)
-	}
-	return table, conflicts, invalid, nil
-}
-
-// record returns the view after writing table. Every write of a new version gets the next sequence
-// number, even when the same content was written before (a table A, then B, then A again): a replica
-// still serving B must not count as serving what the second A introduced.
-func (w *TableWriter) record(prev *Written, table *routing.Table, conflicts map[string]routing.Conflict) *Written {
-	next := &Written{Version: table.Version(), Conflicts: conflicts, versions: prev.versions, introduced: map[string]introduction{}}
+// record returns the view after writing the table version, given the published generation of every
+// key decided since the last write (-1: not in the table) and the conflicts. Every write of a new
+// version gets the next sequence number, even when the same content was written before (a table A,
+// then B, then A again): a replica still serving B must not count as serving what the second A
+// introduced. Cost: one copy of the previous view's maps, whatever the number of changes.
+func (w *TableWriter) record(prev *Written, version string, touched map[string]int64, conflicts map[string]routing.Conflict) *Written {
+	next := &Written{Version: version, Conflicts: conflicts, versions: prev.versions, introduced: maps.Clone(prev.introduced)}
 	seq := uint64(0)
-	if table.Version() != prev.Version {
+	if version != prev.Version {
 		w.seq++
 		seq = w.seq
 	} else {
-		seq = prev.versions[table.Version()]
+		seq = prev.versions[version]
 	}
-	oldest := seq
-	for _, e := range table.Entries() {
-		in, ok := prev.introduced[e.Key()]
-		if !ok || in.generation != e.Generation {
-			in = introduction{generation: e.Generation, seq: seq, version: table.Version()}
+	for k, gen := range touched {
+		if gen < 0 {
+			delete(next.introduced, k)
+			continue
 		}
-		next.introduced[e.Key()] = in
-		oldest = min(oldest, in.seq)
+		if in, ok := prev.introduced[k]; !ok || in.generation != gen {
+			next.introduced[k] = introduction{generation: gen, seq: seq, version: version}
+		}
 	}
-	if table.Version() != prev.Version {
+	if version != prev.Version {
+		oldest := seq
+		for _, in := range next.introduced {
+			oldest = min(oldest, in.seq)
+		}
 		next.versions = pruneVersions(prev.versions, oldest, maxKnownVersions-1)
-		next.versions[table.Version()] = seq
+		next.versions[version] = seq
 	}
 	return next
 }
@@ -464,83 +512,143 @@ func pruneVersions(versions map[string]uint64, oldest uint64, limit int) map[str
 	return out
 }
 
-func changedKeys(prev, next *Written) []string {
+// changedKeys returns the keys among touched whose routing or conflict state differs between prev
+// and next.
+func changedKeys(prev, next *Written, touched map[string]int64) []string {
 	var keys []string
-	for k, in := range next.introduced {
-		if old, ok := prev.introduced[k]; !ok || old != in {
-			keys = append(keys, k)
-		}
-	}
-	for k := range prev.introduced {
-		if _, ok := next.introduced[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	for k, c := range next.Conflicts {
-		if old, ok := prev.Conflicts[k]; !ok || old.Winner != c.Winner {
-			keys = append(keys, k)
-		}
-	}
-	for k := range prev.Conflicts {
-		if _, ok := next.Conflicts[k]; !ok {
+	for k := range touched {
+		in, ok := next.introduced[k]
+		old, had := prev.introduced[k]
+		c, lost := next.Conflicts[k]
+		oc, lostBefore := prev.Conflicts[k]
+		if ok != had || in != old || lost != lostBefore || c.Winner != oc.Winner {
 			keys = append(keys, k)
 		}
 	}
 	slices.Sort(keys)
-	return slices.Compact(keys)
+	return keys
 }
 
 // writeConfigMaps writes the table in the order routing.ToConfigMaps documents: new shards, then the
-// head, then stale shards deleted.
-func (w *TableWriter) writeConfigMaps(ctx context.Context, table *routing.Table) error {
-	manifest, shards, err := routing.Encode(table, w.MaxShardBytes)
-	if err != nil {
-		return fmt.Errorf("encoding routing table: %w", err)
-	}
+// head, then stale shards deleted. Shards that already exist (content-addressed names) are not
+// written again, so a change that touched one shard creates one ConfigMap.
+func (w *TableWriter) writeConfigMaps(ctx context.Context, manifest routing.Manifest, shards []routing.Shard) error {
 	head, shardCMs := routing.ToConfigMaps(w.Namespace, w.Base, manifest, shards)
-	existing, err := w.listShards(ctx)
-	if err != nil {
-		return err
-	}
-	have := map[string]bool{}
-	for _, cm := range existing {
-		have[cm.Name] = true
+	if w.shardCMs == nil {
+		existing, err := w.listShards(ctx)
+		if err != nil {
+			return err
+		}
+		w.shardCMs = map[string]bool{}
+		for _, cm := range existing {
+			w.shardCMs[cm.Name] = true
+		}
 	}
 	keep := map[string]bool{}
+	var create []*corev1.ConfigMap
 	for _, cm := range shardCMs {
 		keep[cm.Name] = true
-		if have[cm.Name] {
-			continue // content-addressed: an existing shard already holds these bytes
+		if !w.shardCMs[cm.Name] { // content-addressed: an existing shard already holds these bytes
+			create = append(create, cm)
 		}
-		if err := w.Client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating routing-table shard %s: %w", cm.Name, err)
+	}
+	err := concurrently(len(create), func(i int) error {
+		if err := w.Client.Create(ctx, create[i]); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating routing-table shard %s: %w", create[i].Name, err)
 		}
 		w.Writes.Add(1)
+		return nil
+	})
+	if err != nil {
+		w.shardCMs = nil // re-list before the next attempt
+		return err
+	}
+	for _, cm := range create {
+		w.shardCMs[cm.Name] = true
+	}
+	if err := w.writeHead(ctx, head); err != nil {
+		return err
+	}
+	w.Writes.Add(1)
+	var stale []string
+	for name := range w.shardCMs {
+		if !keep[name] {
+			stale = append(stale, name)
+		}
+	}
+	err = concurrently(len(stale), func(i int) error {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: stale[i], Namespace: w.Namespace}}
+		if err := w.Client.Delete(ctx, cm); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting stale routing-table shard %s: %w", stale[i], err)
+		}
+		w.Writes.Add(1)
+		return nil
+	})
+	if err != nil {
+		w.shardCMs = nil
+		return err
+	}
+	for _, name := range stale {
+		delete(w.shardCMs, name)
+	}
+	return nil
+}
+
+// writeParallelism bounds the ConfigMap requests one table write has in flight. A burst rewrites most
+// shards in every version; one at a time, a version of 100 shards took seconds on a busy API server.
+const writeParallelism = 16
+
+// concurrently runs f(0..n-1) with at most writeParallelism calls at once and returns the first error
+// (after every call returned).
+func concurrently(n int, f func(i int) error) error {
+	sem := make(chan struct{}, writeParallelism)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = f(i)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// writeHead updates the head with the resourceVersion of the last write (one request), and reads it
+// first only when that is unknown or stale.
+func (w *TableWriter) writeHead(ctx context.Context, head *corev1.ConfigMap) error {
+	if w.headRV != "" {
+		head.ResourceVersion = w.headRV
+		err := w.Client.Update(ctx, head)
+		if err == nil {
+			w.headRV = head.ResourceVersion
+			return nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			w.headRV = ""
+			return fmt.Errorf("updating routing-table head %s: %w", head.Name, err)
+		}
+		head.ResourceVersion = ""
 	}
 	current := &corev1.ConfigMap{}
-	err = w.Reader.Get(ctx, client.ObjectKeyFromObject(head), current)
+	err := w.Reader.Get(ctx, client.ObjectKeyFromObject(head), current)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := w.Client.Create(ctx, head); err != nil {
+			w.headRV = ""
 			return fmt.Errorf("creating routing-table head %s: %w", head.Name, err)
 		}
+		w.headRV = head.ResourceVersion
 	case err != nil:
 		return fmt.Errorf("reading routing-table head %s: %w", head.Name, err)
 	default:
 		current.Labels, current.Annotations, current.Data, current.BinaryData = head.Labels, head.Annotations, head.Data, head.BinaryData
 		if err := w.Client.Update(ctx, current); err != nil {
+			w.headRV = ""
 			return fmt.Errorf("updating routing-table head %s: %w", head.Name, err)
 		}
-	}
-	w.Writes.Add(1)
-	for _, cm := range existing {
-		if keep[cm.Name] {
-			continue
-		}
-		if err := w.Client.Delete(ctx, cm); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting stale routing-table shard %s: %w", cm.Name, err)
-		}
-		w.Writes.Add(1)
+		w.headRV = current.ResourceVersion
 	}
 	return nil
 }

@@ -32,15 +32,38 @@ func cand(key, host string, age time.Duration) candidate {
 	}
 }
 
-func keys(t *routing.Table) []string {
-	var out []string
-	for _, e := range t.Entries() {
-		out = append(out, e.Key())
+// decideAll returns the published keys, the losers' winners and the table version of a fresh state
+// given cands in the order given.
+func decideAll(t *testing.T, cands []candidate) (published []string, winners map[string]string, version string) {
+	t.Helper()
+	s, err := newTableState(routing.DefaultMaxShardBytes, routing.DefaultMaxShardEntries)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	for i := range cands {
+		c := cands[i]
+		if err := c.prepare(); err != nil {
+			t.Fatal(err)
+		}
+		s.set(c.entry.Key(), &c)
+	}
+	s.decide()
+	m, _, err := s.enc.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range s.published {
+		published = append(published, k)
+	}
+	slices.Sort(published)
+	winners = map[string]string{}
+	for loser, c := range s.losers {
+		winners[loser] = c.Winner
+	}
+	return published, winners, m.Version
 }
 
-func TestBuildTableOldestWinsWhateverTheOrder(t *testing.T) {
+func TestDecideOldestWinsWhateverTheOrder(t *testing.T) {
 	cands := []candidate{
 		cand("a/aa-young", "shared.example.com", time.Minute),
 		cand("z/zz-old", "shared.example.com", time.Hour),
@@ -52,42 +75,102 @@ func TestBuildTableOldestWinsWhateverTheOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 20 {
 		r.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-		table, conflicts, invalid, err := buildTable(cands)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(invalid) != 0 {
-			t.Fatalf("invalid = %v", invalid)
-		}
-		if d := cmp.Diff([]string{"m/same-age-a", "x/alone", "z/zz-old"}, keys(table)); d != "" {
+		published, winners, v := decideAll(t, cands)
+		if d := cmp.Diff([]string{"m/same-age-a", "x/alone", "z/zz-old"}, published); d != "" {
 			t.Fatalf("table keys (-want +got):\n%s", d)
-		}
-		winners := map[string]string{}
-		for loser, c := range conflicts {
-			winners[loser] = c.Winner
 		}
 		if d := cmp.Diff(map[string]string{"a/aa-young": "z/zz-old", "m/same-age-b": "m/same-age-a"}, winners); d != "" {
 			t.Fatalf("conflicts (-want +got):\n%s", d)
 		}
-		if i > 0 && table.Version() != version {
-			t.Fatalf("version %s differs from %s for the same input in another order", table.Version(), version)
+		if i > 0 && v != version {
+			t.Fatalf("version %s differs from %s for the same input in another order", v, version)
 		}
-		version = table.Version()
+		version = v
 	}
 }
 
-func TestBuildTableLeavesInvalidEntriesOut(t *testing.T) {
+// A change is decided incrementally: after any sequence of sets and removals the state equals a fresh
+// decision over what is left, including a loser that wins once the winner is gone and the chain
+// A beats B, B would beat C (C wins, since a loser claims nothing).
+func TestDecideIncrementallyEqualsFresh(t *testing.T) {
+	pool := []candidate{
+		cand("a/a", "one.example.com", 5*time.Hour),
+		cand("b/b", "one.example.com", 4*time.Hour),
+		cand("c/c", "two.example.com", 3*time.Hour),
+		cand("d/d", "three.example.com", 2*time.Hour),
+		cand("e/e", "alone.example.com", time.Hour),
+	}
+	pool[1].entry.Hosts = []string{"one.example.com", "two.example.com"} // b loses to a, so c keeps two
+	pool[3].entry.Hosts = []string{"two.example.com", "three.example.com"}
+	s, err := newTableState(routing.DefaultMaxShardBytes, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := map[string]candidate{}
+	r := rand.New(rand.NewPCG(7, 8))
+	for step := range 300 {
+		c := pool[r.IntN(len(pool))]
+		key := c.entry.Key()
+		if _, ok := live[key]; ok && r.IntN(2) == 0 {
+			s.set(key, nil)
+			delete(live, key)
+		} else {
+			if r.IntN(3) == 0 {
+				c.entry.Hosts = []string{fmt.Sprintf("h%d.example.com", r.IntN(3)), "two.example.com"}
+			}
+			p := c
+			if err := p.prepare(); err != nil {
+				t.Fatal(err)
+			}
+			s.set(key, &p)
+			live[key] = c
+		}
+		s.decide()
+		m, _, err := s.enc.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rest []candidate
+		for _, c := range live {
+			rest = append(rest, c)
+		}
+		published, winners, version := decideAll(t, rest)
+		var got []string
+		for k := range s.published {
+			got = append(got, k)
+		}
+		slices.Sort(got)
+		gotWinners := map[string]string{}
+		for loser, c := range s.losers {
+			gotWinners[loser] = c.Winner
+		}
+		if d := cmp.Diff(published, got); d != "" {
+			t.Fatalf("step %d: published (-fresh +incremental):\n%s", step, d)
+		}
+		if d := cmp.Diff(winners, gotWinners); d != "" {
+			t.Fatalf("step %d: conflicts (-fresh +incremental):\n%s", step, d)
+		}
+		// Bucket counts only grow, so compare content rather than versions.
+		if m.Entries != len(published) {
+			t.Fatalf("step %d: encoded %d entries, want %d (fresh version %s)", step, m.Entries, len(published), version)
+		}
+	}
+}
+
+func TestSetLeavesInvalidEntriesOut(t *testing.T) {
+	w := &TableWriter{Log: logr.Discard()}
 	bad := cand("a/bad", "bad.example.com", time.Hour)
 	bad.entry.Hosts = nil
-	table, _, invalid, err := buildTable([]candidate{bad, cand("a/good", "good.example.com", time.Hour)})
-	if err != nil {
-		t.Fatalf("one invalid entry must not fail the table: %v", err)
+	w.Set("a/bad", &bad)
+	good := cand("a/good", "good.example.com", time.Hour)
+	w.Set("a/good", &good)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.state.desired["a/bad"]; ok {
+		t.Error("an invalid entry was accepted")
 	}
-	if d := cmp.Diff([]string{"a/good"}, keys(table)); d != "" {
-		t.Errorf("keys (-want +got):\n%s", d)
-	}
-	if _, ok := invalid["a/bad"]; !ok {
-		t.Errorf("invalid = %v, want a/bad reported", invalid)
+	if _, ok := w.state.desired["a/good"]; !ok {
+		t.Error("one invalid entry kept a valid one out")
 	}
 }
 
@@ -96,26 +179,16 @@ func TestBuildTableLeavesInvalidEntriesOut(t *testing.T) {
 func TestRecordSequencesRewrittenVersions(t *testing.T) {
 	w := &TableWriter{}
 	w.init()
-	x := cand("ns/x", "x.example.com", time.Hour)
-	y := cand("ns/y", "y.example.com", time.Hour)
-	build := func(cs ...candidate) *routing.Table {
-		tbl, _, _, err := buildTable(cs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tbl
-	}
-	a, b := build(x, y), build(x)
 	none := map[string]routing.Conflict{}
-	wa := w.record(w.Written(), a, none)
-	wb := w.record(wa, b, none)
-	wa2 := w.record(wb, a, none)
+	wa := w.record(w.Written(), "A", map[string]int64{"ns/x": 1, "ns/y": 1}, none)
+	wb := w.record(wa, "B", map[string]int64{"ns/y": -1}, none)
+	wa2 := w.record(wb, "A", map[string]int64{"ns/y": 1}, none)
 
 	_, ySeq, ok := wa2.Introduced("ns/y", 1)
 	if !ok {
 		t.Fatal("y not introduced by the second A")
 	}
-	fleet := &Fleet{Replicas: []Replica{{Address: "1", Version: b.Version()}, {Address: "2", Version: a.Version()}}}
+	fleet := &Fleet{Replicas: []Replica{{Address: "1", Version: "B"}, {Address: "2", Version: "A"}}}
 	if ready, total := fleet.Propagation(wa2, ySeq); ready != 1 || total != 2 {
 		t.Errorf("propagation of y = %d/%d, want 1/2 (the replica on B does not route y)", ready, total)
 	}
@@ -150,7 +223,8 @@ func TestChangedKeys(t *testing.T) {
 		introduced: map[string]introduction{"ns/same": {1, 1, "v1"}, "ns/updated": {2, 2, "v2"}, "ns/loser": {1, 2, "v2"}},
 		Conflicts:  map[string]routing.Conflict{"ns/new-loser": {Winner: "ns/same"}},
 	}
-	if d := cmp.Diff([]string{"ns/loser", "ns/new-loser", "ns/removed", "ns/updated"}, changedKeys(prev, next)); d != "" {
+	touched := map[string]int64{"ns/same": 1, "ns/updated": 2, "ns/removed": -1, "ns/loser": 1, "ns/new-loser": -1}
+	if d := cmp.Diff([]string{"ns/loser", "ns/new-loser", "ns/removed", "ns/updated"}, changedKeys(prev, next, touched)); d != "" {
 		t.Errorf("changed (-want +got):\n%s", d)
 	}
 }
@@ -255,4 +329,80 @@ func readStored(ctx context.Context, c client.Reader) (*routing.Table, error) {
 		}
 	}
 	return routing.FromConfigMaps(head, shards)
+}
+
+func TestAffectedByAFleetChange(t *testing.T) {
+	w := &Written{
+		versions:   map[string]uint64{"v1": 1, "v2": 2, "v3": 3},
+		introduced: map[string]introduction{"ns/old": {1, 1, "v1"}, "ns/mid": {1, 2, "v2"}, "ns/new": {1, 3, "v3"}},
+	}
+	fleet := func(versions ...string) *Fleet {
+		f := &Fleet{}
+		for i, v := range versions {
+			f.Replicas = append(f.Replicas, Replica{Address: fmt.Sprint(i), Version: v})
+		}
+		return f
+	}
+	for _, tc := range []struct {
+		name       string
+		prev, next *Fleet
+		want       []string
+		all        bool
+	}{
+		{"one replica catches up with the last write", fleet("v2", "v3"), fleet("v3", "v3"), []string{"ns/new"}, false},
+		{"replicas far behind", fleet("v1", "v3"), fleet("v2", "v3"), []string{"ns/mid", "ns/new"}, false},
+		{"a replica joins", fleet("v3"), fleet("v3", "v3"), nil, true},
+		{"an unknown version", fleet("v3", "v0"), fleet("v3", "v3"), nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, all := Affected(tc.prev, tc.next, w)
+			slices.Sort(got)
+			if all != tc.all || !slices.Equal(got, tc.want) {
+				t.Errorf("Affected = %v, all=%v; want %v, all=%v", got, all, tc.want, tc.all)
+			}
+			// Whatever is left out must really be counted the same in both fleets.
+			for k, in := range w.introduced {
+				if all || slices.Contains(got, k) {
+					continue
+				}
+				r1, t1 := tc.prev.Propagation(w, in.seq)
+				r2, t2 := tc.next.Propagation(w, in.seq)
+				if r1 != r2 || t1 != t2 {
+					t.Errorf("%s left out but its propagation changes: %d/%d → %d/%d", k, r1, t1, r2, t2)
+				}
+			}
+		})
+	}
+}
+
+// A decision made from a read older than the object's deletion must not put it back; a new object
+// of the same name may.
+func TestDeletingIgnoresStaleDecisions(t *testing.T) {
+	w := &TableWriter{Log: logr.Discard()}
+	c := cand("ns/app", "app.example.com", time.Hour)
+	c.uid = "uid-1"
+	w.Set("ns/app", &c)
+	w.SetDeleting("ns/app", "uid-1")
+	if w.Released("ns/app", "uid-2") {
+		t.Error("released for another object")
+	}
+	w.Set("ns/app", &c) // a routing decision that read the object before its deletion
+	w.mu.Lock()
+	_, back := w.state.desired["ns/app"]
+	w.mu.Unlock()
+	if back {
+		t.Fatal("a stale decision put a deleting object back")
+	}
+	if !w.Released("ns/app", "uid-1") {
+		t.Error("not released although never written and its removal decided")
+	}
+	again := c
+	again.uid = "uid-2"
+	w.Set("ns/app", &again)
+	w.mu.Lock()
+	_, back = w.state.desired["ns/app"]
+	w.mu.Unlock()
+	if !back {
+		t.Error("a new object of the same name was refused")
+	}
 }

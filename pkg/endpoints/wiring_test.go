@@ -49,7 +49,7 @@ var _ = Describe("Cache wired to the routing table", func() {
 				_, err = cs.CoreV1().ConfigMaps(install).Create(ctx, head, metav1.CreateOptions{})
 			}
 			Expect(err).NotTo(HaveOccurred())
-			return t.Version()
+			return m.Version // a stored table's version is its manifest's
 		}
 		shop := routing.Entry{Namespace: apps, Name: "shop", Hosts: []string{"shop.example.com"}, Service: "shop", Port: 80, PortName: "http"}
 		blog := routing.Entry{Namespace: apps, Name: "blog", Hosts: []string{"blog.example.com"}, Service: "blog", Port: 80}

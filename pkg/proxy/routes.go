@@ -65,27 +65,66 @@ func (p *Proxy) TableChanged(t *routing.Table) {
 	if rt := p.routes.Load(); rt != nil && rt.table == t {
 		return
 	}
-	p.prepared.Store(p.build(t))
-	p.syncRegistry()
+	old := p.prepared.Load()
+	if old == nil {
+		old = p.routes.Load()
+	}
+	rt := p.build(t)
+	p.prepared.Store(rt)
+	// The sync drops the counters of apps that left; it costs O(apps). A table that only added or
+	// changed apps (build created the new counters) has nothing to drop: the usual single change.
+	if old == nil || dropsApps(old, rt) {
+		p.syncRegistry()
+	}
 }
 
-// build returns the routes of t, carrying endpoint state over from the routes served. Callers hold
-// p.mu.
+// dropsApps reports whether an app of old is not in rt.
+func dropsApps(old, rt *routes) bool {
+	if len(old.byKey) > len(rt.byKey) {
+		return true
+	}
+	for k := range old.byKey {
+		if rt.byKey[k] == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// build returns the routes of t, carrying state over from the newest routes built before (the
+// prepared ones, else the ones served). Tables derived from one another share the entries that did
+// not change (routing.Reader): an app whose entry is the very same is carried over as is (counters,
+// backends, series), so a version that changed a few entries costs a map insert per app and new state
+// for those few only. Callers hold p.mu.
 func (p *Proxy) build(t *routing.Table) *routes {
-	old := p.routes.Load()
+	old := p.prepared.Load()
+	if old == nil {
+		old = p.routes.Load()
+	}
 	rt := &routes{table: t, apps: make(map[*routing.Entry]*app, t.Len()), byKey: make(map[string]*app, t.Len())}
-	// Create the counters of the table's new apps at once: one by one, each would copy the registry.
-	keys := make([]string, 0, t.Len())
+	var fresh []*routing.Entry
 	for e := range t.All() {
-		keys = append(keys, e.Key())
+		if old != nil {
+			if a := old.apps[e]; a != nil {
+				rt.apps[e] = a
+				rt.byKey[a.key] = a
+				continue
+			}
+		}
+		fresh = append(fresh, e)
+	}
+	// Create the counters of the table's new apps at once: one by one, each would copy the registry.
+	keys := make([]string, len(fresh))
+	for i, e := range fresh {
+		keys[i] = e.Key()
 	}
 	p.opts.Registry.Add(keys)
-	for e := range t.All() {
+	for _, e := range fresh {
 		a := p.newApp(e, old)
 		rt.apps[e] = a
 		rt.byKey[a.key] = a
 	}
-	p.log.V(1).Info("routing table prepared", "version", t.Version(), "apps", len(rt.byKey))
+	p.log.V(1).Info("routing table prepared", "version", t.Version(), "apps", len(rt.byKey), "new", len(fresh))
 	return rt
 }
 

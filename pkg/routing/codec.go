@@ -13,27 +13,42 @@ import (
 	"strconv"
 )
 
-// Storage format.
+// Storage format (manifest format 2).
 //
 // A table is stored as shards of gzip-compressed JSON lines, one canonical Entry per line, sorted by
 // key within each shard, plus a Manifest naming every shard with its SHA-256 and entry count.
 //
-// Sharding: an entry goes to bucket FNV-64a(key) mod N, where N is the smallest power of two for which
-// every bucket compresses to at most maxShardBytes. An entry's bucket depends only on its key and N, so
-// changing, adding or removing one entry changes one shard's bytes; all shards change only when the
-// table grows or shrinks across a power of two. Empty buckets produce no shard; a shard's name is its
-// bucket number in decimal.
+// Sharding: an entry goes to bucket FNV-64a(key) mod N. N is a power of two that only grows: the
+// writer doubles it when a bucket would hold more than its entry limit (DefaultMaxShardEntries) or
+// compress to more than its byte limit, and keeps it otherwise, also across restarts (it reads N back
+// from the manifest). An entry's bucket therefore depends only on its key and N: adding, changing or
+// removing one entry re-encodes and rewrites one shard, and every shard changes only when N doubles.
+// Empty buckets produce no shard; a shard's name is its bucket number in decimal.
+//
+// The table's version is derived from the manifest alone (N and every shard's name, SHA-256 and
+// count, see manifestVersion), so a reader verifies it without hashing entries, and decodes only the
+// shards whose SHA-256 it has not decoded before (see Reader).
+//
+// Format 1, written by earlier operators, had a version hashed over every entry and an N recomputed
+// for every table; readers still decode it (in full). Readers that know only format 1 reject format 2
+// with ErrCorrupt and keep the table they serve.
 const (
 	// DefaultMaxShardBytes keeps a shard's compressed data, ConfigMap metadata and the apiserver's
 	// 1 MiB object limit apart with room to spare.
 	DefaultMaxShardBytes = 900 << 10
+	// DefaultMaxShardEntries bounds the entries of one shard, so that the shard a change rewrites, and
+	// every reader decodes, stays small: about a millisecond of decoding.
+	DefaultMaxShardEntries = 128
 
-	manifestFormat = 1
+	manifestFormat   = 2
+	manifestFormatV1 = 1
 	// maxBuckets bounds the doubling; 65536 shards of even 1 KiB would be a table no cluster has.
 	maxBuckets = 1 << 16
 	// maxShardDecodedBytes bounds a shard's decompressed size, so a corrupt or hostile shard cannot
 	// make Decode allocate without limit. Encode refuses to produce larger shards.
 	maxShardDecodedBytes = 64 << 20
+	// versionDomainV2 starts the hashed manifest of format 2.
+	versionDomainV2 = "httpscale.dev/routing-table/v2\n"
 )
 
 var (
@@ -51,11 +66,11 @@ var (
 type Manifest struct {
 	// Format is the storage format version; Decode rejects any other than its own.
 	Format int `json:"format"`
-	// Version is the table's Version.
+	// Version is the table's Version: in format 2, manifestVersion of the other fields.
 	Version string `json:"version"`
 	// Entries is the total number of entries over all shards.
 	Entries int `json:"entries"`
-	// Buckets is the number N of hash buckets (informational; shards exist for non-empty buckets).
+	// Buckets is the number N of hash buckets; shards exist for non-empty buckets.
 	Buckets int `json:"buckets"`
 	// Shards lists every shard, in bucket order.
 	Shards []ShardRef `json:"shards"`
@@ -78,49 +93,30 @@ type Shard struct {
 	Entries int
 }
 
-// Encode splits t into shards of at most maxShardBytes compressed bytes each (see the storage format
-// above) and returns the manifest describing them. Encoding is deterministic: equal tables yield equal
+// Encode stores t in the current format (see the storage format above) with shards of at most
+// maxShardBytes compressed bytes and DefaultMaxShardEntries entries, starting from one bucket, and
+// returns the manifest describing them. The manifest's Version, not t's, is the version of the stored
+// table (Decode returns a table carrying it). Encoding is deterministic: equal tables yield equal
 // bytes with the same Go version. An entry that alone exceeds maxShardBytes is an error wrapping
-// ErrEntryTooLarge. Cost: one JSON encoding and about one gzip pass over the table (a few hundred
-// milliseconds for 50,000 entries); not for the hot path. Safe for concurrent use.
+// ErrEntryTooLarge. Cost: one JSON encoding and about one gzip pass over the table; not for the hot
+// path. A writer that changes a table one entry at a time uses an Encoder instead. Safe for
+// concurrent use.
 func Encode(t *Table, maxShardBytes int) (Manifest, []Shard, error) {
 	if t == nil {
 		return Manifest{}, nil, errors.New("encoding routing table: nil table")
 	}
-	if maxShardBytes <= 0 {
-		return Manifest{}, nil, fmt.Errorf("encoding routing table: max shard size %d is not positive", maxShardBytes)
+	enc, err := NewEncoder(maxShardBytes, DefaultMaxShardEntries)
+	if err != nil {
+		return Manifest{}, nil, err
 	}
-	lines := make([][]byte, len(t.entries))
-	hashes := make([]uint64, len(t.entries))
-	for i := range t.entries {
-		line, err := json.Marshal(&t.entries[i])
+	for _, e := range t.entries {
+		line, err := json.Marshal(e)
 		if err != nil {
-			return Manifest{}, nil, fmt.Errorf("encoding routing entry %s: %w", t.entries[i].Key(), err)
+			return Manifest{}, nil, fmt.Errorf("encoding routing entry %s: %w", e.Key(), err)
 		}
-		lines[i] = line
-		hashes[i] = keyHash(t.entries[i].Key())
+		enc.Put(e.Key(), line)
 	}
-	if v := hashLines(lines); v != t.version {
-		// Only a table decoded from a newer writer's data (unknown fields) can get here.
-		return Manifest{}, nil, fmt.Errorf("encoding routing table %s: entries re-encode to version %s", t.version, v)
-	}
-	e := shardEncoder{lines: lines, hashes: hashes, keys: t.entries, max: maxShardBytes}
-	for n := 1; ; n *= 2 {
-		shards, fits, err := e.encode(n)
-		if err != nil {
-			return Manifest{}, nil, fmt.Errorf("encoding routing table %s: %w", t.version, err)
-		}
-		if fits {
-			m := Manifest{Format: manifestFormat, Version: t.version, Entries: len(lines), Buckets: n, Shards: []ShardRef{}}
-			for _, s := range shards {
-				m.Shards = append(m.Shards, ShardRef{Name: s.Name, SHA256: s.SHA256, Entries: s.Entries})
-			}
-			return m, shards, nil
-		}
-		if n >= maxBuckets {
-			return Manifest{}, nil, fmt.Errorf("encoding routing table %s: does not fit %d shards of %d bytes", t.version, maxBuckets, maxShardBytes)
-		}
-	}
+	return enc.Encode()
 }
 
 // keyHash is FNV-1a (64 bit) of an entry key; it assigns the entry's bucket and must never change
@@ -134,47 +130,12 @@ func keyHash(key string) uint64 {
 	return h
 }
 
-type shardEncoder struct {
-	lines  [][]byte
-	hashes []uint64
-	keys   []Entry
-	max    int
-	zw     *gzip.Writer
-}
-
-// encode tries n buckets. It stops at the first bucket that does not fit and reports fits=false.
-func (e *shardEncoder) encode(n int) (shards []Shard, fits bool, err error) {
-	buckets := make([][]int, n)
-	for i, h := range e.hashes {
-		b := h & uint64(n-1)
-		buckets[b] = append(buckets[b], i)
-	}
-	for b, members := range buckets {
-		if len(members) == 0 {
-			continue
-		}
-		data, ok, err := e.compress(members)
-		if err != nil {
-			return nil, false, err
-		}
-		if !ok {
-			if len(members) == 1 {
-				return nil, false, fmt.Errorf("%w: %s needs more than %d bytes", ErrEntryTooLarge, e.keys[members[0]].Key(), e.max)
-			}
-			return nil, false, nil
-		}
-		sum := sha256.Sum256(data)
-		shards = append(shards, Shard{Name: strconv.Itoa(b), Data: data, SHA256: hex.EncodeToString(sum[:]), Entries: len(members)})
-	}
-	return shards, true, nil
-}
-
-// compress gzips the member lines, giving up (ok=false) as soon as the output or the decompressed
-// size exceeds its limit.
-func (e *shardEncoder) compress(members []int) (data []byte, ok bool, err error) {
+// compress gzips lines, giving up (ok=false) as soon as the output or the decompressed size exceeds
+// its limit.
+func (e *Encoder) compress(lines [][]byte) (data []byte, ok bool, err error) {
 	raw := 0
-	for _, i := range members {
-		raw += len(e.lines[i]) + 1
+	for _, l := range lines {
+		raw += len(l) + 1
 	}
 	if raw > maxShardDecodedBytes {
 		return nil, false, nil
@@ -187,17 +148,17 @@ func (e *shardEncoder) compress(members []int) (data []byte, ok bool, err error)
 	} else {
 		e.zw.Reset(&buf)
 	}
-	for _, i := range members {
-		e.zw.Write(e.lines[i]) // writes to a bytes.Buffer cannot fail
+	for _, l := range lines {
+		e.zw.Write(l) // writes to a bytes.Buffer cannot fail
 		e.zw.Write([]byte{'\n'})
-		if buf.Len() > e.max {
+		if buf.Len() > e.maxBytes {
 			return nil, false, nil
 		}
 	}
 	if err := e.zw.Close(); err != nil {
 		return nil, false, err
 	}
-	if buf.Len() > e.max {
+	if buf.Len() > e.maxBytes {
 		return nil, false, nil
 	}
 	return buf.Bytes(), true, nil
@@ -206,23 +167,29 @@ func (e *shardEncoder) compress(members []int) (data []byte, ok bool, err error)
 // Decode rebuilds the table m describes from shards (shard name → Data). It verifies that every shard
 // is present (else ErrIncomplete), that nothing else is, and that hashes, entry counts and the
 // table's version match and every entry is valid (else ErrCorrupt). Decode never panics, whatever the
-// input. Cost: about 2x NewTable on the same entries; not for the hot path. Safe for concurrent use.
+// input. Cost: about 2x NewTable on the same entries; not for the hot path; a reader that follows a
+// table's versions uses a Reader, which decodes only the shards that changed. Safe for concurrent use.
 func Decode(m Manifest, shards map[string][]byte) (*Table, error) {
-	if err := m.validate(); err != nil {
-		return nil, err
-	}
 	for name := range shards {
 		if !slices.ContainsFunc(m.Shards, func(r ShardRef) bool { return r.Name == name }) {
 			return nil, fmt.Errorf("%w: table %s: shard %q is not in the manifest", ErrCorrupt, m.Version, name)
 		}
 	}
+	var r Reader
+	return r.Decode(m, shards)
+}
+
+// decodeV1 decodes a format-1 table in full; m is validated.
+func decodeV1(m Manifest, get func(name string) ([]byte, bool, error)) (*Table, error) {
 	var lines []keyedLine
 	for _, ref := range m.Shards {
-		data, ok := shards[ref.Name]
+		data, ok, err := get(ref.Name)
+		if err != nil {
+			return nil, err
+		}
 		if !ok {
 			return nil, fmt.Errorf("%w: table %s: shard %s is missing", ErrIncomplete, m.Version, ref.Name)
 		}
-		var err error
 		if lines, err = decodeShard(lines, ref, data); err != nil {
 			return nil, fmt.Errorf("%w: table %s: shard %s: %w", ErrCorrupt, m.Version, ref.Name, err)
 		}
@@ -249,7 +216,11 @@ func Decode(m Manifest, shards map[string][]byte) (*Table, error) {
 	if v := hashLines(raw); v != m.Version {
 		return nil, fmt.Errorf("%w: table %s: entries hash to version %s", ErrCorrupt, m.Version, v)
 	}
-	return buildTable(m.Version, entries), nil
+	ptrs := make([]*Entry, len(entries))
+	for i := range entries {
+		ptrs[i] = &entries[i]
+	}
+	return buildTable(m.Version, ptrs), nil
 }
 
 type keyedLine struct {
@@ -258,14 +229,27 @@ type keyedLine struct {
 }
 
 func (m *Manifest) validate() error {
-	if m.Format != manifestFormat {
-		return fmt.Errorf("%w: manifest format %d, want %d", ErrCorrupt, m.Format, manifestFormat)
+	if m.Format != manifestFormat && m.Format != manifestFormatV1 {
+		return fmt.Errorf("%w: manifest format %d, want %d or %d", ErrCorrupt, m.Format, manifestFormat, manifestFormatV1)
 	}
-	total := 0
+	if m.Format == manifestFormat {
+		if m.Buckets < 1 || m.Buckets > maxBuckets || m.Buckets&(m.Buckets-1) != 0 {
+			return fmt.Errorf("%w: table %s: %d buckets is not a power of two up to %d", ErrCorrupt, m.Version, m.Buckets, maxBuckets)
+		}
+		if v := manifestVersion(m.Buckets, m.Shards); v != m.Version {
+			return fmt.Errorf("%w: table %s: manifest hashes to version %s", ErrCorrupt, m.Version, v)
+		}
+	}
+	total, prevBucket := 0, 0
 	for i, ref := range m.Shards {
 		if !isBucketName(ref.Name) {
 			return fmt.Errorf("%w: table %s: shard name %q is not a bucket number", ErrCorrupt, m.Version, ref.Name)
 		}
+		b, _ := strconv.Atoi(ref.Name)
+		if m.Format == manifestFormat && (b >= m.Buckets || i > 0 && b <= prevBucket) {
+			return fmt.Errorf("%w: table %s: shard %s out of order or beyond %d buckets", ErrCorrupt, m.Version, ref.Name, m.Buckets)
+		}
+		prevBucket = b
 		if slices.ContainsFunc(m.Shards[:i], func(r ShardRef) bool { return r.Name == ref.Name }) {
 			return fmt.Errorf("%w: table %s: shard %s listed twice", ErrCorrupt, m.Version, ref.Name)
 		}

@@ -68,8 +68,9 @@ func TestCodecRoundTrip(t *testing.T) {
 			if d := diff(tbl.Entries(), got.Entries()); d != "" {
 				t.Errorf("entries changed in the round trip (-want +got):\n%s", d)
 			}
-			if got.Version() != tbl.Version() || m.Version != tbl.Version() {
-				t.Errorf("versions: table %s, manifest %s, decoded %s", tbl.Version(), m.Version, got.Version())
+			// A stored table carries the version of its manifest.
+			if got.Version() != m.Version {
+				t.Errorf("versions: manifest %s, decoded %s", m.Version, got.Version())
 			}
 			if m.Entries != len(tc.entries) || got.Len() != len(tc.entries) {
 				t.Errorf("manifest has %d entries, decoded table %d, want %d", m.Entries, got.Len(), len(tc.entries))
@@ -145,30 +146,40 @@ func TestEncodeShards(t *testing.T) {
 	if total != len(entries) {
 		t.Errorf("shards hold %d entries, want %d", total, len(entries))
 	}
-	// The smallest power of two: half as many buckets must not fit.
+	// The smallest power of two: with half as many buckets one would hold too much.
 	if m.Buckets > 1 {
-		e := shardEncoder{lines: nil, max: max}
-		for i := range tbl.entries {
-			line, _ := json.Marshal(&tbl.entries[i])
-			e.lines = append(e.lines, line)
+		e, err := NewEncoder(max, DefaultMaxShardEntries)
+		if err != nil {
+			t.Fatal(err)
 		}
-		e.keys, e.hashes = tbl.entries, bucketHashes(tbl.entries)
-		if _, fits, err := e.encode(m.Buckets / 2); err != nil || fits {
-			t.Errorf("%d buckets would also fit (err %v); Encode chose %d", m.Buckets/2, err, m.Buckets)
+		e.Grow(m.Buckets / 2)
+		overflow := false
+		for _, x := range tbl.entries {
+			line, _ := json.Marshal(x)
+			e.Put(x.Key(), line)
+		}
+		for _, members := range e.members {
+			var lines [][]byte
+			for _, l := range members {
+				lines = append(lines, l)
+			}
+			if _, ok, _ := e.compress(lines); !ok || len(lines) > DefaultMaxShardEntries {
+				overflow = true
+			}
+		}
+		if !overflow {
+			t.Errorf("%d buckets would also fit; Encode chose %d", m.Buckets/2, m.Buckets)
+		}
+	}
+	for _, s := range shards {
+		if s.Entries > DefaultMaxShardEntries {
+			t.Errorf("shard %s holds %d entries, limit %d", s.Name, s.Entries, DefaultMaxShardEntries)
 		}
 	}
 	m2, shards2 := encodeT(t, tbl, max)
 	if d := diff(m, m2); d != "" || !slices.EqualFunc(shards, shards2, func(a, b Shard) bool { return bytes.Equal(a.Data, b.Data) }) {
 		t.Errorf("encoding is not deterministic:\n%s", d)
 	}
-}
-
-func bucketHashes(entries []Entry) []uint64 {
-	out := make([]uint64, len(entries))
-	for i := range entries {
-		out[i] = keyHash(entries[i].Key())
-	}
-	return out
 }
 
 // TestEncodeOneChangeOneShard checks the point of hash sharding: editing, adding or removing one app
@@ -225,7 +236,8 @@ func TestEncodeErrors(t *testing.T) {
 	}
 }
 
-// resign recomputes a shard's hash in the manifest so that only deeper checks can catch a change.
+// resign recomputes a shard's hash and the version in the manifest so that only deeper checks can
+// catch a change.
 func resign(m *Manifest, name string, data []byte) {
 	for i := range m.Shards {
 		if m.Shards[i].Name == name {
@@ -233,6 +245,20 @@ func resign(m *Manifest, name string, data []byte) {
 			m.Shards[i].SHA256 = hex.EncodeToString(sum[:])
 		}
 	}
+	m.Version = manifestVersion(m.Buckets, m.Shards)
+}
+
+func gunzip(t *testing.T, data []byte) string {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	if _, err := text.ReadFrom(zr); err != nil {
+		t.Fatal(err)
+	}
+	return text.String()
 }
 
 func gz(s string) []byte {
@@ -266,7 +292,7 @@ func TestDecodeErrors(t *testing.T) {
 		{name: "version mismatch", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) { m.Version = "0123456789abcdef" }},
 		{name: "total count mismatch", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) { m.Entries++ }},
 		{name: "shard count mismatch", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) { m.Shards[0].Entries--; m.Shards[1].Entries++ }},
-		{name: "unknown format", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) { m.Format = 2 }},
+		{name: "unknown format", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) { m.Format = 3 }},
 		{name: "malformed hash", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) { m.Shards[0].SHA256 = strings.ToUpper(m.Shards[0].SHA256) }},
 		{name: "bad shard name", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) { m.Shards[0].Name = "../x" }},
 		{name: "shard listed twice", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) { m.Shards[1].Name = first }},
@@ -282,12 +308,9 @@ func TestDecodeErrors(t *testing.T) {
 			s[first] = gz(`{"ns":"a"}`)
 			resign(m, first, s[first])
 		}},
-		{name: "entry changed and resigned", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) {
+		{name: "entry changed without a new version", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) {
 			// Valid, unique entries with matching counts and hashes: only the version check can notice.
-			zr, _ := gzip.NewReader(bytes.NewReader(s[first]))
-			var text bytes.Buffer
-			text.ReadFrom(zr)
-			lines := strings.SplitAfter(text.String(), "\n")
+			lines := strings.SplitAfter(gunzip(t, s[first]), "\n")
 			var e Entry
 			if err := json.Unmarshal([]byte(lines[0]), &e); err != nil {
 				t.Fatal(err)
@@ -296,7 +319,26 @@ func TestDecodeErrors(t *testing.T) {
 			b, _ := json.Marshal(e)
 			lines[0] = string(b) + "\n"
 			s[first] = gz(strings.Join(lines, ""))
+			v := m.Version
 			resign(m, first, s[first])
+			m.Version = v
+		}},
+		{name: "entries in the wrong bucket", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) {
+			s[first], s[second] = s[second], s[first]
+			m.Shards[0].Entries, m.Shards[1].Entries = m.Shards[1].Entries, m.Shards[0].Entries
+			resign(m, first, s[first])
+			resign(m, second, s[second])
+		}},
+		{name: "entries out of order", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) {
+			lines := strings.SplitAfter(gunzip(t, s[first]), "\n")
+			lines = lines[:len(lines)-1] // the empty string after the last newline
+			slices.Reverse(lines)
+			s[first] = gz(strings.Join(lines, ""))
+			resign(m, first, s[first])
+		}},
+		{name: "bucket count not a power of two", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) {
+			m.Buckets = 3
+			m.Version = manifestVersion(m.Buckets, m.Shards)
 		}},
 		{name: "invalid entry", want: ErrCorrupt, mutate: func(m *Manifest, s map[string][]byte) {
 			var b strings.Builder

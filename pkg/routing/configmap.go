@@ -87,21 +87,39 @@ func ToConfigMaps(namespace, base string, m Manifest, shards []Shard) (head *cor
 // FromConfigMaps decodes the table the head ConfigMap describes, taking its shards from shardCMs
 // (typically every ConfigMap labelled LabelTable=<base>; the head itself and shards of other versions
 // are ignored). A nil head or a missing shard is ErrIncomplete; anything inconsistent is ErrCorrupt
-// (see Decode). Cost: as Decode; not for the hot path. Safe for concurrent use.
+// (see Decode). Cost: as Decode; not for the hot path (a reader following the table uses
+// Reader.FromConfigMaps). Safe for concurrent use.
 func FromConfigMaps(head *corev1.ConfigMap, shardCMs []*corev1.ConfigMap) (*Table, error) {
+	var r Reader
+	return r.FromConfigMaps(head, shardCMs)
+}
+
+// ReadManifest returns the validated manifest of a head ConfigMap. A nil head is ErrIncomplete;
+// a missing, malformed or inconsistent manifest is ErrCorrupt.
+func ReadManifest(head *corev1.ConfigMap) (Manifest, error) {
 	if head == nil {
-		return nil, fmt.Errorf("reading routing table: %w: no head ConfigMap", ErrIncomplete)
+		return Manifest{}, fmt.Errorf("reading routing table: %w: no head ConfigMap", ErrIncomplete)
 	}
 	var m Manifest
 	raw, ok := head.Data[ManifestKey]
 	if !ok {
-		return nil, fmt.Errorf("reading routing table %s/%s: %w: no %s", head.Namespace, head.Name, ErrCorrupt, ManifestKey)
+		return Manifest{}, fmt.Errorf("reading routing table %s/%s: %w: no %s", head.Namespace, head.Name, ErrCorrupt, ManifestKey)
 	}
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		return nil, fmt.Errorf("reading routing table %s/%s: %w: %s: %w", head.Namespace, head.Name, ErrCorrupt, ManifestKey, err)
+		return Manifest{}, fmt.Errorf("reading routing table %s/%s: %w: %s: %w", head.Namespace, head.Name, ErrCorrupt, ManifestKey, err)
 	}
 	if err := m.validate(); err != nil {
-		return nil, fmt.Errorf("reading routing table %s/%s: %w", head.Namespace, head.Name, err)
+		return Manifest{}, fmt.Errorf("reading routing table %s/%s: %w", head.Namespace, head.Name, err)
+	}
+	return m, nil
+}
+
+// FromConfigMaps is the package's FromConfigMaps for a Reader: it decodes only the shards that
+// changed since the table it last returned (see Reader.Read).
+func (r *Reader) FromConfigMaps(head *corev1.ConfigMap, shardCMs []*corev1.ConfigMap) (*Table, error) {
+	m, err := ReadManifest(head)
+	if err != nil {
+		return nil, err
 	}
 	byName := make(map[string]*corev1.ConfigMap, len(shardCMs))
 	for _, cm := range shardCMs {
@@ -109,20 +127,21 @@ func FromConfigMaps(head *corev1.ConfigMap, shardCMs []*corev1.ConfigMap) (*Tabl
 			byName[cm.Name] = cm
 		}
 	}
-	shards := make(map[string][]byte, len(m.Shards))
+	refs := make(map[string]ShardRef, len(m.Shards))
 	for _, ref := range m.Shards {
-		cm, ok := byName[ShardConfigMapName(head.Name, ref)]
+		refs[ref.Name] = ref
+	}
+	t, err := r.Read(m, func(name string) ([]byte, bool, error) {
+		cm, ok := byName[ShardConfigMapName(head.Name, refs[name])]
 		if !ok {
-			continue // Decode reports it as ErrIncomplete
+			return nil, false, nil
 		}
 		data, ok := cm.BinaryData[EntriesKey]
 		if !ok {
-			return nil, fmt.Errorf("reading routing table %s/%s: %w: ConfigMap %s has no binaryData %s",
-				head.Namespace, head.Name, ErrCorrupt, cm.Name, EntriesKey)
+			return nil, false, fmt.Errorf("%w: ConfigMap %s has no binaryData %s", ErrCorrupt, cm.Name, EntriesKey)
 		}
-		shards[ref.Name] = data
-	}
-	t, err := Decode(m, shards)
+		return data, true, nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reading routing table %s/%s: %w", head.Namespace, head.Name, err)
 	}

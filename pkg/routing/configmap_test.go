@@ -16,7 +16,7 @@ func TestConfigMapsRoundTrip(t *testing.T) {
 	head, cms := ToConfigMaps("httpscale-system", DefaultBaseName, m, shards)
 
 	if head.Name != DefaultBaseName || head.Namespace != "httpscale-system" || head.Labels[LabelTable] != DefaultBaseName ||
-		head.Annotations[AnnotationVersion] != tbl.Version() || head.Data[ManifestKey] == "" {
+		head.Annotations[AnnotationVersion] != m.Version || head.Data[ManifestKey] == "" {
 		t.Errorf("head ConfigMap: %+v", head.ObjectMeta)
 	}
 	if len(cms) != len(shards) {
@@ -44,8 +44,8 @@ func TestConfigMapsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FromConfigMaps: %v", err)
 	}
-	if got.Version() != tbl.Version() {
-		t.Errorf("version %s, want %s", got.Version(), tbl.Version())
+	if got.Version() != m.Version {
+		t.Errorf("version %s, want %s", got.Version(), m.Version)
 	}
 	if d := diff(tbl.Entries(), got.Entries()); d != "" {
 		t.Errorf("entries (-want +got):\n%s", d)

@@ -67,3 +67,16 @@ func Conflicts(entries []Entry) []Conflict {
 	}
 	return out
 }
+
+// RouteKeys returns an identity for each route of the canonical entry e (see EncodeEntry): two
+// canonical entries claim an identical route, in the sense of Conflicts, exactly when they share a
+// key. A writer can index them to find the entries a change may put in or out of conflict.
+func RouteKeys(e *Entry) []string {
+	var out []string
+	for _, host := range e.Hosts {
+		for _, prefix := range routePrefixes(e) {
+			out = append(out, routeKey(host, prefix, e.Headers))
+		}
+	}
+	return out
+}

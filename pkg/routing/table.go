@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -16,13 +17,18 @@ const versionDomain = "httpscale.dev/routing-table/v1\n"
 
 // Table is an immutable routing snapshot: the entries sorted by key and an index for Match.
 //
-// A Table never changes after NewTable or Decode returns it, so it is safe for concurrent use by any
+// A Table never changes after NewTable or a decode returns it, so it is safe for concurrent use by any
 // number of goroutines without locking; publish a new one (for example through an atomic.Pointer) to
-// change routing. Methods accept a nil *Table, which behaves as an empty table with version "".
+// change routing. Tables derived from one another by an incremental decode (see Reader) share the
+// entries and per-host indexes that did not change. Methods accept a nil *Table, which behaves as an
+// empty table with version "".
 type Table struct {
 	version string
-	entries []Entry // canonical, sorted by Key
+	entries []*Entry // canonical, sorted by Key
 	byKey   map[string]*Entry
+	// byHost lists, per host as written in entries ("shop.example.com", "*.example.com", "*"), the
+	// entries naming it in key order: what an incremental update needs to rebuild one host's routes.
+	byHost map[string][]*Entry
 
 	exact    map[string]*hostRoutes // "shop.example.com"
 	wildcard map[string]*hostRoutes // "example.com" for "*.example.com"
@@ -61,7 +67,11 @@ func NewTable(entries []Entry) (*Table, error) {
 		}
 		lines[i] = line
 	}
-	return buildTable(hashLines(lines), canon), nil
+	ptrs := make([]*Entry, len(canon))
+	for i := range canon {
+		ptrs[i] = &canon[i]
+	}
+	return buildTable(hashLines(lines), ptrs), nil
 }
 
 // Version identifies the table's content (see NewTable). Tables with equal versions route identically.
@@ -98,8 +108,8 @@ func (t *Table) All() iter.Seq[*Entry] {
 		if t == nil {
 			return
 		}
-		for i := range t.entries {
-			if !yield(&t.entries[i]) {
+		for _, e := range t.entries {
+			if !yield(e) {
 				return
 			}
 		}
@@ -113,13 +123,15 @@ func (t *Table) Entries() []Entry {
 		return nil
 	}
 	out := make([]Entry, len(t.entries))
-	for i := range t.entries {
-		out[i] = t.entries[i].Clone()
+	for i, e := range t.entries {
+		out[i] = e.Clone()
 	}
 	return out
 }
 
-func compareEntryKeys(a, b Entry) int {
+func compareEntryKeys(a, b Entry) int { return compareKeys(&a, &b) }
+
+func compareKeys(a, b *Entry) int {
 	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 }
 
@@ -135,61 +147,146 @@ func hashLines(lines [][]byte) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// buildTable indexes canonical entries sorted by key. Routes that repeat an earlier entry's
-// (host, path prefix, header set) are dropped, so the first entry in key order wins them.
-func buildTable(version string, entries []Entry) *Table {
+// buildTable indexes canonical entries sorted by key, taking ownership of the slice. Routes that
+// repeat an earlier entry's (host, path prefix, header set) are dropped, so the first entry in key
+// order wins them.
+func buildTable(version string, entries []*Entry) *Table {
 	t := &Table{
 		version:  version,
 		entries:  entries,
 		byKey:    make(map[string]*Entry, len(entries)),
+		byHost:   make(map[string][]*Entry, len(entries)),
 		exact:    map[string]*hostRoutes{},
 		wildcard: map[string]*hostRoutes{},
 	}
-	type hostLevel struct {
-		kind byte // 'e'xact, 'w'ildcard, 'a'ny
-		name string
-	}
-	groups := map[hostLevel]map[string][]rule{}
-	claimed := map[string]struct{}{}
-	for i := range entries {
-		e := &entries[i]
+	for _, e := range entries {
 		t.byKey[e.Key()] = e
-		headers := compileHeaders(e.Headers)
 		for _, host := range e.Hosts {
-			lv := hostLevel{'e', host}
-			switch {
-			case host == "*":
-				lv = hostLevel{'a', ""}
-			case strings.HasPrefix(host, "*."):
-				lv = hostLevel{'w', host[2:]}
-			}
-			for _, prefix := range routePrefixes(e) {
+			t.byHost[host] = append(t.byHost[host], e)
+		}
+	}
+	for host, list := range t.byHost {
+		t.setHost(host, newHostRoutesFor(host, list))
+	}
+	return t
+}
+
+// setHost stores the routes of host (nil removes them) in the index its kind belongs to.
+func (t *Table) setHost(host string, hr *hostRoutes) {
+	switch {
+	case host == "*":
+		t.any = hr
+	case strings.HasPrefix(host, "*."):
+		if hr == nil {
+			delete(t.wildcard, host[2:])
+		} else {
+			t.wildcard[host[2:]] = hr
+		}
+	default:
+		if hr == nil {
+			delete(t.exact, host)
+		} else {
+			t.exact[host] = hr
+		}
+	}
+}
+
+// newHostRoutesFor builds the routes of one host from the entries naming it, in key order. A route
+// (path prefix and header set) already claimed by an earlier entry is skipped. Canonical entries
+// repeat no host or prefix, so a host named by one entry needs no bookkeeping.
+func newHostRoutesFor(host string, entries []*Entry) *hostRoutes {
+	byPrefix := map[string][]rule{}
+	var claimed map[string]struct{}
+	if len(entries) > 1 {
+		claimed = map[string]struct{}{}
+	}
+	for _, e := range entries {
+		headers := compileHeaders(e.Headers)
+		for _, prefix := range routePrefixes(e) {
+			if claimed != nil {
 				rk := routeKey(host, prefix, e.Headers)
 				if _, dup := claimed[rk]; dup {
 					continue
 				}
 				claimed[rk] = struct{}{}
-				byPrefix := groups[lv]
-				if byPrefix == nil {
-					byPrefix = map[string][]rule{}
-					groups[lv] = byPrefix
-				}
-				byPrefix[prefix] = append(byPrefix[prefix], rule{headers: headers, entry: e})
+			}
+			byPrefix[prefix] = append(byPrefix[prefix], rule{headers: headers, entry: e})
+		}
+	}
+	return newHostRoutes(byPrefix)
+}
+
+// withChanges returns a table with version holding t's entries minus removed (entries of t, compared
+// by identity) plus added (canonical, sorted by key, keys not in t once removed is taken out). It
+// shares every per-host index that neither touches, so its cost grows with the size of the change,
+// plus copying t's top-level maps and entry list (about a millisecond for 10,000 entries), not with
+// rebuilding the table. t is not modified. The result equals buildTable over the same entries.
+func (t *Table) withChanges(version string, removed, added []*Entry) *Table {
+	gone := make(map[*Entry]struct{}, len(removed))
+	hosts := map[string]struct{}{}
+	for _, e := range removed {
+		gone[e] = struct{}{}
+		for _, h := range e.Hosts {
+			hosts[h] = struct{}{}
+		}
+	}
+	for _, e := range added {
+		for _, h := range e.Hosts {
+			hosts[h] = struct{}{}
+		}
+	}
+	n := &Table{
+		version:  version,
+		entries:  mergeEntries(t.entries, gone, added),
+		byKey:    maps.Clone(t.byKey),
+		byHost:   maps.Clone(t.byHost),
+		exact:    maps.Clone(t.exact),
+		wildcard: maps.Clone(t.wildcard),
+		any:      t.any,
+	}
+	for _, e := range removed {
+		if n.byKey[e.Key()] == e {
+			delete(n.byKey, e.Key())
+		}
+	}
+	for _, e := range added {
+		n.byKey[e.Key()] = e
+	}
+	for host := range hosts {
+		var plus []*Entry
+		for _, e := range added {
+			if slices.Contains(e.Hosts, host) {
+				plus = append(plus, e)
 			}
 		}
-	}
-	for lv, byPrefix := range groups {
-		hr := newHostRoutes(byPrefix)
-		switch lv.kind {
-		case 'e':
-			t.exact[lv.name] = hr
-		case 'w':
-			t.wildcard[lv.name] = hr
-		default:
-			t.any = hr
+		list := mergeEntries(t.byHost[host], gone, plus)
+		if len(list) == 0 {
+			delete(n.byHost, host)
+			n.setHost(host, nil)
+			continue
 		}
+		n.byHost[host] = list
+		n.setHost(host, newHostRoutesFor(host, list))
 	}
-	return t
+	return n
+}
+
+// mergeEntries returns a new slice of the entries of old not in gone merged with added; both inputs
+// are sorted by key.
+func mergeEntries(old []*Entry, gone map[*Entry]struct{}, added []*Entry) []*Entry {
+	out := make([]*Entry, 0, len(old)+len(added))
+	i := 0
+	for _, e := range old {
+		if _, ok := gone[e]; ok {
+			continue
+		}
+		for i < len(added) && compareKeys(added[i], e) < 0 {
+			out = append(out, added[i])
+			i++
+		}
+		out = append(out, e)
+	}
+	return append(out, added[i:]...)
 }
 
 var rootPrefix = []string{"/"}

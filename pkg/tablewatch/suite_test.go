@@ -64,7 +64,16 @@ func table(tag string, n int) *routing.Table {
 	}
 	t, err := routing.NewTable(entries)
 	Expect(err).NotTo(HaveOccurred())
-	return t
+	// Return the table as a reader sees it once encode stored it: with the version of its manifest.
+	m, s, err := routing.Encode(t, 250)
+	Expect(err).NotTo(HaveOccurred())
+	data := map[string][]byte{}
+	for _, sh := range s {
+		data[sh.Name] = sh.Data
+	}
+	stored, err := routing.Decode(m, data)
+	Expect(err).NotTo(HaveOccurred())
+	return stored
 }
 
 // encode lays t out as ConfigMaps with shards small enough that a table of a few dozen apps needs

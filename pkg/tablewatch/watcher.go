@@ -92,6 +92,8 @@ type Watcher struct {
 
 	// Owned by the Start goroutine.
 	goodHeadRV string
+	// reader decodes only the shards that changed since the table served and shares the rest.
+	reader routing.Reader
 }
 
 // New returns a Watcher reading through a client built from cfg. Add it to a manager (mgr.Add) or call
@@ -292,7 +294,8 @@ func (w *Watcher) readAPI(parent context.Context, log logr.Logger) {
 }
 
 // load decodes the table head describes and serves it, unless it is the table already served, older
-// than it, or broken.
+// than it, or broken. Only the shards whose content changed since the table served are decoded; the
+// new table shares everything else with it (routing.Reader).
 func (w *Watcher) load(source string, head *corev1.ConfigMap, cms []*corev1.ConfigMap, log logr.Logger) {
 	if head != nil && w.goodHeadRV != "" {
 		if head.ResourceVersion == w.goodHeadRV {
@@ -310,7 +313,7 @@ func (w *Watcher) load(source string, head *corev1.ConfigMap, cms []*corev1.Conf
 		w.waitForFirstTable(log)
 		return
 	}
-	t, err := routing.FromConfigMaps(head, cms)
+	t, err := w.reader.FromConfigMaps(head, cms)
 	if err != nil {
 		w.fail(reasonOf(err), err, log)
 		return

@@ -194,7 +194,7 @@ var _ = Describe("Watcher", func() {
 		writeShards(ctx, shards)
 		written := time.Now()
 		writeHead(ctx, head)
-		Eventually(w.Version, 60*time.Second).WithPolling(time.Millisecond).Should(Equal(big.Version()))
+		Eventually(w.Version, 60*time.Second).WithPolling(time.Millisecond).Should(Equal(m.Version))
 		took := time.Since(written)
 		decodeStart := time.Now()
 		_, err = routing.FromConfigMaps(head, shards)

@@ -175,7 +175,7 @@ func writeTable(ctx context.Context, cs kubernetes.Interface, n, k int) (string,
 			}
 		}
 	}
-	return t.Version(), nil
+	return m.Version, nil // a stored table's version is its manifest's
 }
 
 type mem struct{ rss, hwm, heapInuse, heapAlloc, heapGoal, goroutines float64 }

@@ -13,7 +13,12 @@
 // Objects share one Deployment and Service per namespace (the operator only needs them to exist).
 // Sizes are cumulative: -n 1000,10000 creates 1,000 objects, measures, then 9,000 more.
 //
-//	go run ./hack/bench/propagation -n 1000,10000 -samples 10
+// With -burst B it then creates B plain ConfigMaps with the same client and parallelism (the API
+// server's own write throughput: the floor), then B objects at once, and reports when the
+// interceptor routed all of them, counted from the last create. It prints the operator's and the
+// interceptor's resident memory after each size and after the burst.
+//
+//	go run ./hack/bench/propagation -n 1000,10000 -samples 10 -burst 10000
 package main
 
 import (
@@ -70,6 +75,8 @@ type config struct {
 	gap        time.Duration
 	settle     time.Duration
 	fillWait   time.Duration
+	burst      int
+	burstWork  int
 }
 
 func run() error {
@@ -82,6 +89,8 @@ func run() error {
 	flag.DurationVar(&c.gap, "gap", time.Second, "pause between samples (the writer is idle again after its debounce)")
 	flag.DurationVar(&c.settle, "settle", 5*time.Second, "pause after N objects are routed, before the first sample")
 	flag.DurationVar(&c.fillWait, "fill-timeout", 20*time.Minute, "bound for routing N objects")
+	flag.IntVar(&c.burst, "burst", 0, "after the samples, create this many objects at once and time until all are routed (0: no burst)")
+	flag.IntVar(&c.burstWork, "burst-workers", 16, "parallel creates of the burst (and of its ConfigMap floor)")
 	opBin := flag.String("operator", "", "operator binary (built from this tree when empty)")
 	icBin := flag.String("interceptor", "", "interceptor binary (built from this tree when empty)")
 	opArgs := flag.String("operator-args", "", "extra operator flags, space-separated")
@@ -237,13 +246,94 @@ func run() error {
 		l, _ := os.ReadFile("/proc/loadavg")
 		r.load = strings.Join(strings.Fields(string(l))[:3], " ")
 		rows = append(rows, r)
+		fmt.Printf("# at %d objects: operator RSS %s, interceptor RSS %s\n", created, op.rss(), ic.rss())
 	}
 	fmt.Printf("\nms, p50/p99/max; shard and head: this process's watch saw the new shard / the head with the new version\n")
 	fmt.Printf("%-7s %-8s %-15s %-15s %-15s %-15s %s\n", "N", "samples", "shard", "head", "routed", "head→routed", "load (1/5/15 min) at the end")
 	for _, r := range rows {
 		fmt.Printf("%-7d %-8d %-15s %-15s %-15s %-15s %s\n", r.n, len(r.routed), stats(r.shard), stats(r.written), stats(r.routed), stats(r.lag), r.load)
 	}
+	if c.burst > 0 {
+		return burst(ctx, k8s, heads, status, created, c, op, ic)
+	}
 	return nil
+}
+
+// burst measures the API server's own write throughput as the floor (c.burst plain ConfigMaps
+// created with the same client and parallelism), then creates c.burst objects at once and times
+// until the interceptor routes every one of them.
+func burst(ctx context.Context, k8s client.Client, heads *tableWatch, status string, created int, c config, op, ic *proc) error {
+	l, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("\n# burst of %d, %d client goroutines; load average at start: %s", c.burst, c.burstWork, l)
+	floorNS := "burst-floor"
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNS}}); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := parallel(c.burst, c.burstWork, func(i int) error {
+		return k8s.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Namespace: floorNS},
+			Data: map[string]string{"k": "v"}})
+	}); err != nil {
+		return err
+	}
+	floor := time.Since(t0)
+	fmt.Printf("# floor: %d ConfigMaps created in %s (%.0f/s)\n", c.burst, floor.Round(time.Millisecond), float64(c.burst)/floor.Seconds())
+	time.Sleep(c.settle)
+
+	heads.mu.Lock()
+	events0 := len(heads.events)
+	heads.mu.Unlock()
+	t0 = time.Now()
+	if err := parallel(c.burst, c.burstWork, func(i int) error { return create(ctx, k8s, created+i, c.namespaces) }); err != nil {
+		return err
+	}
+	createdIn := time.Since(t0)
+	lastCreate := time.Now()
+	if err := waitEntries(ctx, status, created+c.burst, c.fillWait, 10*time.Millisecond, op, ic); err != nil {
+		return fmt.Errorf("burst: %w", err)
+	}
+	routedAt := time.Now()
+	heads.mu.Lock()
+	versions := 0
+	for _, e := range heads.events[events0:] {
+		if e.name == routing.DefaultBaseName && e.typ != watch.Deleted {
+			versions++
+		}
+	}
+	heads.mu.Unlock()
+	l, _ = os.ReadFile("/proc/loadavg")
+	fmt.Printf("# burst: %d objects created in %s (%.0f/s); all routed %s after the first create, %s after the last; %d table versions (head writes seen); load %s",
+		c.burst, createdIn.Round(time.Millisecond), float64(c.burst)/createdIn.Seconds(), routedAt.Sub(t0).Round(time.Millisecond),
+		routedAt.Sub(lastCreate).Round(time.Millisecond), versions, l)
+	fmt.Printf("# at %d objects: operator RSS %s, interceptor RSS %s\n", created+c.burst, op.rss(), ic.rss())
+	return nil
+}
+
+// parallel runs f(0..n-1) on workers goroutines and returns the first error.
+func parallel(n, workers int, f func(int) error) error {
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for range workers {
+		wg.Go(func() {
+			for i := range work {
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return first
 }
 
 // prepare creates the install namespace and, per app namespace, the Deployment and Service every
@@ -467,6 +557,21 @@ func startProc(dir, name, bin string, args []string) (*proc, error) {
 	p := &proc{name: name, log: f.Name(), cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
 	return p, nil
+}
+
+// rss returns the process's resident set size as /proc reports it ("VmRSS").
+func (p *proc) rss() string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return fmt.Sprintf("%.0f MiB", float64(kb)/1024)
+		}
+	}
+	return "?"
 }
 
 func (p *proc) exited() bool {

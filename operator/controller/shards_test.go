@@ -1,0 +1,239 @@
+package controller_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/tablewatch"
+)
+
+// shardEntries is the shard size the spec forces, so that a few dozen objects span many shards.
+const shardEntries = 4
+
+var _ = Describe("A routing table of several shards", func() {
+	var readers []*tablewatch.Watcher
+
+	BeforeEach(func() {
+		op.stop()
+		DeferCleanup(func() { op = startOperator(defaultOptions()) })
+		o := defaultOptions()
+		o.MaxShardEntries = shardEntries
+		op = startOperator(o)
+		DeferCleanup(func() { op.stop() })
+
+		// Two readers as interceptors run them: one that follows every version, one that starts late.
+		readers = []*tablewatch.Watcher{startReader()}
+		DeferCleanup(func() { readers = nil })
+	})
+
+	It("rewrites one shard per object change, and every reader serves the table a fresh read gives", func() {
+		ns := newNamespace()
+		createService(ns, "app")
+		createDeployment(ns, "app")
+		// Leave no objects behind for later specs (a new leader reconciles every existing object).
+		DeferCleanup(func() {
+			Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed())
+			Eventually(func() int {
+				var list v1.HTTPScaledObjectList
+				Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+				return len(list.Items)
+			}).WithTimeout(2 * time.Minute).Should(BeZero())
+		})
+		objs := map[string]*v1.HTTPScaledObject{}
+		newObj := func(name string) *v1.HTTPScaledObject {
+			h := hso(ns, name, name+".shards.example.com")
+			h.Spec.ScaleTargetRef.Name, h.Spec.ScaleTargetRef.Service = "app", "app"
+			return h
+		}
+		for i := range 40 {
+			h := newObj(fmt.Sprintf("app-%02d", i))
+			Expect(k8s.Create(ctx, h)).To(Succeed())
+			objs[h.Name] = h
+		}
+		Eventually(inTable(ns, objs)).Should(BeTrue())
+		readers = append(readers, startReader())
+		expectReadersConsistent(readers)
+		m := manifest()
+		Expect(len(m.Shards)).To(BeNumerically(">=", 8), "the spec wants a table of many shards")
+
+		// One change each: a new object (in a bucket with room, so that the bucket count stays), a
+		// spec change, a deletion.
+		steps := []struct {
+			name   string
+			act    func()
+			exists func() bool
+		}{
+			{"create", func() {
+				h := newObj(nameWithRoom(m, ns))
+				Expect(k8s.Create(ctx, h)).To(Succeed())
+				objs[h.Name] = h
+			}, nil},
+			{"update", func() {
+				update(objs["app-07"], func(h *v1.HTTPScaledObject) { h.Spec.Hosts = []v1.Host{"moved.shards.example.com"} })
+			}, nil},
+			{"delete", func() {
+				Expect(k8s.Delete(ctx, objs["app-11"])).To(Succeed())
+				delete(objs, "app-11")
+			}, nil},
+		}
+		for _, step := range steps {
+			By(step.name)
+			before, beforeVersion := shardVersions(), manifest().Version
+			step.act()
+			Eventually(func() string { return manifest().Version }).ShouldNot(Equal(beforeVersion))
+			Eventually(inTable(ns, objs)).Should(BeTrue())
+			after, m2 := shardVersions(), manifest()
+			written, removed := 0, 0
+			for name, rv := range after {
+				if before[name] != rv {
+					written++
+				}
+			}
+			for name := range before {
+				if _, ok := after[name]; !ok {
+					removed++
+				}
+			}
+			Expect(m2.Buckets).To(Equal(m.Buckets), "the bucket count must not change here")
+			Expect(written).To(BeNumerically("<=", 1), "%s: shard ConfigMaps created or changed", step.name)
+			Expect(removed).To(BeNumerically("<=", 1), "%s: shard ConfigMaps removed", step.name)
+			Expect(written+removed).To(BeNumerically(">=", 1), "%s: the change must reach the table", step.name)
+			expectReadersConsistent(readers)
+		}
+
+		By("growing past the shard size, which doubles the buckets and moves entries between shards")
+		for i := 40; i < 40+len(m.Shards)*shardEntries; i++ {
+			h := newObj(fmt.Sprintf("app-%02d", i))
+			Expect(k8s.Create(ctx, h)).To(Succeed())
+			objs[h.Name] = h
+		}
+		Eventually(inTable(ns, objs)).WithTimeout(time.Minute).Should(BeTrue())
+		Expect(manifest().Buckets).To(BeNumerically(">", m.Buckets))
+		for _, ref := range manifest().Shards {
+			Expect(ref.Entries).To(BeNumerically("<=", shardEntries))
+		}
+		expectReadersConsistent(readers)
+	})
+})
+
+// startReader runs an interceptor's table watcher against the suite's API server.
+func startReader() *tablewatch.Watcher {
+	GinkgoHelper()
+	w, err := tablewatch.NewForClient(kubernetes.NewForConfigOrDie(restCfg), tablewatch.Options{
+		Namespace: installNS, Base: tableName, Registerer: prometheus.NewRegistry(),
+	})
+	Expect(err).NotTo(HaveOccurred())
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Start(rctx) }()
+	DeferCleanup(func() { cancel(); Expect(<-done).To(Succeed()) })
+	return w
+}
+
+// expectReadersConsistent waits until every reader serves the stored table and checks that each
+// holds exactly the entries, and routes every host, as a fresh decode of the ConfigMaps does.
+func expectReadersConsistent(readers []*tablewatch.Watcher) {
+	GinkgoHelper()
+	fresh, err := readTable(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	for i, r := range readers {
+		Eventually(r.Version).Should(Equal(fresh.Version()), "reader %d", i)
+		got := r.Table()
+		Expect(got.Entries()).To(Equal(fresh.Entries()), "reader %d entries", i)
+		for e := range fresh.All() {
+			for _, host := range e.Hosts {
+				if strings.HasPrefix(host, "*") {
+					host = "any" + strings.TrimPrefix(host, "*") // a name the wildcard (or "*") matches
+				}
+				for _, path := range append([]string{"/"}, e.PathPrefixes...) {
+					want, wantOK := fresh.Match(host, path, nil)
+					have, ok := got.Match(host, path, nil)
+					Expect(ok).To(Equal(wantOK), "reader %d routes %s%s", i, host, path)
+					if ok {
+						Expect(have.Key()).To(Equal(want.Key()), "reader %d routes %s%s", i, host, path)
+					}
+				}
+			}
+		}
+	}
+}
+
+// inTable reports whether the stored table holds exactly objs among the entries of namespace ns, each
+// at its current generation's hosts.
+func inTable(ns string, objs map[string]*v1.HTTPScaledObject) func() bool {
+	return func() bool {
+		t, err := readTable(ctx)
+		if err != nil {
+			return false
+		}
+		n := 0
+		for e := range t.All() {
+			if e.Namespace != ns {
+				continue
+			}
+			n++
+			h, ok := objs[e.Name]
+			cur := &v1.HTTPScaledObject{}
+			if !ok || k8s.Get(ctx, client.ObjectKeyFromObject(h), cur) != nil || e.Generation != cur.Generation {
+				return false
+			}
+		}
+		return n == len(objs)
+	}
+}
+
+func manifest() routing.Manifest {
+	GinkgoHelper()
+	head := &corev1.ConfigMap{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: installNS, Name: tableName}, head)).To(Succeed())
+	var m routing.Manifest
+	Expect(json.Unmarshal([]byte(head.Data[routing.ManifestKey]), &m)).To(Succeed())
+	return m
+}
+
+// shardVersions maps every shard ConfigMap's name to its resourceVersion.
+func shardVersions() map[string]string {
+	GinkgoHelper()
+	var list corev1.ConfigMapList
+	Expect(k8s.List(ctx, &list, client.InNamespace(installNS), client.MatchingLabels{routing.LabelTable: tableName})).To(Succeed())
+	out := map[string]string{}
+	for _, cm := range list.Items {
+		if cm.Name != tableName {
+			out[cm.Name] = cm.ResourceVersion
+		}
+	}
+	return out
+}
+
+// nameWithRoom returns an object name whose bucket (FNV-1a of "namespace/name", the storage format's
+// assignment) holds fewer than shardEntries entries in m.
+func nameWithRoom(m routing.Manifest, ns string) string {
+	GinkgoHelper()
+	held := map[string]int{}
+	for _, ref := range m.Shards {
+		held[ref.Name] = ref.Entries
+	}
+	for i := range 1000 {
+		name := fmt.Sprintf("new-%d", i)
+		h := fnv.New64a()
+		h.Write([]byte(ns + "/" + name))
+		if held[fmt.Sprint(h.Sum64()&uint64(m.Buckets-1))] < shardEntries {
+			return name
+		}
+	}
+	Fail("no name with room")
+	return ""
+}

@@ -1,0 +1,300 @@
+package routing
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestReaderFollowsEncoder changes a table one step at a time through an Encoder and checks, after
+// every step, that a Reader that followed every version serves exactly the table a fresh decode
+// gives (entries, version and every route), and that each single-entry step changed one shard.
+func TestReaderFollowsEncoder(t *testing.T) {
+	const maxEntries = 16
+	enc, err := NewEncoder(DefaultMaxShardBytes, maxEntries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := syntheticEntries(400)
+	// Several entries share hosts, so removing a route's winner must hand the route to the next one.
+	for i := 0; i < 40; i++ {
+		pool[i].Hosts = []string{"shared.example.com"}
+		pool[i].Headers = nil
+		pool[i].PathPrefixes = nil
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	live := map[string]Entry{}
+	var follower Reader
+	var prev Manifest
+	put := func(e *Entry) {
+		_, line, err := EncodeEntry(*e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc.Put(e.Key(), line)
+		live[e.Key()] = *e
+	}
+	for step := 0; step < 600; step++ {
+		e := pool[r.IntN(len(pool))]
+		op := "put"
+		switch _, ok := live[e.Key()]; {
+		case ok && r.IntN(3) == 0:
+			op = "delete"
+			enc.Put(e.Key(), nil)
+			delete(live, e.Key())
+		case ok:
+			op = "change"
+			e.Generation = int64(step)
+			if r.IntN(2) == 0 {
+				e.Hosts = []string{fmt.Sprintf("moved-%d.example.com", step), "shared.example.com"}
+			}
+			put(&e)
+		default:
+			put(&e)
+		}
+		m, shards, err := enc.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := shardMap(shards)
+		got, err := follower.Decode(m, data)
+		if err != nil {
+			t.Fatalf("step %d (%s): follower: %v", step, op, err)
+		}
+		fresh, err := Decode(m, data)
+		if err != nil {
+			t.Fatalf("step %d: fresh decode: %v", step, err)
+		}
+		var want []Entry
+		for _, x := range live {
+			want = append(want, x)
+		}
+		wantTable := mustTable(t, want...)
+		if d := diff(wantTable.Entries(), got.Entries()); d != "" {
+			t.Fatalf("step %d (%s): follower's entries (-want +got):\n%s", step, op, d)
+		}
+		if got.Version() != m.Version || fresh.Version() != m.Version {
+			t.Fatalf("step %d: versions follower %s fresh %s manifest %s", step, got.Version(), fresh.Version(), m.Version)
+		}
+		sameRoutes(t, fresh, got, pool, step)
+		if prev.Buckets == m.Buckets && step > 0 {
+			if n := changedShards(prev, m); n > 1 {
+				t.Fatalf("step %d (%s of %s): %d shards changed, want at most 1", step, op, e.Key(), n)
+			}
+		}
+		for _, ref := range m.Shards {
+			if ref.Entries > maxEntries {
+				t.Fatalf("step %d: shard %s holds %d entries, limit %d", step, ref.Name, ref.Entries, maxEntries)
+			}
+		}
+		prev = m
+	}
+	if prev.Buckets < 8 {
+		t.Errorf("ended with %d buckets; the test meant to exercise several", prev.Buckets)
+	}
+}
+
+// sameRoutes checks that two tables route every host of pool (and a few others) identically, and
+// agree on Lookup.
+func sameRoutes(t *testing.T, want, got *Table, pool []Entry, step int) {
+	t.Helper()
+	hosts := []string{"shared.example.com", "nothing.example.org", "x.wild.example.com"}
+	for _, e := range pool {
+		hosts = append(hosts, e.Hosts...)
+		if k, ok := got.Lookup(e.Key()); ok != func() bool { _, ok := want.Lookup(e.Key()); return ok }() || ok && k.Key() != e.Key() {
+			t.Fatalf("step %d: Lookup(%s) differs", step, e.Key())
+		}
+	}
+	hosts = append(hosts, fmt.Sprintf("moved-%d.example.com", step))
+	for _, h := range hosts {
+		if h == "*" {
+			h = "any.example.net"
+		}
+		if len(h) > 2 && h[:2] == "*." {
+			h = "sub" + h[1:]
+		}
+		for _, path := range []string{"/", "/api/v1", "/cart/items"} {
+			for _, hdr := range []http.Header{nil, {"X-Tenant": {"a"}}} {
+				a, aok := want.Match(h, path, hdr)
+				b, bok := got.Match(h, path, hdr)
+				if aok != bok || aok && a.Key() != b.Key() {
+					t.Fatalf("step %d: Match(%s, %s, %v): fresh %v, follower %v", step, h, path, hdr, keyOf(a), keyOf(b))
+				}
+			}
+		}
+	}
+	if !slices.EqualFunc(slices.Collect(want.All()), slices.Collect(got.All()), func(a, b *Entry) bool { return a.Key() == b.Key() }) {
+		t.Fatalf("step %d: All() order differs", step)
+	}
+}
+
+func keyOf(e *Entry) string {
+	if e == nil {
+		return ""
+	}
+	return e.Key()
+}
+
+func changedShards(a, b Manifest) int {
+	old := map[string]string{}
+	for _, r := range a.Shards {
+		old[r.Name] = r.SHA256
+	}
+	n := 0
+	for _, r := range b.Shards {
+		if old[r.Name] != r.SHA256 {
+			n++
+		}
+		delete(old, r.Name)
+	}
+	return n + len(old)
+}
+
+// TestReaderReadsOnlyChangedShards counts the shards a Reader asks for.
+func TestReaderReadsOnlyChangedShards(t *testing.T) {
+	enc, err := NewEncoder(DefaultMaxShardBytes, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range syntheticEntries(1000) {
+		_, line, err := EncodeEntry(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc.Put(e.Key(), line)
+	}
+	m, shards, err := enc.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Reader
+	data := shardMap(shards)
+	asked := 0
+	get := func(name string) ([]byte, bool, error) { asked++; d, ok := data[name]; return d, ok, nil }
+	if _, err := r.Read(m, get); err != nil {
+		t.Fatal(err)
+	}
+	if asked != len(m.Shards) || len(m.Shards) < 32 {
+		t.Fatalf("first read asked for %d shards of %d", asked, len(m.Shards))
+	}
+	_, line, _ := EncodeEntry(entry("new/app", []string{"new.example.com"}))
+	enc.Put("new/app", line)
+	m, shards, err = enc.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = shardMap(shards)
+	asked = 0
+	got, err := r.Read(m, get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asked != 1 {
+		t.Errorf("after adding one entry the reader asked for %d shards, want 1", asked)
+	}
+	if e, ok := got.Match("new.example.com", "/", nil); !ok || e.Key() != "new/app" {
+		t.Errorf("new entry not routed")
+	}
+	// A failed read leaves the reader serving what it had.
+	enc.Put("new/app", nil)
+	m2, _, err := enc.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Read(m2, func(string) ([]byte, bool, error) { return nil, false, nil }); err == nil {
+		t.Fatal("read with a missing shard succeeded")
+	}
+	if r.Table() != got {
+		t.Error("a failed read replaced the reader's table")
+	}
+}
+
+func BenchmarkReaderOneChange10k(b *testing.B) {
+	enc, err := NewEncoder(DefaultMaxShardBytes, DefaultMaxShardEntries)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range syntheticEntries(10_000) {
+		_, line, _ := EncodeEntry(e)
+		enc.Put(e.Key(), line)
+	}
+	m, shards, _ := enc.Encode()
+	var r Reader
+	if _, err := r.Decode(m, shardMap(shards)); err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		i++
+		e := entry(fmt.Sprintf("bench/app-%d", i), []string{fmt.Sprintf("app-%d.bench.example.com", i)})
+		_, line, _ := EncodeEntry(e)
+		enc.Put(e.Key(), line)
+		m, shards, err := enc.Encode()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Decode(m, shardMap(shards)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// formatV1 stores tbl the way operators before format 2 did: one shard, the version hashed over
+// every entry's line.
+func formatV1(t *testing.T, tbl *Table) (Manifest, map[string][]byte) {
+	t.Helper()
+	var text strings.Builder
+	for e := range tbl.All() {
+		line, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text.Write(line)
+		text.WriteByte('\n')
+	}
+	data := gz(text.String())
+	sum := sha256.Sum256(data)
+	m := Manifest{Format: manifestFormatV1, Version: tbl.Version(), Entries: tbl.Len(), Buckets: 1,
+		Shards: []ShardRef{{Name: "0", SHA256: hex.EncodeToString(sum[:]), Entries: tbl.Len()}}}
+	return m, map[string][]byte{"0": data}
+}
+
+// A reader follows a table across a rolling upgrade of the operator: format 1, then 2, then 1 again.
+func TestReaderReadsFormatOne(t *testing.T) {
+	tbl := mustTable(t, syntheticEntries(300)...)
+	m1, data1 := formatV1(t, tbl)
+	var r Reader
+	got, err := r.Decode(m1, data1)
+	if err != nil {
+		t.Fatalf("format 1: %v", err)
+	}
+	if got.Version() != tbl.Version() {
+		t.Errorf("format 1 version %s, want %s", got.Version(), tbl.Version())
+	}
+	if d := diff(tbl.Entries(), got.Entries()); d != "" {
+		t.Fatalf("format 1 entries (-want +got):\n%s", d)
+	}
+	m2, shards := encodeT(t, tbl, DefaultMaxShardBytes)
+	if got, err = r.Decode(m2, shardMap(shards)); err != nil || got.Version() != m2.Version {
+		t.Fatalf("format 2 after 1: %v, version %s want %s", err, got.Version(), m2.Version)
+	}
+	if d := diff(tbl.Entries(), got.Entries()); d != "" {
+		t.Fatalf("format 2 entries (-want +got):\n%s", d)
+	}
+	if got, err = r.Decode(m1, data1); err != nil || got.Version() != tbl.Version() {
+		t.Fatalf("format 1 after 2: %v", err)
+	}
+	// A format-1 table whose entries do not hash to its version is corrupt.
+	m1.Version = "0123456789abcdef"
+	if _, err := Decode(m1, data1); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("format 1 with a wrong version: %v, want ErrCorrupt", err)
+	}
+}
