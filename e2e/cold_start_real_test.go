@@ -49,11 +49,18 @@ var _ = Describe("Cold starts on real pods", Ordered, func() {
 			s.ScaledownPeriod = ptr.To[int32](5)
 			s.Replicas.Max = ptr.To[int32](2)
 		})
-		// KEDA reaches the scaler pod at the address the chart's values gave it.
+		// KEDA reaches the scaler pod by the chart's default address, the scaler Service's DNS name, which
+		// the cluster's DNS resolves to that Service's ClusterIP (the cold starts below need KEDA to have
+		// reached it).
+		scalerName := fmt.Sprintf("httpscale-scaler.%s.svc.%s", localcluster.Namespace, localcluster.ClusterDomain)
 		var so kedav1alpha1.ScaledObject
 		Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), &so)).To(Succeed())
 		Expect(so.Spec.Triggers).To(HaveLen(1))
-		Expect(so.Spec.Triggers[0].Metadata).To(HaveKeyWithValue("scalerAddress", fmt.Sprintf("%s:%d", localcluster.ScalerClusterIP, localcluster.ScalerGRPCPort)))
+		Expect(so.Spec.Triggers[0].Metadata).To(HaveKeyWithValue("scalerAddress", fmt.Sprintf("%s:%d", scalerName, localcluster.ScalerGRPCPort)))
+		var scalerSvc corev1.Service
+		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: localcluster.Namespace, Name: "httpscale-scaler"}, &scalerSvc)).To(Succeed())
+		Expect(scalerSvc.Spec.ClusterIP).NotTo(BeEmpty())
+		Expect(clusterLookup(ctx, scalerName)).To(Equal([]string{scalerSvc.Spec.ClusterIP}), "%s at the cluster's DNS", scalerName)
 		url = fmt.Sprintf("http://%s:%d/hello", h.InterceptorService, localcluster.ProxyPort)
 	})
 
