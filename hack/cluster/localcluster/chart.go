@@ -291,6 +291,10 @@ func (c Config) InstallHTTPScale(ctx context.Context, progress io.Writer) (Image
 	if !c.RealNodes {
 		return Images{}, errors.New("the chart's pods need real nodes (up --real-nodes)")
 	}
+	if !c.DNS {
+		// KEDA dials the scaler at the chart's default address, the Service's DNS name.
+		return Images{}, errors.New("the chart needs the cluster's DNS (up without --dns=false)")
+	}
 	t0 := time.Now()
 	im, err := c.BuildImages(ctx, progress)
 	if err != nil {
