@@ -241,10 +241,11 @@ var _ = Describe("Cluster DNS", Ordered, func() {
 	})
 })
 
-// clusterLookup resolves name (fully qualified) at CoreDNS, as a process in the namespace would.
+// clusterLookup resolves name (fully qualified) at CoreDNS from inside the namespace, over TCP only, so
+// CoreDNS's log tells its queries (tcp) from those of KEDA and pods (udp).
 func clusterLookup(ctx context.Context, name string) ([]string, error) {
-	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return localcluster.DialContext(f.Cluster.NetNS)(ctx, network, net.JoinHostPort(f.Cluster.DNSIP, "53"))
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return localcluster.DialContext(f.Cluster.NetNS)(ctx, "tcp", net.JoinHostPort(f.Cluster.DNSIP, "53"))
 	}}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
