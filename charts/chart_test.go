@@ -471,7 +471,7 @@ func TestEveryValueDocumented(t *testing.T) {
 	walk("", values, schema)
 }
 
-// Clusters without DNS for KEDA (the local cluster's real nodes) pin the scaler Service's ClusterIP
+// Clusters without DNS for KEDA (or with KEDA outside the cluster) pin the scaler Service's ClusterIP
 // and write that address into every ScaledObject instead of the Service's name.
 func TestScalerAddressWithoutDNS(t *testing.T) {
 	const ns = "httpscale-system"

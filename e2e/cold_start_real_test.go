@@ -8,6 +8,8 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -36,10 +38,11 @@ const EnvWakes = "HTTPSCALE_E2E_WAKES"
 // pod has started and passed its readiness probe; then it is answered, marked as a cold start.
 var _ = Describe("Cold starts on real pods", Ordered, func() {
 	var (
-		h    *framework.HTTPScale
-		ns   string
-		host string
-		url  string
+		h          *framework.HTTPScale
+		ns         string
+		scalerName string
+		host       string
+		url        string
 	)
 
 	BeforeAll(func(ctx SpecContext) {
@@ -49,11 +52,18 @@ var _ = Describe("Cold starts on real pods", Ordered, func() {
 			s.ScaledownPeriod = ptr.To[int32](5)
 			s.Replicas.Max = ptr.To[int32](2)
 		})
-		// KEDA reaches the scaler pod at the address the chart's values gave it.
+		// KEDA reaches the scaler pod by the chart's default address, the scaler Service's DNS name, which
+		// the cluster's DNS resolves to that Service's ClusterIP (the cold starts below need KEDA to have
+		// reached it; the first one checks CoreDNS's log for KEDA's query).
+		scalerName = fmt.Sprintf("httpscale-scaler.%s.svc.%s", localcluster.Namespace, localcluster.ClusterDomain)
 		var so kedav1alpha1.ScaledObject
 		Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), &so)).To(Succeed())
 		Expect(so.Spec.Triggers).To(HaveLen(1))
-		Expect(so.Spec.Triggers[0].Metadata).To(HaveKeyWithValue("scalerAddress", fmt.Sprintf("%s:%d", localcluster.ScalerClusterIP, localcluster.ScalerGRPCPort)))
+		Expect(so.Spec.Triggers[0].Metadata).To(HaveKeyWithValue("scalerAddress", fmt.Sprintf("%s:%d", scalerName, localcluster.ScalerGRPCPort)))
+		var scalerSvc corev1.Service
+		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: localcluster.Namespace, Name: "httpscale-scaler"}, &scalerSvc)).To(Succeed())
+		Expect(scalerSvc.Spec.ClusterIP).NotTo(BeEmpty())
+		Expect(clusterLookup(ctx, scalerName)).To(Equal([]string{scalerSvc.Spec.ClusterIP}), "%s at the cluster's DNS", scalerName)
 		url = fmt.Sprintf("http://%s:%d/hello", h.InterceptorService, localcluster.ProxyPort)
 	})
 
@@ -106,6 +116,11 @@ var _ = Describe("Cold starts on real pods", Ordered, func() {
 	It("holds a request at zero until a real pod is Ready, and KEDA scales the app back to zero", func(ctx SpecContext) {
 		Expect(replicas(ctx, ns, "app")).To(BeEquivalentTo(0))
 		first := cold(ctx)
+		// KEDA resolved the scaler's name over UDP (this spec's own lookup above went over TCP).
+		queries, err := os.ReadFile(filepath.Join(f.Cluster.LogDir(), "coredns.log"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(queries)).To(MatchRegexp(`"A IN %s\. udp [^"]*" NOERROR`, regexp.QuoteMeta(scalerName)),
+			"CoreDNS's log has no answered UDP query for %s", scalerName)
 		t0 := time.Now()
 		atZero(ctx, 2*time.Minute)
 		toZero := time.Since(t0)

@@ -23,11 +23,6 @@ import (
 // (chartValues). The e2e suite, `make demo` and `go run ./hack/cluster install-chart` all go through
 // InstallHTTPScale.
 
-// ScalerClusterIP and the scaler values in chartValues exist only because the cluster has no DNS yet:
-// KEDA (processes in the namespace) dials a fixed ClusterIP of the scaler Service instead of its name.
-// Drop both once cluster DNS resolves httpscale-scaler.httpscale-system.svc.
-const ScalerClusterIP = "198.18.200.90"
-
 // Images are httpscale's images as pushed to the local registry: <Registry>/<component>:<Tag>.
 type Images struct {
 	Registry string            `json:"registry"`
@@ -126,13 +121,8 @@ func chartValues(im Images) string {
 # container runs.
 operator: {image: {repository: %[1]s/operator}, nodeSelector: {type: real}}
 interceptor: {image: {repository: %[1]s/interceptor}, nodeSelector: {type: real}}
-scaler:
-  image: {repository: %[1]s/scaler}
-  nodeSelector: {type: real}
-  # No cluster DNS yet (see ScalerClusterIP): KEDA dials a fixed ClusterIP instead of the Service name.
-  service: {clusterIP: %[2]s}
-  address: %[2]s:9090
-`, im.Registry, ScalerClusterIP)
+scaler: {image: {repository: %[1]s/scaler}, nodeSelector: {type: real}}
+`, im.Registry)
 }
 
 // Helm returns the helm binary (hack/tools.sh helm builds it once).
@@ -300,6 +290,10 @@ var ErrImagesChanged = errors.New("the cluster's nodes hold images of an earlier
 func (c Config) InstallHTTPScale(ctx context.Context, progress io.Writer) (Images, error) {
 	if !c.RealNodes {
 		return Images{}, errors.New("the chart's pods need real nodes (up --real-nodes)")
+	}
+	if !c.DNS {
+		// KEDA dials the scaler at the chart's default address, the Service's DNS name.
+		return Images{}, errors.New("the chart needs the cluster's DNS (up without --dns=false)")
 	}
 	t0 := time.Now()
 	im, err := c.BuildImages(ctx, progress)

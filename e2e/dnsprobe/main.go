@@ -1,6 +1,7 @@
 // Command dnsprobe resolves names and connects to addresses the way a Go program in a pod does (the
-// pure-Go resolver, reading /etc/resolv.conf), and prints one JSON line per check. The real-node e2e
-// test runs it as a pod and as a process started like KEDA's, to prove the local cluster's DNS.
+// pure-Go resolver, reading /etc/resolv.conf), and prints one JSON line per check. The e2e suite's
+// Cluster DNS spec (e2e/dns_test.go) runs it as a pod on a real node and as a process started like
+// KEDA's, to prove the local cluster's DNS.
 package main
 
 import (
