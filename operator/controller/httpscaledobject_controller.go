@@ -257,6 +257,10 @@ func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObj
 
 // setRoutingStatus reports conflicts and which interceptors route this generation.
 func (r *Reconciler) setRoutingStatus(hso *v1.HTTPScaledObject, key string, valid bool) {
+	// The fleet first: every version it reports was known to the writer before it could be served
+	// (TableWriter.announce), so the view read after it knows them all. Read the other way round, a
+	// view older than the fleet counts a replica on a newer table as serving nothing.
+	fleet := r.Prober.Fleet()
 	w := r.Table.Written()
 	c, lost := w.Conflicts[key]
 	if lost && valid {
@@ -270,7 +274,6 @@ func (r *Reconciler) setRoutingStatus(hso *v1.HTTPScaledObject, key string, vali
 		r.setCondition(hso, v1.ConditionConflict, metav1.ConditionFalse, "NoConflict", "no other object claims the same host, path and headers")
 	}
 
-	fleet := r.Prober.Fleet()
 	version, seq, routed := w.Introduced(key, hso.Generation)
 	routed = routed && valid
 	var ready int32

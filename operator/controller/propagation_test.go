@@ -114,6 +114,56 @@ var _ = Describe("Routing propagation", func() {
 		Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }, 10*time.Second).Should(And(
 			HaveField("InterceptorsReady", int32(2)), HaveField("InterceptorsTotal", int32(5))))
 	})
+
+	// A burst written as several tables, of which the interceptors serve only the latest: an object
+	// introduced by an earlier table counts them too (the latest holds it), whether they reached the
+	// latest table before the operator's first probe or after it.
+	DescribeTable("reports every object of a burst propagated to interceptors that serve only the latest table",
+		func(ipA, ipB string, pinFirst bool) {
+			ns := newNamespace()
+			a, b := newFakeInterceptor(ipA), newFakeInterceptor(ipB)
+			publishFleet("fleet", []*fakeInterceptor{a, b})
+			DeferCleanup(func() {
+				Expect(k8s.Delete(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "fleet", Namespace: installNS}})).To(Succeed())
+			})
+			if pinFirst {
+				// Both stay on the table before the burst until the operator has probed the new ones.
+				before := tableVersion()
+				a.pin(before)
+				b.pin(before)
+			}
+
+			const n = 6
+			objs := make([]*v1.HTTPScaledObject, n)
+			for i := range objs {
+				objs[i] = app(ns, fmt.Sprintf("burst-%d", i), fmt.Sprintf("burst-%d.%s.example.com", i, ns))
+			}
+			// Back to back, as one kubectl apply creates them.
+			for _, h := range objs {
+				Expect(k8s.Create(ctx, h)).To(Succeed())
+			}
+			for _, h := range objs {
+				Eventually(entryOf(ns + "/" + h.Name)).ShouldNot(BeNil())
+			}
+			if pinFirst {
+				for _, h := range objs {
+					Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }).Should(And(
+						HaveField("TableVersion", Not(BeEmpty())),
+						HaveField("InterceptorsReady", int32(0)), HaveField("InterceptorsTotal", int32(2))))
+				}
+				latest := tableVersion()
+				a.pin(latest)
+				b.pin(latest)
+			}
+			for _, h := range objs {
+				Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }).Should(And(
+					HaveField("InterceptorsReady", int32(2)), HaveField("InterceptorsTotal", int32(2))), h.Name)
+				Eventually(condition(h, v1.ConditionRoutingPropagated)).Should(haveCondition(True, "AllInterceptors"), h.Name)
+			}
+		},
+		Entry("interceptors on the latest table at every probe", "192.0.2.30", "192.0.2.31", false),
+		Entry("interceptors reaching the latest table after the operator's first probe", "192.0.2.32", "192.0.2.33", true),
+	)
 })
 
 // newHostileInterceptor serves handle on every admin path at the given EndpointSlice address.

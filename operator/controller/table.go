@@ -424,6 +424,10 @@ func (w *TableWriter) write(ctx context.Context) error {
 
 	prev := w.written.Load()
 	if manifest.Version != prev.Version {
+		// An interceptor may serve the new version as soon as the head is written, before the write
+		// returns here; a probe must then find it known (see announce).
+		prev = w.announce(prev, manifest.Version)
+		w.written.Store(prev)
 		if err := w.writeConfigMaps(ctx, manifest, shards); err != nil {
 			return err
 		}
@@ -463,8 +467,12 @@ func (w *TableWriter) record(prev *Written, version string, touched map[string]i
 	next := &Written{Version: version, Conflicts: conflicts, versions: prev.versions, introduced: maps.Clone(prev.introduced)}
 	seq := uint64(0)
 	if version != prev.Version {
-		w.seq++
-		seq = w.seq
+		if s, ok := prev.versions[version]; ok && s == w.seq {
+			seq = s // announced
+		} else {
+			w.seq++
+			seq = w.seq
+		}
 	} else {
 		seq = prev.versions[version]
 	}
@@ -486,6 +494,20 @@ func (w *TableWriter) record(prev *Written, version string, touched map[string]i
 		next.versions[version] = seq
 	}
 	return next
+}
+
+// announce returns prev with version known at the next sequence number, and nothing else changed:
+// it is stored before the table is written, so that a probe answered with the new version finds it
+// known (a replica serving it counts for everything introduced before it). Were it unknown until the
+// write returned, the objects evaluated in that window would count no replica, and those the write
+// did not change would never be re-evaluated: the prober re-queues objects only when its answers
+// change, and the writer only the objects the write changed. Objects that version introduces are not
+// introduced yet, so no object is counted as served by a table that does not exist.
+func (w *TableWriter) announce(prev *Written, version string) *Written {
+	w.seq++
+	versions := maps.Clone(prev.versions)
+	versions[version] = w.seq
+	return &Written{Version: prev.Version, Conflicts: prev.Conflicts, versions: versions, introduced: prev.introduced}
 }
 
 // pruneVersions copies the versions whose sequence is at least oldest (no current entry was introduced

@@ -17,6 +17,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/routing"
@@ -405,4 +406,94 @@ func TestDeletingIgnoresStaleDecisions(t *testing.T) {
 	if !back {
 		t.Error("a new object of the same name was refused")
 	}
+}
+
+// An interceptor can serve a table the moment its head ConfigMap is written, before the write call
+// returns to the writer. A probe in that window must find the version known: were it unknown, every
+// object would be counted as served by no replica, and an object the write did not change would not
+// be re-evaluated once the writer recorded the version (the fleet's answer no longer changes), so its
+// RoutingPropagated stayed False.
+func TestVersionKnownBeforeTheHeadIsWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		scheme := runtime.NewScheme()
+		if err := clientgoscheme.AddToScheme(scheme); err != nil {
+			t.Fatal(err)
+		}
+		if err := v1.AddToScheme(scheme); err != nil {
+			t.Fatal(err)
+		}
+		var w *TableWriter
+		var heads, unknown []string
+		checkHead := func(obj client.Object) {
+			cm, ok := obj.(*corev1.ConfigMap)
+			if !ok || cm.Name != routing.DefaultBaseName {
+				return
+			}
+			m, err := routing.ReadManifest(cm)
+			if err != nil {
+				t.Errorf("reading the head just written: %v", err)
+				return
+			}
+			heads = append(heads, m.Version)
+			// What a probe answered with this version finds: every object of the table counted.
+			if _, ok := w.Written().Seq(m.Version); !ok {
+				unknown = append(unknown, m.Version)
+			}
+		}
+		c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if err := c.Create(ctx, obj, opts...); err != nil {
+					return err
+				}
+				checkHead(obj)
+				return nil
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				if err := c.Update(ctx, obj, opts...); err != nil {
+					return err
+				}
+				checkHead(obj)
+				return nil
+			},
+		}).Build()
+		w = &TableWriter{
+			Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
+			Debounce: 250 * time.Millisecond, MaxDelay: 2 * time.Second, StartupGrace: time.Minute,
+			MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard(),
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- w.Start(ctx) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		w.Set("ns/sampleapp", ptrTo(cand("ns/sampleapp", "sampleapp.example.com", time.Hour)))
+		w.Set("ns/wake", ptrTo(cand("ns/wake", "wake.example.com", time.Hour)))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		w.Set("ns/third", ptrTo(cand("ns/third", "third.example.com", time.Hour)))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Start returned %v", err)
+		}
+		if len(heads) < 3 {
+			t.Fatalf("wrote %d heads, want at least 3 (empty table, then two changes)", len(heads))
+		}
+		if len(unknown) > 0 {
+			t.Errorf("versions %v were served before the writer knew them (of %v)", unknown, heads)
+		}
+		// A replica on the last table serves everything introduced before it.
+		last := w.Written()
+		fleet := &Fleet{Replicas: []Replica{{Address: "a", Version: last.Version}, {Address: "b", Version: last.Version}}}
+		for _, k := range []string{"ns/sampleapp", "ns/wake", "ns/third"} {
+			_, seq, ok := last.Introduced(k, 1)
+			if !ok {
+				t.Fatalf("%s not in the written table", k)
+			}
+			if ready, total := fleet.Propagation(last, seq); ready != 2 || total != 2 {
+				t.Errorf("%s served by %d of %d replicas on the last table, want 2 of 2", k, ready, total)
+			}
+		}
+	})
 }
