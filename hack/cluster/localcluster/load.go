@@ -14,12 +14,15 @@ import (
 
 // LoadResult summarises a burst of requests.
 type LoadResult struct {
-	Codes   map[int]int // status code -> count; 0 counts transport errors
-	Errors  []string    // the first few transport errors
-	Elapsed time.Duration
-	P50     time.Duration
-	P99     time.Duration
-	Max     time.Duration
+	Codes map[int]int // status code -> count; 0 counts transport errors while ctx was live
+	// Cancelled counts requests cut off or never sent because ctx ended (the caller stopped the load):
+	// kept apart from Codes[0] so a transport error is never mistaken for the end of the run.
+	Cancelled int
+	Errors    []string // the first few transport errors
+	Elapsed   time.Duration
+	P50       time.Duration
+	P99       time.Duration
+	Max       time.Duration
 }
 
 func (r LoadResult) String() string {
@@ -35,6 +38,9 @@ func (r LoadResult) String() string {
 			label = "error"
 		}
 		parts = append(parts, fmt.Sprintf("%s x%d", label, r.Codes[c]))
+	}
+	if r.Cancelled > 0 {
+		parts = append(parts, fmt.Sprintf("cancelled x%d", r.Cancelled))
 	}
 	return fmt.Sprintf("%s in %.2fs (latency p50 %s, p99 %s, max %s)", strings.Join(parts, ", "),
 		r.Elapsed.Seconds(), r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.Max.Round(time.Millisecond))
@@ -62,6 +68,11 @@ func (c Config) Load(ctx context.Context, url, host string, concurrency, total i
 				code, err := get(ctx, hc, url, host)
 				d := time.Since(t0)
 				mu.Lock()
+				if err != nil && ctx.Err() != nil {
+					res.Cancelled++
+					mu.Unlock()
+					continue
+				}
 				res.Codes[code]++
 				lat = append(lat, d)
 				if err != nil && len(res.Errors) < 5 {
@@ -71,8 +82,11 @@ func (c Config) Load(ctx context.Context, url, host string, concurrency, total i
 			}
 		}()
 	}
-	for range total {
-		work <- struct{}{}
+	for i := 0; i < total && ctx.Err() == nil; i++ {
+		select {
+		case work <- struct{}{}:
+		case <-ctx.Done():
+		}
 	}
 	close(work)
 	wg.Wait()
