@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -94,6 +95,11 @@ func Start() (*envtest.Environment, *rest.Config, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// A start that timed out may have left etcd or kube-apiserver running (orphaned once the test
+		// binary exits): stop what did start before reporting.
+		if stopErr := env.Stop(); stopErr != nil {
+			err = errors.Join(err, fmt.Errorf("stopping the partly started environment: %w", stopErr))
+		}
 		return nil, nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
 	}
 	return env, cfg, nil
