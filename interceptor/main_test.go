@@ -19,15 +19,7 @@ import (
 // before the operator wrote any routing table, and stops it: it serves, says why it is not ready,
 // and logs nothing at error level (no table yet and shutting down are normal states).
 func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
-	env, _, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping envtest: %v", err)
-		}
-	})
+	env, _ := testenv.StartT(t)
 	kubeconfig, err := testenv.WriteKubeconfig(env, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

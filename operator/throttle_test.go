@@ -11,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,15 +37,7 @@ const (
 )
 
 func TestBurstIsRoutedWithoutClientThrottling(t *testing.T) {
-	env, adminCfg, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping envtest: %v", err)
-		}
-	})
+	env, adminCfg := testenv.StartT(t)
 	kubeconfig, err := testenv.WriteKubeconfig(env, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -66,24 +56,8 @@ func TestBurstIsRoutedWithoutClientThrottling(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const ns = "burst"
-	for _, obj := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "httpscale-system"}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		&corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
-			Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "app"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-		},
-		&appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
-			Spec: appsv1.DeploymentSpec{
-				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "app"}},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "app"}},
-					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
-				},
-			},
-		},
-	} {
+	objs := append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "httpscale-system"}}}, testenv.AppObjects(ns)...)
+	for _, obj := range objs {
 		if err := k8s.Create(ctx, obj); err != nil {
 			t.Fatal(err)
 		}

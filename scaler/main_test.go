@@ -38,15 +38,7 @@ func TestRunStopsCleanlyOnCancel(t *testing.T) {
 // generated Role (config/rbac/scaler): it must become ready (its EndpointSlice cache synced, the
 // first snapshot published) and answer KEDA's calls and gRPC health checks.
 func TestRunServesKEDAWithOnlyItsGeneratedRBAC(t *testing.T) {
-	env, cfg, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping envtest: %v", err)
-		}
-	})
+	env, cfg := testenv.StartT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	k8s, err := client.New(cfg, client.Options{})

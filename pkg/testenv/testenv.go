@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"testing"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -103,6 +104,22 @@ func Start() (*envtest.Environment, *rest.Config, error) {
 		return nil, nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
 	}
 	return env, cfg, nil
+}
+
+// StartT starts a new environment for one test, fails the test if it cannot, and stops it when the
+// test ends.
+func StartT(t testing.TB) (*envtest.Environment, *rest.Config) {
+	t.Helper()
+	env, cfg, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping envtest: %v", err)
+		}
+	})
+	return env, cfg
 }
 
 // WriteKubeconfig writes a kubeconfig for an administrator of env into dir and returns its path, for

@@ -40,11 +40,9 @@ import (
 	"syscall"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -342,22 +340,7 @@ func prepare(ctx context.Context, k8s client.Client, k int) error {
 	objs := []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNS}}}
 	for i := 0; i < k; i++ {
 		ns := nsName(i)
-		objs = append(objs,
-			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-			&corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
-				Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "app"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-			},
-			&appsv1.Deployment{
-				ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
-				Spec: appsv1.DeploymentSpec{
-					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "app"}},
-					Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "app"}},
-						Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
-					},
-				},
-			})
+		objs = append(objs, testenv.AppObjects(ns)...)
 	}
 	for _, o := range objs {
 		if err := k8s.Create(ctx, o); err != nil {
