@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -50,7 +49,7 @@ var _ = Describe("helm upgrade under steady traffic", Ordered, func() {
 		hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 			DialContext: localcluster.DialContext(f.Cluster.NetNS), DisableKeepAlives: true}}
 		Eventually(func() (int, error) {
-			resp, err := get(ctx, hc, url, host)
+			resp, err := localcluster.Get(ctx, hc, url, host)
 			return resp, err
 		}).WithContext(ctx).Should(Equal(http.StatusOK))
 
@@ -78,7 +77,7 @@ var _ = Describe("helm upgrade under steady traffic", Ordered, func() {
 					go func() {
 						defer wg.Done()
 						at := time.Now()
-						code, err := get(context.WithoutCancel(loadCtx), hc, url, host)
+						code, err := localcluster.Get(context.WithoutCancel(loadCtx), hc, url, host)
 						mu.Lock()
 						defer mu.Unlock()
 						total++
@@ -118,21 +117,6 @@ var _ = Describe("helm upgrade under steady traffic", Ordered, func() {
 		Expect(total).To(BeNumerically(">=", int(rolled.Seconds()*rate*8/10)), "the traffic was steady")
 	})
 })
-
-func get(ctx context.Context, hc *http.Client, url, host string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	req.Host = host
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	_, err = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, err
-}
 
 // rebalanceInterceptors puts the interceptors back one per zone after a rolling update: the chart's
 // topology spread is ScheduleAnyway, so a rollout that starts each replacement while the old pods still

@@ -65,7 +65,7 @@ func (c Config) Load(ctx context.Context, url, host string, concurrency, total i
 			defer wg.Done()
 			for range work {
 				t0 := time.Now()
-				code, err := get(ctx, hc, url, host)
+				code, err := Get(ctx, hc, url, host)
 				d := time.Since(t0)
 				mu.Lock()
 				if err != nil && ctx.Err() != nil {
@@ -98,7 +98,9 @@ func (c Config) Load(ctx context.Context, url, host string, concurrency, total i
 	return res
 }
 
-func get(ctx context.Context, hc *http.Client, url, host string) (int, error) {
+// Get sends one GET with the given Host header through hc, reads the body to the end and returns the
+// status code; the error is the transport's or the body read's.
+func Get(ctx context.Context, hc *http.Client, url, host string) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
@@ -108,7 +110,7 @@ func get(ctx context.Context, hc *http.Client, url, host string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, nil
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, err
 }
