@@ -48,4 +48,3 @@ func BenchmarkAddTable(b *testing.B) {
 		NewRegistry(nil).Add(keys)
 	}
 }
-
