@@ -25,6 +25,7 @@ var _ = Describe("A burst of new objects", func() {
 			Expect(err).NotTo(HaveOccurred(), burstEnv)
 		}
 		ns := newNamespace()
+		deleteObjectsAfterSpec(ns)
 		createService(ns, "burst")
 		createDeployment(ns, "burst")
 		tables0, writes0 := op.writer.Tables.Load(), op.writer.Writes.Load()
