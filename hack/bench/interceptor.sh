@@ -68,6 +68,9 @@ error_log $work/nginx/logs/error.log warn;
 events { worker_connections 4096; }
 http {
   access_log off;
+  # Uploads are streamed to the backend as the proxy streams them (no temporary file), any size.
+  client_max_body_size 0;
+  proxy_request_buffering off;
   client_body_temp_path $work/nginx/body;
   proxy_temp_path $work/nginx/proxy;
   fastcgi_temp_path $work/nginx/fastcgi;
