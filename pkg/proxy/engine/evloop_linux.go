@@ -54,9 +54,12 @@ type evLoops struct {
 
 // evClientBuffer is the request head buffer (as h1ReadBuffer); evUpBuffer the response buffer, as
 // large as h1Conn's reader so that a head the loop saw whole fits there when handed over.
+// evBodyBuffer is the loop's one body buffer (see relayBody): the most of a response body read by
+// one system call, and so the most a client that does not keep up holds in its output buffer.
 const (
 	evClientBuffer = h1ReadBuffer
 	evUpBuffer     = h1ConnBuffer
+	evBodyBuffer   = 64 << 10
 	evSweepEvery   = time.Second
 )
 
@@ -197,6 +200,7 @@ type evLoop struct {
 
 	fds      []evSlot // by descriptor
 	free     [][]byte // request buffers not in use (see releaseIn)
+	body     []byte   // response body bytes on their way from an upstream to a client (see relayBody)
 	gen      int32
 	clients  int
 	dialing  int
@@ -226,7 +230,8 @@ func newEvLoop(ls *evLoops) (*evLoop, error) {
 		_ = unix.Close(wakefd)
 		return nil, fmt.Errorf("setting up the epoll descriptor: %w", err)
 	}
-	return &evLoop{ls: ls, e: ls.e, epfd: epfd, epf: os.NewFile(uintptr(epfd), "epoll"), wakefd: wakefd, idle: map[string][]*evUp{}}, nil
+	return &evLoop{ls: ls, e: ls.e, epfd: epfd, epf: os.NewFile(uintptr(epfd), "epoll"), wakefd: wakefd,
+		idle: map[string][]*evUp{}, body: make([]byte, evBodyBuffer)}, nil
 }
 
 // post queues m for the loop and wakes it. A loop that has ended no longer reads its inbox: what
@@ -663,28 +668,35 @@ func (l *evLoop) flushClient(c *evClient) bool {
 // readable is cleared, and the next arrival is reported again.
 func fill(fd int, buf *[]byte, readable, hup *bool) (got, eof bool, err error) {
 	b := *buf
+	n, eof, err := readInto(fd, b[len(b):cap(b)], readable, hup)
+	*buf = b[:len(b)+n]
+	return n > 0, eof, err
+}
+
+// readInto reads once into p (not empty), with fill's rules: n bytes arrived; eof at the end of the
+// stream or on an error; a short read clears readable.
+func readInto(fd int, p []byte, readable, hup *bool) (n int, eof bool, err error) {
 	for {
-		n, err := sysRead(fd, b[len(b):cap(b)])
+		n, err := sysRead(fd, p)
 		switch {
 		case n > 0:
-			*buf = b[:len(b)+n]
-			if len(b)+n < cap(b) {
+			if n < len(p) {
 				*readable = false
 			}
-			return true, false, nil
+			return n, false, nil
 		case n == 0 && err == nil:
 			*readable = false
-			return false, true, nil
+			return 0, true, nil
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.EAGAIN):
 			// Nothing to read, not even the end: whatever reported a hang-up, the stream has not
 			// ended (waiting for an arrival is right, reading again is not).
 			*readable, *hup = false, false
-			return false, false, nil
+			return 0, false, nil
 		default:
 			*readable = false
-			return false, true, err
+			return 0, true, err
 		}
 	}
 }
@@ -945,6 +957,47 @@ func flushOut(fd int, out *bytes.Buffer, writable *bool) error {
 	return nil
 }
 
+// flushOutv writes out, then a and b, in one system call while the socket takes them (writev); what
+// it does not take is copied to out, which flushOut writes on.
+func flushOutv(fd int, out *bytes.Buffer, writable *bool, a, b []byte) error {
+	if *writable {
+		var iov [3]unix.Iovec
+		n := 0
+		for _, p := range [3][]byte{out.Bytes(), a, b} {
+			if len(p) > 0 {
+				iov[n].Base = &p[0]
+				iov[n].SetLen(len(p))
+				n++
+			}
+		}
+		var wrote int
+		var err error
+		for {
+			wrote, err = sysWritev(fd, iov[:n])
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, unix.EAGAIN):
+			*writable = false
+		default:
+			return err
+		}
+		skip := min(wrote, out.Len())
+		out.Next(skip)
+		wrote -= skip
+		skip = min(wrote, len(a))
+		a = a[skip:]
+		wrote -= skip
+		b = b[wrote:]
+	}
+	_, _ = out.Write(a)
+	_, _ = out.Write(b)
+	return flushOut(fd, out, writable)
+}
+
 func (l *evLoop) upEvent(up *evUp, ev uint32) {
 	if ev&unix.EPOLLIN != 0 {
 		up.readable = true
@@ -976,28 +1029,17 @@ func (l *evLoop) upEvent(up *evUp, ev uint32) {
 func (l *evLoop) relay(c *evClient) {
 	up := c.up
 	for c.up == up && !c.closed {
-		if !c.relaying() {
-			if i := bytes.Index(up.in, crlfcrlf); i >= 0 {
-				l.passHead(c, i+4)
-				continue
-			}
-			if len(up.in) == cap(up.in) || bareLF(up.in) {
-				l.handOffRelay(c, 0) // too large or bare LF: net/http's parser reads it
-				return
-			}
-		} else {
-			if take := min(int64(len(up.in)), c.remaining); take > 0 {
-				_, _ = c.out.Write(up.in[:take])
-				up.in = up.in[:copy(up.in, up.in[take:])]
-				c.remaining -= take
-			}
-			if c.remaining == 0 {
-				l.finish(c)
-				return
-			}
-			if !l.flushClient(c) || c.out.Len() > 0 {
-				return // the client's socket is full: read on once it is writable
-			}
+		if c.relaying() {
+			l.relayBody(c)
+			return
+		}
+		if i := bytes.Index(up.in, crlfcrlf); i >= 0 {
+			l.passHead(c, i+4)
+			continue
+		}
+		if len(up.in) == cap(up.in) || bareLF(up.in) {
+			l.handOffRelay(c, 0) // too large or bare LF: net/http's parser reads it
+			return
 		}
 		if !up.readable && !up.hup { // after a hang-up, read on to the end of the stream
 			return
@@ -1010,18 +1052,63 @@ func (l *evLoop) relay(c *evClient) {
 		if err == nil {
 			err = io.ErrUnexpectedEOF
 		}
-		switch {
-		case c.relaying():
-			// The upstream broke off the body: the client must not take a short body for a whole one.
-			l.e.log.V(1).Info("copying the response body failed; aborting the response", "host", c.rq.host, "error", err.Error())
-			c.closeAfter = true
-			l.finish(c)
-		case had == 0 && len(up.in) == 0:
+		if had == 0 && len(up.in) == 0 {
 			l.upFailed(c, staleConnError{fmt.Errorf("reading response: %w", err)})
-		default:
+		} else {
 			l.upFailed(c, fmt.Errorf("reading response: %w", err))
 		}
 		return
+	}
+}
+
+// relayBody passes on the body of a response whose head is written (to c.out), as far as the
+// sockets allow. The body bytes that came with the head (in up.in) and what the next read brings go
+// out with the pending head in one write (writev), and the rest of the body is read straight into
+// the loop's body buffer and written from there: a body is copied only when the client's socket does
+// not take all of it (the rest waits in c.out), where it used to be copied into c.out in 8 KiB reads.
+// A read asks for at most one byte more than the body's remaining length, so that a short read tells
+// the connection is drained and a byte more tells the upstream sent more than it announced.
+func (l *evLoop) relayBody(c *evClient) {
+	up := c.up
+	for {
+		take := min(int64(len(up.in)), c.remaining)
+		over := int64(len(up.in)) > take // bytes after the body: the connection is not reused
+		var direct []byte
+		eof, err := false, error(nil)
+		if !over && c.remaining > take && (up.readable || up.hup) && c.writable {
+			want := min(c.remaining-take+1, int64(len(l.body)))
+			var n int
+			n, eof, err = readInto(up.fd, l.body[:want], &up.readable, &up.hup)
+			if rest := c.remaining - take; int64(n) > rest {
+				over, n = true, int(rest)
+			}
+			direct = l.body[:n]
+		}
+		c.remaining -= take + int64(len(direct))
+		if c.remaining == 0 || eof {
+			if eof && c.remaining > 0 {
+				// The upstream broke off the body: the client must not take a short body for a
+				// whole one.
+				if err == nil {
+					err = io.ErrUnexpectedEOF
+				}
+				l.e.log.V(1).Info("copying the response body failed; aborting the response", "host", c.rq.host, "error", err.Error())
+				c.closeAfter = true
+			}
+			// Recorded before it is sent (see finish): the parts go out with the flush there.
+			part := up.in[:take]
+			up.in = up.in[:0]
+			l.finishWith(c, over, part, direct)
+			return
+		}
+		if err := flushOutv(c.fd, &c.out, &c.writable, up.in[:take], direct); err != nil {
+			l.clientGone(c)
+			return
+		}
+		up.in = up.in[:copy(up.in, up.in[take:])]
+		if c.out.Len() > 0 || !c.writable || !up.readable && !up.hup {
+			return // the client's socket is full, or nothing more arrived: on at the next event
+		}
 	}
 }
 
@@ -1046,7 +1133,11 @@ func (l *evLoop) passHead(c *evClient, headLen int) {
 
 // finish ends a relayed response: the upstream connection goes back to the pool when it can carry
 // another request, the request is recorded, and then the response is sent.
-func (l *evLoop) finish(c *evClient) {
+func (l *evLoop) finish(c *evClient) { l.finishWith(c, false, nil, nil) }
+
+// finishWith is finish with the last parts of the body, a and b, sent after c.out; over: the
+// upstream sent bytes after the body that are no longer in up.in.
+func (l *evLoop) finishWith(c *evClient, over bool, a, b []byte) {
 	up := c.up
 	c.up, up.c = nil, nil
 	// Bytes after the body would be read as the next request's response: not reusable. A socket
@@ -1055,7 +1146,7 @@ func (l *evLoop) finish(c *evClient) {
 	switch {
 	case c.remaining != 0 || !c.res.keep || up.hup:
 		l.closeUp(up)
-	case len(up.in) > 0:
+	case len(up.in) > 0 || over:
 		l.e.fast.discarded.Leftover.Inc()
 		l.closeUp(up)
 	case up.readable:
@@ -1077,6 +1168,12 @@ func (l *evLoop) finish(c *evClient) {
 	l.releaseIn(c)
 	l.endRequest(c) // closeAfter stays: the connection closes once the response is out
 	c.since = l.now
+	if len(a)+len(b) > 0 {
+		if err := flushOutv(c.fd, &c.out, &c.writable, a, b); err != nil {
+			l.clientGone(c)
+			return
+		}
+	}
 	if !l.flushClient(c) {
 		return
 	}
@@ -1362,6 +1459,17 @@ func sysWrite(fd int, p []byte) (int, error) {
 	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	if e != 0 {
 		return -1, e
+	}
+	return int(n), nil
+}
+
+func sysWritev(fd int, iov []unix.Iovec) (int, error) {
+	if len(iov) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+	if e != 0 {
+		return 0, e
 	}
 	return int(n), nil
 }
