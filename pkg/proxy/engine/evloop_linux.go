@@ -28,8 +28,9 @@ import (
 // drained, so an exchange is four socket calls (see docs/benchmarks/interceptor.md).
 //
 // The loops are an accelerator for the common request, not a second implementation: a loop only
-// reads request heads, forwards the screened body-less requests to warm apps over its own pooled
-// upstream connections, and passes on Content-Length responses. Everything else goes, with the
+// reads request heads, forwards the screened requests (body-less, or with a body of one
+// Content-Length, see pumpBody) to warm apps over its own pooled upstream connections, and passes
+// on Content-Length responses. Everything else goes, with the
 // bytes read so far, to the goroutine-per-connection path (h1ServerConn):
 //   - a request the raw path declines (fastRequest, rawRoute): before anything is counted or sent;
 //   - a new upstream connection that could not be made: with another endpoint to try, the endpoint
@@ -497,6 +498,7 @@ type evClient struct {
 	attempts   int
 	res        rawResponse
 	remaining  int64
+	bodyLeft   int64 // request body bytes not yet read from the client (see pumpBody)
 	closeAfter bool
 }
 
@@ -593,7 +595,7 @@ func (l *evLoop) endRequest(c *evClient) {
 		c.x.Release()
 	}
 	c.rq, c.x, c.addr, c.counted, c.up = nil, nil, "", false, nil
-	c.attempts, c.res, c.remaining = 0, rawResponse{}, 0
+	c.attempts, c.res, c.remaining, c.bodyLeft = 0, rawResponse{}, 0, 0
 }
 
 func (l *evLoop) clientEvent(c *evClient, ev uint32) {
@@ -623,6 +625,12 @@ func (l *evLoop) clientEvent(c *evClient, ev uint32) {
 	if !l.flushClient(c) {
 		return
 	}
+	if c.bodyLeft > 0 && c.up != nil {
+		l.pumpBody(c) // more of the request body arrived
+		if c.closed {
+			return
+		}
+	}
 	switch {
 	case !c.busy():
 		l.serveNext(c)
@@ -639,6 +647,9 @@ func (l *evLoop) clientEvent(c *evClient, ev uint32) {
 func (l *evLoop) hungUp(c *evClient) {
 	if len(c.in) > c.headLen {
 		return // it sent its next request: it is still there (as the client watch assumes)
+	}
+	if c.bodyLeft > 0 {
+		return // the rest of the body is read first (pumpBody): its end, or the end of the stream
 	}
 	after := l.ls.s.watchAfter
 	ran := time.Since(c.begun)
@@ -760,29 +771,32 @@ func (l *evLoop) serveNext(c *evClient) {
 			l.closeClient(c) // as the goroutine path does with a request that comes after the drain began
 			return
 		}
-		if !fastRequest(c.in[:end]) {
+		n, ok := screenRequest(c.in[:end])
+		if !ok {
 			l.handOff(c, false, nil) // the goroutine path serves it
 			return
 		}
-		l.startRequest(c, end)
+		l.startRequest(c, end, n)
 	}
 }
 
-// startRequest routes a screened request head (the first end bytes of c.in).
-func (l *evLoop) startRequest(c *evClient, end int) {
+// startRequest routes a screened request head (the first end bytes of c.in), with a body of
+// bodyLen bytes after it.
+func (l *evLoop) startRequest(c *evClient, end int, bodyLen int64) {
 	rq := rawRequests.Get().(*rawRequest)
 	if !rq.parse(string(c.in[:end])) {
 		rq.release()
 		l.handOff(c, false, nil)
 		return
 	}
+	rq.bodyLen = bodyLen
 	x := l.e.rawRoute(rq)
 	if x == nil {
 		rq.release()
 		l.handOff(c, false, nil)
 		return
 	}
-	c.rq, c.headLen, c.x = rq, end, x
+	c.rq, c.headLen, c.x, c.bodyLeft = rq, end, x, bodyLen
 	c.reqID++
 	c.begun = l.now
 	if c.hup {
@@ -908,13 +922,64 @@ func (l *evLoop) dialed(m evMsg) {
 	l.send(c, up)
 }
 
-// send counts the request (the first time) and writes its head to up.
+// send counts the request (the first time) and writes its head to up, with the part of its body
+// read with the head; pumpBody sends the rest.
 func (l *evLoop) send(c *evClient, up *evUp) {
 	c.up, up.c = up, c
 	l.count(c)
 	up.out.Reset()
 	c.rq.write(&up.out, c.ip)
+	if k := min(int64(len(c.in)-c.headLen), c.bodyLeft); k > 0 {
+		_, _ = up.out.Write(c.in[c.headLen : c.headLen+int(k)])
+		c.headLen += int(k) // consumed with the head
+		c.bodyLeft -= k
+	}
 	l.flushUp(up)
+	if up.c == c && c.bodyLeft > 0 {
+		l.pumpBody(c)
+	}
+}
+
+// pumpBody relays the request body from the client to the upstream connection, as far as the
+// sockets allow: read into the loop's body buffer (never past the body: what follows is the next
+// request) and written from there, what the upstream's socket does not take waiting in up.out. A
+// client that ends its stream before the whole body is gone: the upstream connection is closed
+// and nothing is answered. A request with a body is never replayed; a failure, or a response that
+// comes before the whole body was read, closes the client connection after its answer.
+func (l *evLoop) pumpBody(c *evClient) {
+	up := c.up
+	for c.up == up && !c.closed && c.bodyLeft > 0 {
+		if up.out.Len() > 0 {
+			l.flushUp(up)
+			if c.up != up || up.out.Len() > 0 {
+				return // failed, or the upstream's socket is full: on once it is writable
+			}
+		}
+		if !c.readable && !c.hup || !up.writable {
+			return
+		}
+		n, eof, err := readInto(c.fd, l.body[:min(c.bodyLeft, int64(len(l.body)))], &c.readable, &c.hup)
+		if eof {
+			c.eof = true
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			l.e.log.V(1).Info("reading the request body failed; closing the connection", "host", c.rq.host, "error", err.Error())
+			l.clientGone(c)
+			return
+		}
+		if n == 0 {
+			return
+		}
+		c.bodyLeft -= int64(n)
+		if err := flushOutv(up.fd, &up.out, &up.writable, l.body[:n], nil); err != nil {
+			l.upWriteFailed(up, err)
+			return
+		}
+	}
+	if c.up == up && !c.closed && c.bodyLeft == 0 && c.hup && !c.relaying() {
+		l.hungUp(c) // closed its side after the body: as for a request without one
+	}
 }
 
 // count counts c's request once (see serveRaw).
@@ -929,12 +994,17 @@ func (l *evLoop) count(c *evClient) {
 // flushUp writes up's pending request bytes.
 func (l *evLoop) flushUp(up *evUp) {
 	if err := flushOut(up.fd, &up.out, &up.writable); err != nil {
-		if c := up.c; c.relaying() { // answered already (before the whole request was read)
-			c.closeAfter = true
-			l.finish(c)
-		} else {
-			l.upFailed(c, staleConnError{fmt.Errorf("writing request: %w", err)})
-		}
+		l.upWriteFailed(up, err)
+	}
+}
+
+// upWriteFailed handles a failed write of the request to up.
+func (l *evLoop) upWriteFailed(up *evUp, err error) {
+	if c := up.c; c.relaying() { // answered already (before the whole request was read)
+		c.closeAfter = true
+		l.finish(c)
+	} else {
+		l.upFailed(c, staleConnError{fmt.Errorf("writing request: %w", err)})
 	}
 }
 
@@ -1018,6 +1088,12 @@ func (l *evLoop) upEvent(up *evUp, ev uint32) {
 	}
 	if up.out.Len() > 0 {
 		l.flushUp(up)
+		if up.c != c {
+			return
+		}
+	}
+	if c.bodyLeft > 0 {
+		l.pumpBody(c)
 		if up.c != c {
 			return
 		}
@@ -1122,7 +1198,9 @@ func (l *evLoop) passHead(c *evClient, headLen int) {
 		return
 	}
 	c.x.Forwarded(c.addr)
-	c.closeAfter = c.rq.close || c.hup || l.ls.s.shuttingDown()
+	// An answer that comes before the whole request body was read ends the connection: what is
+	// left of the body must not be read as a request.
+	c.closeAfter = c.rq.close || c.hup || l.ls.s.shuttingDown() || c.bodyLeft > 0
 	writeRawResponseHead(&c.out, up.in[:headLen], res, c.closeAfter)
 	up.in = up.in[:copy(up.in, up.in[headLen:])]
 	c.res, c.remaining = res, res.length
@@ -1144,7 +1222,8 @@ func (l *evLoop) finishWith(c *evClient, over bool, a, b []byte) {
 	// not known to be empty (the last read filled the buffer, so no new arrival will be reported)
 	// is peeked at.
 	switch {
-	case c.remaining != 0 || !c.res.keep || up.hup:
+	case c.remaining != 0 || !c.res.keep || up.hup || c.bodyLeft > 0: // the upstream has part of a request
+		c.closeAfter = c.closeAfter || c.bodyLeft > 0
 		l.closeUp(up)
 	case len(up.in) > 0 || over:
 		l.e.fast.discarded.Leftover.Inc()
@@ -1193,7 +1272,7 @@ func (l *evLoop) upFailed(c *evClient, err error) {
 	if up.reused && errors.As(err, &stale) {
 		l.dropIdle(up.addr)
 		l.e.fast.dropIdle(up.addr)
-		if replayable(c.rq.method, c.rq.idempotencyKey) && c.attempts < 2 {
+		if replayable(c.rq.method, c.rq.idempotencyKey) && c.attempts < 2 && c.rq.bodyLen == 0 {
 			c.attempts++
 			l.acquire(c)
 			return
@@ -1354,8 +1433,14 @@ func (cr *carried) drop(e *Engine) {
 // continueForward hands a counted request that has not been sent (a retry that could not get a
 // connection) to the goroutine path's forward, which tries the endpoints.
 func (l *evLoop) continueForward(c *evClient) {
+	if c.rq.bodyLen > 0 { // not reached: a request with a body is not replayed (upFailed)
+		l.handOffFailed(c, fmt.Errorf("forwarding to %s: %w", c.addr, errBodyNotReplayed))
+		return
+	}
 	l.handOffCounted(c, &carried{step: carryForward})
 }
+
+var errBodyNotReplayed = errors.New("a request body is not sent twice")
 
 // handOffFailed hands a counted request whose forward failed to rawFail.
 func (l *evLoop) handOffFailed(c *evClient, err error) {
@@ -1367,6 +1452,13 @@ func (l *evLoop) handOffFailed(c *evClient, err error) {
 func (l *evLoop) handOffRelay(c *evClient, headLen int) {
 	up := c.up
 	c.up, up.c = nil, nil
+	if c.bodyLeft > 0 {
+		// The upstream answers before it has the whole body, in a form the goroutine path reads:
+		// it would not send the rest. The connection is not reused and the client's is closed.
+		l.closeUp(up)
+		l.handOffFailed(c, fmt.Errorf("forwarding to %s: %w", up.addr, errEarlyAnswer))
+		return
+	}
 	pending := bytes.Clone(up.in)
 	fd := up.fd
 	up.fd = -1
@@ -1383,9 +1475,14 @@ func (l *evLoop) handOffRelay(c *evClient, headLen int) {
 	l.handOffCounted(c, &carried{step: carryRelay, pc: pc, headLen: headLen})
 }
 
+var errEarlyAnswer = errors.New("the upstream answered before the request body was sent")
+
 // handOffCounted hands c to the goroutine path with its counted request, which cr finishes there.
 func (l *evLoop) handOffCounted(c *evClient, cr *carried) {
 	cr.rq, cr.x = c.rq, c.x
+	if c.rq.bodyLen > 0 {
+		cr.rq.close = true // what is left of its body must not be read as a request: answered, then closed
+	}
 	c.in = c.in[:copy(c.in, c.in[c.headLen:])]
 	c.rq, c.x = nil, nil // carried on: endRequest neither releases nor ends them
 	l.endRequest(c)
