@@ -15,6 +15,8 @@
 #   3. cold start (hack/bench/coldstart): endpoint ready -> held request forwarded, and HELD
 #      requests held at once (proxy RSS, all answered).
 # SECTIONS (default "wrk rate cold") picks the parts to run; TARGETS (default all seven) the wrk targets.
+# BEFORE=<git revision> adds the target "before": hack/bench/proxy built from that revision (git
+# archive into the temporary folder), with its defaults, for before/after figures in one run.
 # Needs wrk and nginx (apt-get install -y wrk nginx-light). Every process it starts is stopped by PID.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,6 +48,12 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
 
 go build -o "$work/" ./hack/bench/backend ./hack/bench/proxy ./hack/bench/relay ./hack/bench/rate ./hack/bench/coldstart
+if [[ -n ${BEFORE:-} ]]; then
+	mkdir "$work/before-src"
+	git archive "$BEFORE" | tar -x -C "$work/before-src"
+	(cd "$work/before-src" && go build -o "$work/proxy-before" ./hack/bench/proxy)
+	[[ " $TARGETS " == *" before "* ]] || TARGETS="$TARGETS before"
+fi
 BE=$(free_port); PX=$(free_port); AD=$(free_port); NG=$(free_port); CB=$(free_port); RL=$(free_port)
 PS=$(free_port); AS=$(free_port); NX=$(free_port); PG=$(free_port); AG=$(free_port)
 
@@ -59,6 +67,11 @@ proxystd_pid=$!; pids+=($proxystd_pid)
 proxyg_pid=$!; pids+=($proxyg_pid)
 "$work/relay" -listen "127.0.0.1:$RL" -backend "127.0.0.1:$BE" &
 relay_pid=$!; pids+=($relay_pid)
+PB=$(free_port); AB=$(free_port); before_pid=; waits=()
+if [[ -n ${BEFORE:-} ]]; then
+	"$work/proxy-before" -listen "127.0.0.1:$PB" -admin "127.0.0.1:$AB" -backend "127.0.0.1:$BE" &
+	before_pid=$!; pids+=($before_pid); waits=("$PB" "$AB")
+fi
 mkdir -p "$work/nginx/logs"
 cat >"$work/nginx/nginx.conf" <<CONF
 worker_processes 2;
@@ -95,7 +108,7 @@ http {
 CONF
 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/logs/error.log" &
 nginx_pid=$!; pids+=($nginx_pid)
-for p in "$BE" "$PX" "$AD" "$NG" "$NX" "$RL" "$PS" "$AS" "$PG" "$AG"; do wait_port "$p"; done
+for p in "$BE" "$PX" "$AD" "$NG" "$NX" "$RL" "$PS" "$AS" "$PG" "$AG" "${waits[@]}"; do wait_port "$p"; done
 
 # cpu_ticks PID...: user+system clock ticks used so far by the processes (and nginx's workers).
 cpu_ticks() {
@@ -112,7 +125,7 @@ trap 'echo "load average at the end: $(cut -d" " -f1-3 /proc/loadavg)"; cleanup'
 targets=$TARGETS
 # kib SIZE: a size such as 16k or 1m in KiB.
 kib() { case $1 in *k) echo "${1%k}" ;; *m) echo $(( ${1%m} * 1024 )) ;; *) echo "bad size $1" >&2; return 1 ;; esac; }
-declare -A port=([direct]=$BE [proxy]=$PX [proxy-g]=$PG [proxy-std]=$PS [nginx]=$NG [nginx-xf]=$NX [relay]=$RL)
+declare -A port=([direct]=$BE [proxy]=$PX [proxy-g]=$PG [proxy-std]=$PS [nginx]=$NG [nginx-xf]=$NX [relay]=$RL [before]=$PB)
 for scenario in $SCENARIOS; do
 [[ " $SECTIONS " == *" wrk "* ]] || break
 body=${scenario%%:*}; conns=${scenario##*:}
@@ -129,7 +142,7 @@ declare -A sum=() cpu=() reqs=()
 echo "== wrk -t2 -c$conns -d$DUR, $body body ($path${wrkargs[*]:+, POST}), $ROUNDS interleaved rounds"
 for r in $(seq "$ROUNDS"); do
 	for t in $targets; do
-		case $t in proxy) procs="$proxy_pid" ;; proxy-g) procs="$proxyg_pid" ;; proxy-std) procs="$proxystd_pid" ;; nginx | nginx-xf) procs=$(nginx_pids) ;; relay) procs="$relay_pid" ;; *) procs="$backend_pid" ;; esac
+		case $t in proxy) procs="$proxy_pid" ;; before) procs="$before_pid" ;; proxy-g) procs="$proxyg_pid" ;; proxy-std) procs="$proxystd_pid" ;; nginx | nginx-xf) procs=$(nginx_pids) ;; relay) procs="$relay_pid" ;; *) procs="$backend_pid" ;; esac
 		before=$(cpu_ticks $procs)
 		out=$(wrk -t2 -c"$conns" -d"$DUR" --latency "${wrkargs[@]}" "http://127.0.0.1:${port[$t]}$path")
 		used=$(( $(cpu_ticks $procs) - before ))
@@ -148,7 +161,7 @@ for t in $targets; do awk -v s="${sum[$t]}" -v r="$ROUNDS" -v t="$t" 'BEGIN { pr
 echo
 # ratio A B: A's throughput over B's, when both ran.
 ratio() { [[ -n ${sum[$1]:-} && -n ${sum[$2]:-} ]] && awk -v a="${sum[$1]}" -v b="${sum[$2]}" -v n="$1/$2" 'BEGIN { if (b > 0) printf "%s %.2f  ", n, a/b }' || true; }
-{ ratio proxy direct; ratio proxy nginx; ratio proxy nginx-xf; ratio proxy proxy-g; ratio proxy-g direct; ratio proxy-g nginx
+{ ratio proxy direct; ratio proxy nginx; ratio proxy before; ratio before nginx; ratio proxy nginx-xf; ratio proxy proxy-g; ratio proxy-g direct; ratio proxy-g nginx
   ratio proxy-std direct; ratio proxy-std nginx; ratio nginx direct; ratio relay nginx; echo; }
 tck=$(getconf CLK_TCK)
 for t in $targets; do
