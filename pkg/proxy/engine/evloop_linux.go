@@ -61,6 +61,7 @@ const (
 	evClientBuffer = h1ReadBuffer
 	evUpBuffer     = h1ConnBuffer
 	evBodyBuffer   = 64 << 10
+	evCopyMax      = 2 << 10 // body bytes flushOutv copies after the head rather than write with writev
 	evSweepEvery   = time.Second
 )
 
@@ -1030,7 +1031,8 @@ func flushOut(fd int, out *bytes.Buffer, writable *bool) error {
 // flushOutv writes out, then a and b, in one system call while the socket takes them (writev); what
 // it does not take is copied to out, which flushOut writes on.
 func flushOutv(fd int, out *bytes.Buffer, writable *bool, a, b []byte) error {
-	if *writable {
+	// A few bytes cost less to copy than the vector (a tiny answer's body after its head).
+	if *writable && len(a)+len(b) > evCopyMax {
 		var iov [3]unix.Iovec
 		n := 0
 		for _, p := range [3][]byte{out.Bytes(), a, b} {
