@@ -935,10 +935,11 @@ func (l *evLoop) send(c *evClient, up *evUp) {
 		c.headLen += int(k) // consumed with the head
 		c.bodyLeft -= k
 	}
-	l.flushUp(up)
-	if up.c == c && c.bodyLeft > 0 {
-		l.pumpBody(c)
+	if c.bodyLeft > 0 {
+		l.pumpBody(c) // the head goes out with the next part of the body
+		return
 	}
+	l.flushUp(up)
 }
 
 // pumpBody relays the request body from the client to the upstream connection, as far as the
@@ -950,13 +951,11 @@ func (l *evLoop) send(c *evClient, up *evUp) {
 func (l *evLoop) pumpBody(c *evClient) {
 	up := c.up
 	for c.up == up && !c.closed && c.bodyLeft > 0 {
-		if up.out.Len() > 0 {
-			l.flushUp(up)
-			if c.up != up || up.out.Len() > 0 {
-				return // failed, or the upstream's socket is full: on once it is writable
-			}
+		if !up.writable {
+			return // the upstream's socket is full: on once it is writable
 		}
-		if !c.readable && !c.hup || !up.writable {
+		if !c.readable && !c.hup {
+			l.flushUp(up) // what is pending (the head, with the body bytes read with it)
 			return
 		}
 		n, eof, err := readInto(c.fd, l.body[:min(c.bodyLeft, int64(len(l.body)))], &c.readable, &c.hup)
@@ -970,9 +969,11 @@ func (l *evLoop) pumpBody(c *evClient) {
 			return
 		}
 		if n == 0 {
+			l.flushUp(up) // nothing more yet: what is pending goes
 			return
 		}
 		c.bodyLeft -= int64(n)
+		// Written after what is pending in up.out, in one writev.
 		if err := flushOutv(up.fd, &up.out, &up.writable, l.body[:n], nil); err != nil {
 			l.upWriteFailed(up, err)
 			return
