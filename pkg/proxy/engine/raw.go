@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,7 @@ type rawFields struct {
 	hasXFHost, hasXFProto      bool
 	idempotencyKey             bool     // Idempotency-Key or X-Idempotency-Key: replayable (see replayable)
 	noCache                    bool     // "Pragma: no-cache" without Cache-Control: net/http adds "Cache-Control: no-cache"
+	bodyLen                    int64    // the Content-Length of a body the event loop relays (see screenRequest)
 	xff                        []string // prior X-Forwarded-For values
 	headers                    []rawHeader
 }
@@ -202,9 +204,14 @@ func (rq *rawRequest) write(bw headWriter, clientIP string) {
 	if rq.noCache { // net/http's request parser adds it (fixPragmaCacheControl)
 		_, _ = bw.WriteString("Cache-Control: no-cache\r\n")
 	}
-	switch rq.method { // what Request.Write sends for a request without a body
-	case http.MethodPost, http.MethodPut, http.MethodPatch:
-		_, _ = bw.WriteString("Content-Length: 0\r\n")
+	switch {
+	case rq.bodyLen > 0: // as Request.Write frames a body of known length, whatever the method
+		var n [20]byte
+		_, _ = bw.WriteString("Content-Length: ")
+		_, _ = bw.Write(strconv.AppendInt(n[:0], rq.bodyLen, 10))
+		_, _ = bw.WriteString("\r\n")
+	case rq.method == http.MethodPost, rq.method == http.MethodPut, rq.method == http.MethodPatch:
+		_, _ = bw.WriteString("Content-Length: 0\r\n") // what Request.Write sends without a body
 	}
 	if clientIP != "" {
 		_, _ = bw.WriteString("X-Forwarded-For: ")
