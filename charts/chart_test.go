@@ -67,6 +67,10 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"kubeApi.burst=0", "/kubeApi/burst"},
 		{"scaler.address=httpscale-scaler", "/scaler/address"},
 		{"scaler.service.clusterIP=not-an-ip", "/scaler/service/clusterIP"},
+		{"interceptor.tracing.protocol=http/json", "/interceptor/tracing/protocol"},
+		{"interceptor.tracing.sampler=jaeger_remote", "/interceptor/tracing/sampler"},
+		{"interceptor.tracing.samplerArg=1.5", "/interceptor/tracing/samplerArg"},
+		{"interceptor.tracing.endpoint=collector:4317", "/interceptor/tracing/endpoint"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := runHelm(t, "template", "httpscale", chartDir, "--set", tc.set)
@@ -168,6 +172,11 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("interceptor replicas = %d, want at least 2", got)
 	}
 	checkInterceptorPod(t, ic, 8080, 9090)
+	for _, e := range container(t, get[*appsv1.Deployment](t, m, "Deployment", "httpscale-interceptor"), "interceptor").Env {
+		if strings.HasPrefix(e.Name, "OTEL_") {
+			t.Errorf("interceptor env %s set by default; tracing is off unless an endpoint is given", e.Name)
+		}
+	}
 	zoneSpread := false
 	for _, c := range ic.Spec.Template.Spec.TopologySpreadConstraints {
 		if c.TopologyKey == "topology.kubernetes.io/zone" && labels.SelectorFromSet(c.LabelSelector.MatchLabels).Matches(labels.Set(ic.Spec.Template.Labels)) {
@@ -274,6 +283,23 @@ func TestNonDefaultValues(t *testing.T) {
 	}
 	if got := envVar(t, container(t, ic, "interceptor"), "HTTPSCALE_ZONE").Value; got != "zone-a" {
 		t.Errorf("HTTPSCALE_ZONE = %q", got)
+	}
+	for k, want := range map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+		"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25", "OTEL_SERVICE_NAME": "edge-interceptor",
+		"OTEL_RESOURCE_ATTRIBUTES": "k8s.namespace.name=$(POD_NAMESPACE),k8s.pod.name=$(POD_NAME),k8s.node.name=$(NODE_NAME)",
+	} {
+		if got := envVar(t, container(t, ic, "interceptor"), k).Value; got != want {
+			t.Errorf("interceptor %s = %q, want %q (tracing values)", k, got, want)
+		}
+	}
+	// $(VAR) references resolve only to variables defined before them.
+	env := container(t, ic, "interceptor").Env
+	attrs := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == "OTEL_RESOURCE_ATTRIBUTES" })
+	for _, ref := range []string{"POD_NAMESPACE", "POD_NAME", "NODE_NAME"} {
+		if i := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == ref }); i < 0 || i > attrs {
+			t.Errorf("OTEL_RESOURCE_ATTRIBUTES refers to %s, defined at %d after it (%d)", ref, i, attrs)
+		}
 	}
 	proxy := get[*corev1.Service](t, m, "Service", "httpscale-interceptor")
 	if proxy.Spec.Type != corev1.ServiceTypeLoadBalancer || proxy.Spec.Ports[0].Port != 80 || proxy.Annotations["service.beta.kubernetes.io/aws-load-balancer-type"] != "nlb" {

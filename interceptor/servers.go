@@ -16,6 +16,8 @@ import (
 	"github.com/httpscale/httpscale/pkg/config"
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/queue"
+	"github.com/httpscale/httpscale/pkg/tracing"
+	"github.com/httpscale/httpscale/pkg/version"
 )
 
 // dialFunc dials upstream connections (net.Dialer.DialContext's signature).
@@ -62,7 +64,18 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 	if err != nil {
 		return servers{}, fmt.Errorf("registering proxy metrics: %w", err)
 	}
+	drained := make(chan struct{})
+	// Tracing (off unless the OTEL_* environment sets an OTLP endpoint) flushes after the drain,
+	// whose requests end spans too.
+	tp, err := tracing.New(context.Background(), tracing.Options{
+		ServiceName: "httpscale-interceptor", ServiceVersion: version.Version,
+		After: drained, Log: log.WithName("tracing"),
+	})
+	if err != nil {
+		return servers{}, err
+	}
 	p, err := proxy.New(proxy.Options{
+		Tracer:                tp.Tracer("github.com/httpscale/httpscale/pkg/proxy"),
 		Tables:                kube.tables,
 		Endpoints:             kube.endpoints,
 		Registry:              reg,
@@ -96,7 +109,7 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		DrainDelay:   cfg.DrainDelay,
 		DrainTimeout: cfg.DrainTimeout,
 		WaitIdle:     p.WaitUpgrades,
-		Drained:      make(chan struct{}),
+		Drained:      drained,
 		Log:          log.WithName("proxy"),
 	}
 	ready := func() error {
@@ -128,5 +141,9 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		DrainTimeout: adminDrainTimeout,
 		Log:          log.WithName("admin"),
 	}
-	return servers{runnables: []manager.Runnable{proxySrv, adminSrv}, ready: ready}, nil
+	runnables := []manager.Runnable{proxySrv, adminSrv}
+	if tp != nil {
+		runnables = append(runnables, tp)
+	}
+	return servers{runnables: runnables, ready: ready}, nil
 }

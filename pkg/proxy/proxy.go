@@ -90,6 +90,9 @@ func (p *Proxy) Route(host, path string, h engine.Header) engine.Exchange {
 	x := exchangePool.Get().(*exchange)
 	a := rt.apps[e]
 	*x = exchange{p: p, app: a, backend: a.target}
+	if p.opts.Tracer != nil {
+		x.hdr = h // for Trace, which reads the caller's trace context
+	}
 	return x
 }
 
@@ -114,7 +117,9 @@ type exchange struct {
 	cold    bool
 	waited  time.Duration
 	code    int
-	done    func() // ends the in-flight count; nil until Forwarding
+	done    func()        // ends the in-flight count; nil until Forwarding
+	hdr     engine.Header // the request's header view until Trace; nil when tracing is off
+	tr      *traced       // nil unless the request is traced (trace.go)
 }
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
@@ -229,6 +234,9 @@ func (x *exchange) Pick(attempt int) (string, bool) {
 // Refused marks addr bad for BadEndpointFor when another endpoint may be tried: up to
 // MaxDialAttempts endpoints.
 func (x *exchange) Refused(addr string, attempt int, err error) bool {
+	if x.tr != nil {
+		x.tr.attempt(attempt, addr, "refused", err)
+	}
 	if x.direct() {
 		return false
 	}
@@ -244,6 +252,9 @@ func (x *exchange) Refused(addr string, attempt int, err error) bool {
 }
 
 func (x *exchange) Forwarded(addr string) {
+	if x.tr != nil {
+		x.tr.forwarded(x, addr)
+	}
 	if c := x.cand; c != nil && c.addr == addr {
 		countCrossZone(x.app, x.p.appZone(x.app), c)
 	}
@@ -260,6 +271,9 @@ func (x *exchange) Responded(code int, h http.Header) {
 // placeholder after a readiness timeout.
 func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 	a, p := x.app, x.p
+	if x.tr != nil {
+		x.tr.failed(x, err)
+	}
 	if ph := a.entry.ColdStart.Placeholder; ph != nil && errors.Is(err, ErrReadinessTimeout) {
 		code := int(ph.StatusCode)
 		if code == 0 {
@@ -332,6 +346,9 @@ func (x *exchange) End() {
 	}
 	a.series().codes[codeIndex(codeClass(code))].Inc()
 	a.series().duration.Observe(x.p.opts.Now().Sub(x.start).Seconds())
+	if x.tr != nil {
+		x.tr.end(x, code)
+	}
 	x.Release()
 }
 

@@ -53,6 +53,7 @@ type rawFields struct {
 	bodyLen                    int64    // the Content-Length of a body the event loop relays (see screenRequest)
 	xff                        []string // prior X-Forwarded-For values
 	headers                    []rawHeader
+	set                        http.Header // header fields replacing the request's own (see Traced)
 }
 
 // reset forgets the last request, dropping its references into the head.
@@ -198,6 +199,11 @@ func (rq *rawRequest) write(bw headWriter, clientIP string) {
 			writeHeaderLine(bw, h.name, h.value)
 		}
 	}
+	for k, vs := range rq.set {
+		for _, v := range vs {
+			writeHeaderLine(bw, k, v)
+		}
+	}
 	if rq.teTrailers {
 		_, _ = bw.WriteString("Te: trailers\r\n")
 	}
@@ -273,7 +279,25 @@ func (e *Engine) rawRoute(rq *rawRequest) Exchange {
 		x.Release()
 		return nil // the general path serves it (and holds a cold app's)
 	}
+	if t, ok := x.(Traced); ok {
+		rq.replace(t.Trace(Request{Method: rq.method, Target: rq.target, Host: rq.host, ProtoMajor: 1, ProtoMinor: 1}))
+	}
 	return x
+}
+
+// replace makes write send the fields of set instead of the request's own fields of those names.
+func (rq *rawRequest) replace(set http.Header) {
+	if len(set) == 0 {
+		return
+	}
+	rq.set = set
+	for i := range rq.headers {
+		for k := range set {
+			if asciiEqualFold(rq.headers[i].name, k) {
+				rq.headers[i].drop = true
+			}
+		}
+	}
 }
 
 // rawComplete runs forward for a counted request under the client watch, ends its exchange and
