@@ -173,3 +173,46 @@ func TestAnIgnoredPathDoesNotKeepTheScalerSignalAlive(t *testing.T) {
 		t.Errorf("admin counts before %+v after %+v: 20 health checks must change nothing", before.Apps, after.Apps)
 	}
 }
+
+// TestAnIgnoredRequestInFlightIsNoConcurrency holds an ignored request at the backend and reads the
+// counts meanwhile: it must not be in flight for the scaler, while an app request is.
+func TestAnIgnoredRequestInFlightIsNoConcurrency(t *testing.T) {
+	for _, srv := range servers {
+		t.Run(srv.name, func(t *testing.T) {
+			arrived, release := make(chan string, 2), make(chan struct{})
+			_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+				arrived <- r.URL.Path
+				<-release
+			})
+			e := entry("app", "app.example.com", "app")
+			e.Ignored = []string{"/healthz"}
+			h := newHarness(t, []routing.Entry{e}, func(_ *proxy.Options, s *proxy.Server) { srv.mod(s) })
+			h.src.Set(key("app"), ep)
+			done := make(chan int, 2)
+			send := func(path string) {
+				go func() {
+					code, _, _, err := h.get(context.Background(), "app.example.com", path)
+					if err != nil {
+						t.Error(err)
+					}
+					done <- code
+				}()
+				<-arrived
+			}
+			send("/healthz")
+			if in, _, req := h.count("ns/app"); in != 0 || req != 0 {
+				t.Errorf("an ignored request at the backend: in flight %d requests %d, want 0 0", in, req)
+			}
+			send("/work")
+			if in, _, req := h.count("ns/app"); in != 1 || req != 1 {
+				t.Errorf("an ignored and an app request at the backend: in flight %d requests %d, want 1 1", in, req)
+			}
+			close(release)
+			for range 2 {
+				if code := <-done; code != http.StatusOK {
+					t.Errorf("status %d, want 200", code)
+				}
+			}
+		})
+	}
+}
