@@ -94,7 +94,39 @@ var _ = Describe("HTTPScaledObject admission", func() {
 		Entry("placeholder status code out of range", func(o *v1.HTTPScaledObject) {
 			o.Spec.ColdStart = &v1.ColdStart{Placeholder: &v1.Placeholder{StatusCode: 99}}
 		}, "spec.coldStart.placeholder.statusCode", "greater than or equal to 200"),
+		Entry("ignored path without a leading slash", func(o *v1.HTTPScaledObject) { o.Spec.IgnoredPaths = []v1.PathPrefix{"healthz"} },
+			"spec.ignoredPaths[0]", "path prefix must start with /"),
+		Entry("static route with a response and a service", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Response: &v1.StaticResponse{}, Service: &v1.StaticService{Name: "ping", Port: 80}}}
+		}, "spec.staticRoutes[0]", "needs exactly one of response (answered by the interceptor) or service"),
+		Entry("static route with neither", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping"}}
+		}, "spec.staticRoutes[0]", "needs exactly one of response"),
+		Entry("static route service that is not a Service name", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Service: &v1.StaticService{Name: "Ping", Port: 80}}}
+		}, "spec.staticRoutes[0].service.name", "must be the name of a Service"),
+		Entry("static response status out of range", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Response: &v1.StaticResponse{StatusCode: 99}}}
+		}, "spec.staticRoutes[0].response.statusCode", "greater than or equal to 200"),
+		Entry("the same static route twice", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Response: &v1.StaticResponse{}}, {PathPrefix: "/ping", Response: &v1.StaticResponse{}}}
+		}, "spec.staticRoutes[1]", "Duplicate value"),
 	)
+
+	It("accepts ignored paths and static routes and defaults a static response to 200", func() {
+		obj := valid("static")
+		obj.Spec.IgnoredPaths = []v1.PathPrefix{"/healthz"}
+		obj.Spec.StaticRoutes = []v1.StaticRoute{
+			{PathPrefix: "/ping", Response: &v1.StaticResponse{Body: "pong"}},
+			{PathPrefix: "/status", Service: &v1.StaticService{Name: "status", Port: 8080}},
+		}
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		got := &v1.HTTPScaledObject{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		Expect(got.Spec.IgnoredPaths).To(Equal(obj.Spec.IgnoredPaths))
+		Expect(got.Spec.StaticRoutes[0].Response).To(Equal(&v1.StaticResponse{StatusCode: 200, Body: "pong"}))
+		Expect(got.Spec.StaticRoutes[1].Service).To(Equal(&v1.StaticService{Name: "status", Port: 8080}))
+	})
 
 	It("accepts a minimal object and fills in every default", func() {
 		obj := valid("minimal")

@@ -49,6 +49,27 @@ type HTTPScaledObjectSpec struct {
 	// +listMapKey=name
 	Headers []HeaderMatch `json:"headers,omitempty"`
 
+	// IgnoredPaths are path prefixes of this app (on its hosts and headers, inside its pathPrefixes)
+	// whose requests are forwarded while the app has a ready replica but never count toward scaling
+	// and never wake it: a load balancer's health checks do not keep the app from scaling to zero. At
+	// zero such a request is answered at once with 503, Retry-After and X-Httpscale-Idle: true. They
+	// are routes of their own: the longest matching prefix wins across objects, and a prefix another
+	// object routes with the same hosts and headers is a conflict (see status).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=set
+	IgnoredPaths []PathPrefix `json:"ignoredPaths,omitempty"`
+
+	// StaticRoutes are path prefixes (on this app's hosts and headers) answered without the app: by
+	// the interceptor itself with a fixed response, or by a fixed Service. They never count toward
+	// scaling and never wake the app. Matched like pathPrefixes: the longest prefix wins across
+	// objects; the same prefix, hosts and headers routed by another object is a conflict.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=pathPrefix
+	StaticRoutes []StaticRoute `json:"staticRoutes,omitempty"`
+
 	// ScaleTargetRef names the workload to scale and the Service (and port) that receives its traffic.
 	ScaleTargetRef ScaleTargetRef `json:"scaleTargetRef"`
 
@@ -317,6 +338,55 @@ type Placeholder struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=65536
 	Body string `json:"body,omitempty"`
+}
+
+// StaticRoute is a path prefix answered without the app, by a fixed response or a fixed Service.
+// +kubebuilder:validation:XValidation:rule="has(self.response) != has(self.service)",message="a static route needs exactly one of response (answered by the interceptor) or service (forwarded to a fixed Service)"
+type StaticRoute struct {
+	// PathPrefix the route answers, matched on whole segments like pathPrefixes.
+	PathPrefix PathPrefix `json:"pathPrefix"`
+
+	// Response is answered by the interceptor itself.
+	// +optional
+	Response *StaticResponse `json:"response,omitempty"`
+
+	// Service receives the requests, through its cluster address (it is not scaled by this object).
+	// +optional
+	Service *StaticService `json:"service,omitempty"`
+}
+
+// StaticResponse is a fixed answer.
+type StaticResponse struct {
+	// StatusCode of the response.
+	// +optional
+	// +kubebuilder:default=200
+	// +kubebuilder:validation:Minimum=200
+	// +kubebuilder:validation:Maximum=599
+	StatusCode int32 `json:"statusCode,omitempty"`
+
+	// Headers added to the response.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.matches(r'^[A-Za-z0-9!#$%&*+.^_|~-]+$') && k.size() <= 256)`,message="static response header names must be HTTP tokens such as Content-Type"
+	Headers map[string]string `json:"headers,omitempty"`
+
+	// Body of the response.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Body string `json:"body,omitempty"`
+}
+
+// StaticService is a Service in the HTTPScaledObject's namespace, reached through its cluster address.
+type StaticService struct {
+	// Name of the Service.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z]([-a-z0-9]*[a-z0-9])?$')`,message="staticRoutes service.name must be the name of a Service: a non-empty lowercase DNS label"
+	Name string `json:"name"`
+
+	// Port of the Service.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
 }
 
 // HTTPScaledObjectStatus reports what the operator made of the object.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -165,7 +166,12 @@ func referenceMatch(tbl *Table, host, path string, header http.Header) string {
 			if level < 0 {
 				continue
 			}
-			for _, p := range routePrefixes(e) {
+			// Ignored paths and static routes are prefixes like the others.
+			prefixes := append(slices.Clone(routePrefixes(e)), e.Ignored...)
+			for _, sr := range e.Static {
+				prefixes = append(prefixes, sr.PathPrefix)
+			}
+			for _, p := range prefixes {
 				if p != "/" && path != p && !strings.HasPrefix(path, p+"/") {
 					continue
 				}

@@ -58,6 +58,9 @@ func (e *Entry) canonicalize() error {
 		e.PathPrefixes[i] = trimPrefixSlash(p)
 	}
 	e.PathPrefixes = sortedSet(e.PathPrefixes)
+	if err := e.canonicalizeExtraRoutes(); err != nil {
+		return err
+	}
 	for i := range e.Headers {
 		h := &e.Headers[i]
 		if err := validateHeaderName(h.Name); err != nil {
