@@ -33,6 +33,10 @@ const Finalizer = "httpscale.dev/routing-table"
 // watch event brings news (targets of kinds the operator does not watch).
 const invalidRecheck = 30 * time.Second
 
+// notRoutedRecheck is how often the main reconcile looks again at a valid object the routing
+// controller has not routed yet, should no table write bring it back first.
+const notRoutedRecheck = 5 * time.Second
+
 // +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/finalizers,verbs=update
@@ -49,7 +53,9 @@ const invalidRecheck = 30 * time.Second
 // sync and reports status, including the routing outcome the TableWriter reports. The routing entry
 // itself reaches the TableWriter through routeReconciler, which does not wait for any of this.
 type Reconciler struct {
-	Client        client.Client
+	Client client.Client
+	// Live reads an object from the API server when a patch found the cached copy stale.
+	Live          client.Reader
 	Recorder      events.EventRecorder
 	Targets       *TargetChecker
 	Table         *TableWriter
@@ -80,20 +86,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !hso.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, hso, key)
 	}
-	if !controllerutil.ContainsFinalizer(hso, Finalizer) {
-		orig := hso.DeepCopy()
-		controllerutil.AddFinalizer(hso, Finalizer)
-		// A merge patch replaces the whole finalizer list: lock on resourceVersion so that another
-		// controller's concurrent finalizer is never dropped.
-		if err := r.Client.Patch(ctx, hso, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	entry, err := r.resolve(ctx, hso)
+	var inv *invalidError
+	if !errors.As(err, &inv) && err == nil && !controllerutil.ContainsFinalizer(hso, Finalizer) {
+		if !r.Table.Written().Contains(key) {
+			// Not routed yet. The routing controller adds the finalizer before it routes the object,
+			// and the table writer's Notify brings the object back here once a table holding it is
+			// written; until then this reconcile's writes (ScaledObject, events, status) would only
+			// compete with a burst's creates and finalizer patches for the API server, and race the
+			// routing controller's patch. The requeue is a safety net.
+			return ctrl.Result{RequeueAfter: notRoutedRecheck}, nil
+		}
+		// Routed without the finalizer (someone removed it, or this cache has not seen the routing
+		// controller's patch yet): put it back, so that the object cannot leave the API while
+		// interceptors still route it.
+		gone, err := r.addFinalizer(ctx, hso)
+		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer to %s: %w", key, err)
+		}
+		if gone || !hso.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, nil // its deletion brings it back (finalize)
 		}
 	}
 
 	orig := hso.DeepCopy()
 	result := ctrl.Result{}
-	entry, err := r.resolve(ctx, hso)
-	var inv *invalidError
 	switch {
 	case errors.As(err, &inv):
 		r.setCondition(hso, v1.ConditionValid, metav1.ConditionFalse, inv.Reason, inv.Message)

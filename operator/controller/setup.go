@@ -191,6 +191,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Watched: map[schema.GroupVersionKind]bool{}}
 	r := &Reconciler{
 		Client:        mgr.GetClient(),
+		Live:          mgr.GetAPIReader(),
 		Recorder:      mgr.GetEventRecorder("httpscale-operator"),
 		Targets:       targets,
 		Table:         writer,
@@ -244,8 +245,8 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}
 	// The routing table's input: cached reads and a new object's finalizer patch; enough workers to
-	// keep the API server's round trips of a burst's patches overlapping.
-	rb, err := controllerFor("httpscaledobject-routing", routeInputChanged, 8)
+	// keep the API server's round trips of a burst's patches overlapping (see routeWorkers).
+	rb, err := controllerFor("httpscaledobject-routing", routeInputChanged, routeWorkers)
 	if err != nil {
 		return nil, err
 	}
