@@ -16,6 +16,7 @@ import (
 	"github.com/httpscale/httpscale/pkg/config"
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/queue"
+	"github.com/httpscale/httpscale/pkg/tlsterm"
 )
 
 // dialFunc dials upstream connections (net.Dialer.DialContext's signature).
@@ -99,9 +100,36 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		Drained:      make(chan struct{}),
 		Log:          log.WithName("proxy"),
 	}
+	runnables := []manager.Runnable{proxySrv}
+	drained := proxySrv.Drained
+	var tlsSrv *tlsterm.Server
+	if cfg.TLSAddr != "" {
+		if kube.certs == nil {
+			return servers{}, fmt.Errorf("--tls-bind-address needs Kubernetes: certificates come from Secrets")
+		}
+		tlsSrv = &tlsterm.Server{
+			Addr:         cfg.TLSAddr,
+			Store:        kube.certs,
+			Handler:      p.Engine(),
+			DrainDelay:   cfg.DrainDelay,
+			DrainTimeout: cfg.DrainTimeout,
+			WaitIdle:     p.WaitUpgrades,
+			Drained:      make(chan struct{}),
+			Log:          log.WithName("tls"),
+		}
+		runnables = append(runnables, tlsSrv)
+		// The admin port answers until both proxy ports have drained.
+		drained = make(chan struct{})
+		go func() { <-proxySrv.Drained; <-tlsSrv.Drained; close(drained) }()
+	}
 	ready := func() error {
 		if err := proxySrv.Ready(); err != nil {
 			return err
+		}
+		if tlsSrv != nil {
+			if err := tlsSrv.Ready(); err != nil {
+				return err
+			}
 		}
 		if kube.ready != nil {
 			return kube.ready()
@@ -123,10 +151,10 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 			Metrics: promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{}),
 			Stop:    stopStreams,
 		}),
-		After:        proxySrv.Drained,
+		After:        drained,
 		OnShutdown:   func() { close(stopStreams) },
 		DrainTimeout: adminDrainTimeout,
 		Log:          log.WithName("admin"),
 	}
-	return servers{runnables: []manager.Runnable{proxySrv, adminSrv}, ready: ready}, nil
+	return servers{runnables: append(runnables, adminSrv), ready: ready}, nil
 }
