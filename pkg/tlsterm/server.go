@@ -2,6 +2,7 @@ package tlsterm
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -28,6 +29,9 @@ type Server struct {
 	Listener net.Listener
 	Store    *Store
 	Handler  http.Handler
+	// Config, when set, replaces Store.Config() (benchmarks turn session resumption off with it);
+	// its GetCertificate should be the Store's.
+	Config *tls.Config
 
 	DrainDelay   time.Duration
 	DrainTimeout time.Duration
@@ -77,7 +81,7 @@ func (s *Server) Start(ctx context.Context) error {
 	defer cut()
 	srv := &http.Server{
 		Handler:           httpsProto{s.Handler},
-		TLSConfig:         s.Store.Config(),
+		TLSConfig:         s.config(),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return hard },
@@ -116,6 +120,13 @@ func (s *Server) Start(ctx context.Context) error {
 		_ = srv.Close()
 	}
 	return nil
+}
+
+func (s *Server) config() *tls.Config {
+	if s.Config != nil {
+		return s.Config
+	}
+	return s.Store.Config()
 }
 
 // httpsProto marks requests as having arrived over TLS for the app (X-Forwarded-Proto: https)
