@@ -89,7 +89,9 @@ func main() {
 		}
 		return nil
 	}
-	defer func() { log.Printf("tlsproxy %s: %d full handshakes, %d resumed", *listen, full.Load(), resumed.Load()) }()
+	defer func() {
+		log.Printf("tlsproxy %s: %d full handshakes, %d resumed", *listen, full.Load(), resumed.Load())
+	}()
 	srv := &tlsterm.Server{Addr: *listen, Store: store, Config: cfg, Handler: px.Engine(), DrainTimeout: 5 * time.Second, WaitIdle: px.WaitUpgrades, Log: logr.Discard()}
 	if err := srv.Start(ctx); err != nil {
 		log.Fatal(err)
