@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -71,6 +72,9 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"interceptor.tracing.sampler=jaeger_remote", "/interceptor/tracing/sampler"},
 		{"interceptor.tracing.samplerArg=1.5", "/interceptor/tracing/samplerArg"},
 		{"interceptor.tracing.endpoint=collector:4317", "/interceptor/tracing/endpoint"},
+		{"interceptor.tls.port=9090", "interceptor.tls.port must differ"},
+		{"interceptor.tls.enabled=false,interceptor.tls.defaultSecret=fleet-tls", "defaultSecret needs interceptor.tls.enabled=true"},
+		{"interceptor.tls.defaultSecret=Fleet_TLS", "/interceptor/tls/defaultSecret"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := runHelm(t, "template", "httpscale", chartDir, "--set", tc.set)
@@ -190,11 +194,27 @@ func TestDefaults(t *testing.T) {
 	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
 		t.Errorf("interceptor PDB maxUnavailable = %v, want 1", pdb.Spec.MaxUnavailable)
 	}
-	for name, want := range map[string]string{"httpscale-interceptor": "http", "httpscale-interceptor-admin": "admin", "httpscale-scaler": "grpc"} {
+	for name, want := range map[string][]string{"httpscale-interceptor": {"http", "https"}, "httpscale-interceptor-admin": {"admin"}, "httpscale-scaler": {"grpc"}} {
 		svc := get[*corev1.Service](t, m, "Service", name)
-		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != want {
-			t.Errorf("Service %s ports = %+v, want one port named %s", name, svc.Spec.Ports, want)
+		var got []string
+		for _, p := range svc.Spec.Ports {
+			got = append(got, p.Name)
 		}
+		if !slices.Equal(got, want) {
+			t.Errorf("Service %s ports = %+v, want ports named %v", name, svc.Spec.Ports, want)
+		}
+	}
+	// TLS on by default: the interceptors serve it, the operator grants them the Secrets objects name,
+	// and no default certificate means no Secret of the release namespace is readable.
+	icc := container(t, ic, "interceptor")
+	if p, ok := port(icc, "https"); !ok || p.ContainerPort != 8443 || !hasArg(icc, "--tls-bind-address=:8443") {
+		t.Errorf("interceptor TLS port %+v, args %v: want port https 8443 and --tls-bind-address=:8443", p, icc.Args)
+	}
+	if svc := get[*corev1.Service](t, m, "Service", "httpscale-interceptor"); svc.Spec.Ports[1].Port != 8443 || svc.Spec.Ports[1].TargetPort.String() != "https" {
+		t.Errorf("interceptor Service TLS port = %+v, want 8443 to https", svc.Spec.Ports[1])
+	}
+	if !hasArg(oc, "--interceptor-service-account=httpscale-interceptor") {
+		t.Errorf("operator args %v lack --interceptor-service-account=httpscale-interceptor", oc.Args)
 	}
 	if got := get[*corev1.Service](t, m, "Service", "httpscale-scaler").Spec.Ports[0].Port; got != 9090 {
 		t.Errorf("scaler Service port = %d, want 9090", got)
@@ -253,6 +273,23 @@ func TestNonDefaultValues(t *testing.T) {
 	}
 	if p, ok := port(oc, "webhook"); !ok || p.ContainerPort != 10443 {
 		t.Errorf("operator webhook port = %+v, want 10443", p)
+	}
+
+	// The fleet default certificate: the interceptor may read that one Secret of the namespace.
+	icc := container(t, get[*appsv1.Deployment](t, m, "Deployment", "httpscale-interceptor"), "interceptor")
+	if p, ok := port(icc, "https"); !ok || p.ContainerPort != 8444 || !hasArg(icc, "--tls-bind-address=:8444") || !hasArg(icc, "--tls-default-secret=fleet-tls") {
+		t.Errorf("interceptor TLS port %+v, args %v: want 8444 and --tls-default-secret=fleet-tls", p, icc.Args)
+	}
+	if svc := get[*corev1.Service](t, m, "Service", "httpscale-interceptor"); len(svc.Spec.Ports) != 2 || svc.Spec.Ports[1].Port != 443 {
+		t.Errorf("interceptor Service ports = %+v, want TLS on 443", svc.Spec.Ports)
+	}
+	role := get[*rbacv1.Role](t, m, "Role", "httpscale-interceptor-tls-default")
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"fleet-tls"}, Verbs: []string{"get", "list", "watch"}}}
+	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
+		t.Errorf("default certificate Role rules (-want +got):\n%s", diff)
+	}
+	if !bound(m, "Role", "httpscale-interceptor-tls-default", ns, "httpscale-interceptor", ns) {
+		t.Errorf("Role httpscale-interceptor-tls-default is not bound to the interceptor's ServiceAccount")
 	}
 
 	vwc := get[*admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "httpscale-operator-webhook")

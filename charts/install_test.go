@@ -152,7 +152,6 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 	It("denies each ServiceAccount what its markers do not ask for", func(ctx SpecContext) {
 		denied := map[string][]authorizationv1.ResourceAttributes{
 			"operator": {
-				{Verb: "get", Resource: "secrets", Namespace: "default"},
 				{Verb: "delete", Group: "apps", Resource: "deployments", Namespace: "default"},
 				{Verb: "update", Resource: "services", Namespace: "default"},
 				{Verb: "create", Resource: "configmaps", Namespace: "default"},
@@ -164,6 +163,8 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 				{Verb: "list", Group: "httpscale.dev", Resource: "httpscaledobjects"},
 				{Verb: "list", Resource: "nodes"},
 				{Verb: "get", Resource: "secrets", Namespace: ns},
+				{Verb: "get", Resource: "secrets", Namespace: "default", Name: "any"},
+				{Verb: "list", Resource: "secrets", Namespace: "default"},
 			},
 			"scaler": {
 				{Verb: "update", Group: "httpscale.dev", Resource: "httpscaledobjects", Namespace: "default"},
@@ -175,7 +176,11 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		everyone := []authorizationv1.ResourceAttributes{
 			{Verb: "list", Resource: "pods"},
 			{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "clusterrolebindings"},
-			{Verb: "list", Resource: "secrets"},
+		}
+		// The operator reads Secrets cluster-wide: it must hold what it grants the interceptor (exactly
+		// the Secrets spec.tls names) and reports TLSReady from them. Nobody else may list them.
+		for _, c := range []string{"interceptor", "scaler"} {
+			denied[c] = append(denied[c], authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets"})
 		}
 		for _, c := range components {
 			client := kubernetes.NewForConfigOrDie(tokens[c])

@@ -18,6 +18,7 @@ import (
 	"github.com/httpscale/httpscale/pkg/queue"
 	"github.com/httpscale/httpscale/pkg/tracing"
 	"github.com/httpscale/httpscale/pkg/version"
+	"github.com/httpscale/httpscale/pkg/tlsterm"
 )
 
 // dialFunc dials upstream connections (net.Dialer.DialContext's signature).
@@ -109,12 +110,43 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		DrainDelay:   cfg.DrainDelay,
 		DrainTimeout: cfg.DrainTimeout,
 		WaitIdle:     p.WaitUpgrades,
-		Drained:      drained,
+		Drained:      make(chan struct{}),
 		Log:          log.WithName("proxy"),
 	}
+	runnables := []manager.Runnable{proxySrv}
+	var tlsSrv *tlsterm.Server
+	if cfg.TLSAddr != "" {
+		if kube.certs == nil {
+			return servers{}, fmt.Errorf("--tls-bind-address needs Kubernetes: certificates come from Secrets")
+		}
+		tlsSrv = &tlsterm.Server{
+			Addr:         cfg.TLSAddr,
+			Store:        kube.certs,
+			Handler:      p.Engine(),
+			DrainDelay:   cfg.DrainDelay,
+			DrainTimeout: cfg.DrainTimeout,
+			WaitIdle:     p.WaitUpgrades,
+			Drained:      make(chan struct{}),
+			Log:          log.WithName("tls"),
+		}
+		runnables = append(runnables, tlsSrv)
+	}
+	// The admin port answers, and tracing waits to flush, until every proxy port has drained.
+	go func() {
+		<-proxySrv.Drained
+		if tlsSrv != nil {
+			<-tlsSrv.Drained
+		}
+		close(drained)
+	}()
 	ready := func() error {
 		if err := proxySrv.Ready(); err != nil {
 			return err
+		}
+		if tlsSrv != nil {
+			if err := tlsSrv.Ready(); err != nil {
+				return err
+			}
 		}
 		if kube.ready != nil {
 			return kube.ready()
@@ -136,12 +168,12 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 			Metrics: promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{}),
 			Stop:    stopStreams,
 		}),
-		After:        proxySrv.Drained,
+		After:        drained,
 		OnShutdown:   func() { close(stopStreams) },
 		DrainTimeout: adminDrainTimeout,
 		Log:          log.WithName("admin"),
 	}
-	runnables := []manager.Runnable{proxySrv, adminSrv}
+	runnables = append(runnables, adminSrv)
 	if tp != nil {
 		runnables = append(runnables, tp)
 	}

@@ -76,16 +76,17 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 func options(cfg *config.Operator) controller.Options {
 	sel, _ := cfg.Selector() // Validate already parsed it
 	return controller.Options{
-		Namespace:               cfg.Namespace,
-		WatchNamespaces:         cfg.WatchNamespaces,
-		TableName:               cfg.TableName,
-		ScalerAddress:           cfg.ScalerAddress,
-		InterceptorSelector:     sel,
-		InterceptorAdminPort:    cfg.InterceptorAdminPort,
-		ProbeInterval:           cfg.ProbeInterval,
-		ProbeTimeout:            cfg.ProbeTimeout,
-		TableDebounce:           cfg.TableDebounce,
-		TableMaxDelay:           cfg.TableMaxDelay,
-		MaxConcurrentReconciles: cfg.MaxConcurrentReconciles,
+		Namespace:                 cfg.Namespace,
+		WatchNamespaces:           cfg.WatchNamespaces,
+		TableName:                 cfg.TableName,
+		ScalerAddress:             cfg.ScalerAddress,
+		InterceptorSelector:       sel,
+		InterceptorAdminPort:      cfg.InterceptorAdminPort,
+		ProbeInterval:             cfg.ProbeInterval,
+		ProbeTimeout:              cfg.ProbeTimeout,
+		TableDebounce:             cfg.TableDebounce,
+		TableMaxDelay:             cfg.TableMaxDelay,
+		MaxConcurrentReconciles:   cfg.MaxConcurrentReconciles,
+		InterceptorServiceAccount: cfg.InterceptorServiceAccount,
 	}
 }

@@ -109,6 +109,11 @@ type HTTPScaledObjectSpec struct {
 	// +optional
 	Forwarding *Forwarding `json:"forwarding,omitempty"`
 
+	// TLS makes the interceptors terminate TLS for this object's hosts on their TLS port, with the
+	// certificate of a Secret in this object's namespace. See TLS.
+	// +optional
+	TLS *TLS `json:"tls,omitempty"`
+
 	// Schedules set the replica bounds at scheduled times (cron with time zones), to have capacity in
 	// place before a known peak. See ScheduleRule.
 	// +optional
@@ -116,6 +121,23 @@ type HTTPScaledObjectSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	Schedules []ScheduleRule `json:"schedules,omitempty"`
+}
+
+// TLS names the certificate the interceptors present for an object's hosts.
+//
+// On their TLS port the interceptors choose a certificate by the client's SNI: an exact host of some
+// object first, then the most specific wildcard host (*.example.com, as routing matches it), then an
+// object with host *, then the fleet's default certificate (chart value interceptor.tls.defaultSecret);
+// with none of these the handshake fails. An object whose Secret is missing or invalid serves no
+// certificate (condition TLSReady is False) and its hosts fall through to the next rule; other objects
+// are unaffected. The certificate is reloaded without a restart when the Secret changes.
+type TLS struct {
+	// SecretName is a Secret of type kubernetes.io/tls in this object's namespace, holding tls.crt (the
+	// PEM certificate chain, leaf first) and tls.key. The operator lets the interceptors read exactly
+	// this Secret and no other.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')`,message="tls.secretName must be the name of a Secret in this namespace: a non-empty lowercase DNS name"
+	SecretName string `json:"secretName"`
 }
 
 // Forwarding controls how interceptors send an app's requests to it.
@@ -395,7 +417,8 @@ type HTTPScaledObjectStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Valid, Conflict, RoutingPropagated, ScaledObjectReady.
+	// Conditions: Ready, Valid, Conflict, RoutingPropagated, ScaledObjectReady, and TLSReady when
+	// spec.tls is set.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

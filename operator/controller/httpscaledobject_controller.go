@@ -63,7 +63,9 @@ type Reconciler struct {
 	ScalerAddress string
 	// Schedules runs spec.schedules; nil disables scheduled scaling.
 	Schedules *scheduler.Scheduler
-	Log       logr.Logger
+	// Secrets reads the Secrets spec.tls names, uncached (the API reader).
+	Secrets client.Reader
+	Log     logr.Logger
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -139,6 +141,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	r.setRoutingStatus(hso, key, inv == nil)
+	if err := r.setTLSStatus(ctx, hso); err != nil {
+		return ctrl.Result{}, err
+	}
 	r.setReady(hso)
 	hso.Status.ObservedGeneration = hso.Generation
 
@@ -363,6 +368,7 @@ func (r *Reconciler) setCondition(hso *v1.HTTPScaledObject, typ string, status m
 	// Warnings are problems the user must fix; everything else is progress.
 	warning := typ == v1.ConditionConflict && status == metav1.ConditionTrue ||
 		typ == v1.ConditionValid && status == metav1.ConditionFalse ||
+		typ == v1.ConditionTLSReady && status == metav1.ConditionFalse ||
 		typ == v1.ConditionScaledObjectReady && status == metav1.ConditionFalse && reason != "NotValid"
 	if prev == nil && !warning {
 		return // the first progress conditions of a new object are not news

@@ -77,6 +77,9 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// Schedules runs spec.schedules in every reconcile; nil disables scheduled scaling.
 	Schedules *scheduler.Scheduler
+	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace, which SecretGrants
+	// lets read the Secrets spec.tls names; empty grants nothing.
+	InterceptorServiceAccount string
 }
 
 // CacheOptions narrows the manager's cache to what the operator reads: HTTPScaledObjects and the
@@ -123,6 +126,10 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		return []string{targetIndexValue(gv.Group, ref.Kind, ref.Name)}
 	}); err != nil {
 		return nil, fmt.Errorf("indexing HTTPScaledObjects by scale target: %w", err)
+	}
+
+	if err := idx.IndexField(ctx, &v1.HTTPScaledObject{}, indexTLSSecret, tlsSecretIndex); err != nil {
+		return nil, fmt.Errorf("indexing HTTPScaledObjects by TLS Secret: %w", err)
 	}
 
 	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
@@ -198,6 +205,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Prober:        prober,
 		ScalerAddress: o.ScalerAddress,
 		Schedules:     o.Schedules,
+		Secrets:       mgr.GetAPIReader(),
 		Log:           log,
 	}
 	if err := mgr.Add(writer); err != nil {
@@ -240,7 +248,10 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if err != nil {
 		return nil, err
 	}
-	b.Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).WatchesRawSource(keys)
+	b.Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).WatchesRawSource(keys).
+		// A TLS Secret created, changed or deleted re-evaluates TLSReady of the objects naming it;
+		// only metadata is cached (the content is read when needed).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTLSSecret, nil, nil)))
 	if err := b.Complete(r); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}
@@ -252,6 +263,16 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	}
 	if err := rb.Complete(&routeReconciler{r: r}); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject routing controller: %w", err)
+	}
+	if o.InterceptorServiceAccount != "" {
+		grants := &SecretGrants{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), ServiceAccount: o.InterceptorServiceAccount, ServiceAccountNamespace: o.Namespace}
+		err := ctrl.NewControllerManagedBy(mgr).Named("tls-secret-grants").
+			Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(byNamespace), builder.WithPredicates(tlsChanged)).
+			WithOptions(controller.Options{UsePriorityQueue: ptr.To(false)}).
+			Complete(grants)
+		if err != nil {
+			return nil, fmt.Errorf("building TLS Secret grant controller: %w", err)
+		}
 	}
 	return writer, nil
 }

@@ -106,6 +106,8 @@ func defaultOptions() controller.Options {
 		TableDebounce:           250 * time.Millisecond,
 		TableMaxDelay:           2 * time.Second,
 		MaxConcurrentReconciles: reconcilers(),
+		// The chart's ServiceAccount; it need not exist for Roles to name it.
+		InterceptorServiceAccount: interceptorSA,
 	}
 }
 

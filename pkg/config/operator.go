@@ -31,6 +31,9 @@ type Operator struct {
 	TableMaxDelay time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace; the operator lets it
+	// read exactly the Secrets HTTPScaledObjects name in spec.tls. Empty grants nothing.
+	InterceptorServiceAccount string
 	// Webhook configures the validating admission webhook and its certificate.
 	Webhook Webhook
 	// Schedules configures scheduled scaling.
@@ -55,6 +58,7 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.TableDebounce, "routing-table-debounce", 250*time.Millisecond, "Quiet time that ends a burst of changes before the routing table is written.")
 	fs.DurationVar(&o.TableMaxDelay, "routing-table-max-delay", 2*time.Second, "Longest a continuing burst of changes may postpone a routing-table write.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel reconciles.")
+	fs.StringVar(&o.InterceptorServiceAccount, "interceptor-service-account", "httpscale-interceptor", "The interceptor's ServiceAccount in --namespace, granted get/list/watch on exactly the Secrets HTTPScaledObjects name in spec.tls (a Role per namespace); empty grants nothing.")
 	o.Webhook.Bind(fs)
 	o.Schedules.Bind(fs)
 	o.loadEnv(fs)

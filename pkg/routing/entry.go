@@ -70,6 +70,10 @@ type Entry struct {
 	ZoneAware *bool `json:"za,omitempty"`
 	// ViaService forwards through the Service's ClusterIP instead of to pod IPs.
 	ViaService bool `json:"vs,omitempty"`
+
+	// TLSSecret names a kubernetes.io/tls Secret in Namespace whose certificate the interceptors
+	// present for Hosts on their TLS port; empty means none (spec.tls unset).
+	TLSSecret string `json:"tls,omitempty"`
 }
 
 // HeaderMatch matches one request header.

@@ -60,6 +60,9 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 			e.ColdStart.Placeholder = &Placeholder{StatusCode: p.StatusCode, Headers: p.Headers, Body: p.Body}
 		}
 	}
+	if t := hso.Spec.TLS; t != nil {
+		e.TLSSecret = t.SecretName
+	}
 	if f := hso.Spec.Forwarding; f != nil {
 		e.ZoneAware = clonePtr(f.ZoneAware)
 		e.ViaService = f.ViaService

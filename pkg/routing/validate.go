@@ -90,6 +90,9 @@ func (e *Entry) canonicalize() error {
 	if e.Timeouts.Readiness < 0 || e.Timeouts.Request < 0 || e.Timeouts.ResponseHeader < 0 {
 		return fmt.Errorf("timeouts must not be negative")
 	}
+	if e.TLSSecret != "" && !isDNSSubdomain(e.TLSSecret) {
+		return fmt.Errorf("TLS Secret name %q is not a DNS subdomain", e.TLSSecret)
+	}
 	cs := &e.ColdStart
 	if cs.QueueLimit < 0 {
 		return fmt.Errorf("queue limit %d is negative", cs.QueueLimit)
