@@ -46,6 +46,10 @@ func (rr *routeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		rr.r.Table.SetDeleting(key, hso.UID)
 		return ctrl.Result{}, nil
 	}
+	if !rr.r.serves(hso) {
+		rr.r.Table.Set(key, nil) // another fleet's (or moved there): out of this fleet's table
+		return ctrl.Result{}, nil
+	}
 	entry, err := rr.r.resolve(ctx, hso)
 	var inv *invalidError
 	switch {
@@ -55,11 +59,11 @@ func (rr *routeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	case err != nil:
 		return ctrl.Result{}, err
 	}
-	if !controllerutil.ContainsFinalizer(hso, Finalizer) {
+	if !controllerutil.ContainsFinalizer(hso, rr.r.finalizer()) {
 		// The finalizer goes on before the object is routed, so that it cannot leave the API while an
 		// interceptor still routes it. The main reconcile adds it too; whichever is first wins.
 		orig := hso.DeepCopy()
-		controllerutil.AddFinalizer(hso, Finalizer)
+		controllerutil.AddFinalizer(hso, rr.r.finalizer())
 		if err := rr.r.Client.Patch(ctx, hso, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer to %s: %w", key, err)
 		}
