@@ -62,6 +62,8 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		// Only KEDA's CRDs: ours must come from the chart.
 		env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{keda}, ErrorIfCRDPathMissing: true}
+		// envtest waits 10 s for the CRDs to be served, which a shared 2-core machine under load misses.
+		env.CRDInstallOptions.MaxTime = 2 * time.Minute
 		admin, err = env.Start()
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(env.Stop)
