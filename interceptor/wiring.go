@@ -51,7 +51,7 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating endpoint cache: %w", err)
 	}
-	table, err := tablewatch.NewForClient(cs, tablewatch.Options{Namespace: cfg.Namespace, Resync: cfg.TableResync, Log: log.WithName("routing"), Registerer: metrics})
+	table, err := tablewatch.NewForClient(cs, tablewatch.Options{Namespace: cfg.Namespace, Base: cfg.TableName, Resync: cfg.TableResync, Log: log.WithName("routing"), Registerer: metrics})
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating routing-table watch: %w", err)
 	}

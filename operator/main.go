@@ -54,7 +54,7 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 		LogWriter: logs,
 		Options: func(o *manager.Options) {
 			o.LeaderElection = cfg.LeaderElect
-			o.LeaderElectionID = "operator.httpscale.dev"
+			o.LeaderElectionID = controller.LeaderElectionID(cfg.Fleet)
 			o.LeaderElectionNamespace = cfg.Namespace
 			// Hand leadership over at once on SIGTERM instead of letting the next replica wait out the lease.
 			o.LeaderElectionReleaseOnCancel = true
@@ -77,6 +77,7 @@ func options(cfg *config.Operator) controller.Options {
 	sel, _ := cfg.Selector() // Validate already parsed it
 	return controller.Options{
 		Namespace:                 cfg.Namespace,
+		Fleet:                     cfg.Fleet,
 		WatchNamespaces:           cfg.WatchNamespaces,
 		TableName:                 cfg.TableName,
 		ScalerAddress:             cfg.ScalerAddress,

@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -111,6 +112,10 @@ var _ = Describe("HTTPScaledObject admission", func() {
 		Entry("the same static route twice", func(o *v1.HTTPScaledObject) {
 			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Response: &v1.StaticResponse{}}, {PathPrefix: "/ping", Response: &v1.StaticResponse{}}}
 		}, "spec.staticRoutes[1]", "Duplicate value"),
+		Entry("fleet that is not a DNS label", func(o *v1.HTTPScaledObject) { o.Spec.Fleet = "Team_A" },
+			"spec.fleet", "should match"),
+		Entry("fleet longer than a release's names allow", func(o *v1.HTTPScaledObject) { o.Spec.Fleet = strings.Repeat("a", 31) },
+			"spec.fleet", "may not be more than 30"),
 	)
 
 	It("accepts ignored paths and static routes and defaults a static response to 200", func() {
@@ -156,6 +161,7 @@ var _ = Describe("HTTPScaledObject admission", func() {
 		obj.Spec.Hosts = []v1.Host{"*.example.com", "*", "api.example.com"}
 		obj.Spec.PathPrefixes = []v1.PathPrefix{"/", "/api/v1"}
 		obj.Spec.Headers = []v1.HeaderMatch{{Name: "X-Tenant", Value: ptr.To("blue")}, {Name: "X-Canary"}}
+		obj.Spec.Fleet = "zone-a"
 		obj.Spec.ScaleTargetRef = v1.ScaleTargetRef{APIVersion: "argoproj.io/v1alpha1", Kind: "Rollout", Name: "shop", Service: "shop", PortName: ptr.To("http")}
 		obj.Spec.Replicas = &v1.ReplicaBounds{Min: ptr.To[int32](1), Max: ptr.To[int32](1)}
 		obj.Spec.ScalingMetric = &v1.ScalingMetric{

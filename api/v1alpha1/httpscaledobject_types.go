@@ -73,6 +73,17 @@ type HTTPScaledObjectSpec struct {
 	// ScaleTargetRef names the workload to scale and the Service (and port) that receives its traffic.
 	ScaleTargetRef ScaleTargetRef `json:"scaleTargetRef"`
 
+	// Fleet names the httpscale installation that routes and scales this app: the operator,
+	// interceptors and scaler of the Helm release installed with the same `fleet` value. Empty means
+	// the default fleet, "default". Only that release's operator writes the object's route, KEDA
+	// ScaledObject and status; a fleet no running operator serves is reported in condition Ready
+	// (reason FleetNotServed). Changing it moves the app: the old fleet's interceptors stop routing it
+	// and the new fleet's start.
+	// +optional
+	// +kubebuilder:validation:MaxLength=30
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Fleet string `json:"fleet,omitempty"`
+
 	// Replicas bounds the workload's replica count. min 0 enables scale to zero.
 	// +optional
 	// +kubebuilder:default={}
@@ -230,6 +241,17 @@ const (
 	DefaultMinReplicas int32 = 0
 	DefaultMaxReplicas int32 = 100
 )
+
+// DefaultFleet is the fleet of objects that name none, and of an install that sets no fleet.
+const DefaultFleet = "default"
+
+// FleetName returns the fleet that serves the object: Fleet, or DefaultFleet when it is empty.
+func (s *HTTPScaledObjectSpec) FleetName() string {
+	if s.Fleet == "" {
+		return DefaultFleet
+	}
+	return s.Fleet
+}
 
 // Bounds returns the spec's min and max replicas, defaults filled in.
 func (s *HTTPScaledObjectSpec) Bounds() (minReplicas, maxReplicas int32) {
@@ -468,6 +490,7 @@ type RoutingStatus struct {
 // +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.replicas.max`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="RoutingPropagated")].status`
+// +kubebuilder:printcolumn:name="Fleet",type=string,priority=1,JSONPath=`.spec.fleet`
 // +kubebuilder:printcolumn:name="Interceptors",type=integer,priority=1,JSONPath=`.status.routing.interceptorsReady`
 // +kubebuilder:printcolumn:name="Table",type=string,priority=1,JSONPath=`.status.routing.tableVersion`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

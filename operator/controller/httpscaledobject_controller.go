@@ -61,6 +61,11 @@ type Reconciler struct {
 	Table         *TableWriter
 	Prober        *Prober
 	ScalerAddress string
+	// Fleet is the fleet this operator serves ("" means v1.DefaultFleet); objects of other fleets are
+	// only let go (fleet.go).
+	Fleet string
+	// Fleets tells which fleets running operators serve; nil reports no object of an unserved fleet.
+	Fleets *FleetLeases
 	// Schedules runs spec.schedules; nil disables scheduled scaling.
 	Schedules *scheduler.Scheduler
 	// Secrets reads the Secrets spec.tls names, uncached (the API reader).
@@ -85,12 +90,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("reading HTTPScaledObject %s: %w", key, err)
 	}
 
+	if !r.serves(hso) {
+		return r.foreign(ctx, hso, key)
+	}
+	if r.Fleets != nil && !r.Fleets.Announced() {
+		return ctrl.Result{RequeueAfter: time.Second}, nil // see FleetLeases.Announced
+	}
 	if !hso.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, hso, key)
 	}
 	entry, err := r.resolve(ctx, hso)
 	var inv *invalidError
-	if !errors.As(err, &inv) && err == nil && !controllerutil.ContainsFinalizer(hso, Finalizer) {
+	if !errors.As(err, &inv) && err == nil && !controllerutil.ContainsFinalizer(hso, r.finalizer()) {
 		if !r.Table.Written().Contains(key) {
 			// Not routed yet. The routing controller adds the finalizer before it routes the object,
 			// and the table writer's Notify brings the object back here once a table holding it is
@@ -159,14 +170,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // and a table without it was written (TableWriter.Released); the TableWriter's Notify brings the object
 // back here after that write.
 func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key string) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(hso, Finalizer) {
+	if !controllerutil.ContainsFinalizer(hso, r.finalizer()) {
 		return ctrl.Result{}, nil
 	}
 	if !r.Table.Released(key, hso.UID) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	orig := hso.DeepCopy()
-	controllerutil.RemoveFinalizer(hso, Finalizer)
+	controllerutil.RemoveFinalizer(hso, r.finalizer())
 	if err := r.Client.Patch(ctx, hso, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer from %s: %w", key, err)
 	}

@@ -47,6 +47,10 @@ func (rr *routeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		rr.r.Table.SetDeleting(key, hso.UID)
 		return ctrl.Result{}, nil
 	}
+	if !rr.r.serves(hso) {
+		rr.r.Table.Set(key, nil) // another fleet's (or moved there): out of this fleet's table
+		return ctrl.Result{}, nil
+	}
 	entry, err := rr.r.resolve(ctx, hso)
 	var inv *invalidError
 	switch {
@@ -56,7 +60,7 @@ func (rr *routeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	case err != nil:
 		return ctrl.Result{}, err
 	}
-	if !controllerutil.ContainsFinalizer(hso, Finalizer) {
+	if !controllerutil.ContainsFinalizer(hso, rr.r.finalizer()) {
 		// The finalizer goes on before the object is routed, so that it cannot leave the API while an
 		// interceptor still routes it. Only this controller adds it (the main reconcile waits for it),
 		// so in a burst each new object costs one write before it is routed.
@@ -107,7 +111,7 @@ var routeInputChanged = predicate.Or(predicate.GenerationChangedPredicate{}, pre
 func (r *Reconciler) addFinalizer(ctx context.Context, hso *v1.HTTPScaledObject) (gone bool, err error) {
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		orig := hso.DeepCopy()
-		controllerutil.AddFinalizer(hso, Finalizer)
+		controllerutil.AddFinalizer(hso, r.finalizer())
 		err := r.Client.Patch(ctx, hso, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 		if !apierrors.IsConflict(err) {
 			return err
@@ -115,7 +119,7 @@ func (r *Reconciler) addFinalizer(ctx context.Context, hso *v1.HTTPScaledObject)
 		if err := r.Live.Get(ctx, client.ObjectKeyFromObject(hso), hso); err != nil {
 			return err
 		}
-		if !hso.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(hso, Finalizer) {
+		if !hso.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(hso, r.finalizer()) {
 			return nil // nothing to add: it is being deleted, or another writer added it
 		}
 		return err // the conflict: retried with the fresh copy

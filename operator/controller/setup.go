@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -80,6 +82,13 @@ type Options struct {
 	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace, which SecretGrants
 	// lets read the Secrets spec.tls names; empty grants nothing.
 	InterceptorServiceAccount string
+	// Fleet is the fleet this operator serves; "" means v1.DefaultFleet. Objects of other fleets are
+	// left to their operators.
+	Fleet string
+	// Identity names this replica in its fleet's Lease (the pod's name); "" means the host name.
+	Identity string
+	// FleetLeaseInterval paces the fleet Lease's renewal and the list of every fleet's; zero means 15 s.
+	FleetLeaseInterval time.Duration
 }
 
 // CacheOptions narrows the manager's cache to what the operator reads: HTTPScaledObjects and the
@@ -196,7 +205,29 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	}
 	targets := &TargetChecker{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Discovery: disc, TTL: time.Minute, Now: time.Now,
 		Watched: map[schema.GroupVersionKind]bool{}}
+	fleetInterval := o.FleetLeaseInterval
+	if fleetInterval <= 0 {
+		fleetInterval = 15 * time.Second
+	}
+	identity := o.Identity
+	if identity == "" {
+		identity, _ = os.Hostname()
+	}
+	fleets := &FleetLeases{
+		Client:    mgr.GetClient(),
+		Reader:    mgr.GetAPIReader(),
+		Namespace: o.Namespace,
+		Fleet:     cmp.Or(o.Fleet, v1.DefaultFleet),
+		Identity:  identity,
+		Interval:  fleetInterval,
+		Now:       time.Now,
+		Log:       log.WithName("fleets"),
+		// Objects of a fleet that appeared or went away get (or lose) their FleetNotServed status.
+		OnChange: enqueueAll,
+	}
 	r := &Reconciler{
+		Fleet:         fleets.Fleet,
+		Fleets:        fleets,
 		Client:        mgr.GetClient(),
 		Live:          mgr.GetAPIReader(),
 		Recorder:      mgr.GetEventRecorder("httpscale-operator"),
@@ -213,6 +244,9 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	}
 	if err := mgr.Add(prober); err != nil {
 		return nil, fmt.Errorf("adding propagation prober: %w", err)
+	}
+	if err := mgr.Add(fleets); err != nil {
+		return nil, fmt.Errorf("adding fleet Leases: %w", err)
 	}
 
 	// Creation and deletion of a workload re-validate the objects that scale it; updates never change

@@ -18,6 +18,8 @@ type Interceptor struct {
 
 	// Namespace is the install namespace holding the routing-table ConfigMaps.
 	Namespace string
+	// TableName is the routing table's head ConfigMap (the operator's --routing-table-name).
+	TableName string
 	// ProxyAddr serves the proxied traffic (HTTP/1.1 and h2c).
 	ProxyAddr string
 	// AdminAddr serves pkg/admin's paths: /status /counts /wake /metrics /healthz /readyz.
@@ -83,6 +85,7 @@ type Interceptor struct {
 func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	i.bind(fs, ":9091", "0")
 	fs.StringVar(&i.Namespace, "namespace", "httpscale-system", "Install namespace holding the routing-table ConfigMaps (env POD_NAMESPACE).")
+	fs.StringVar(&i.TableName, "routing-table-name", "httpscale-routing-table", "Name of the routing table's head ConfigMap, as the operator's --routing-table-name.")
 	fs.StringVar(&i.ProxyAddr, "proxy-bind-address", ":8080", "Address serving proxied traffic (HTTP/1.1 and h2c).")
 	fs.StringVar(&i.AdminAddr, "admin-bind-address", ":9090", "Address serving /status /counts /wake /metrics /healthz /readyz.")
 	fs.StringVar(&i.TLSAddr, "tls-bind-address", "", "Address serving proxied traffic over TLS with each app's certificate (spec.tls) chosen by SNI; empty turns TLS off.")
@@ -131,6 +134,9 @@ func (i *Interceptor) Validate() error {
 		if _, err := i.TLSDefaultSecretKey(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if i.TableName == "" {
+		errs = append(errs, errors.New("--routing-table-name must not be empty"))
 	}
 	if i.MaxConnsPerEndpoint < 1 {
 		errs = append(errs, fmt.Errorf("--max-conns-per-endpoint %d: want at least 1", i.MaxConnsPerEndpoint))
