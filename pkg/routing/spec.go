@@ -42,6 +42,9 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 		if p := cs.Placeholder; p != nil {
 			e.ColdStart.Placeholder = &Placeholder{StatusCode: p.StatusCode, Headers: p.Headers, Body: p.Body}
 		}
+		if w := cs.WaitingPage; w != nil && w.Enabled {
+			e.ColdStart.WaitingPage = &WaitingPage{Refresh: w.RefreshSeconds, HTML: w.HTML}
+		}
 	}
 	if f := hso.Spec.Forwarding; f != nil {
 		e.ZoneAware = clonePtr(f.ZoneAware)
