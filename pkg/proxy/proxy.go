@@ -260,6 +260,9 @@ func (x *exchange) Responded(code int, h http.Header) {
 // placeholder after a readiness timeout.
 func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 	a, p := x.app, x.p
+	if errors.Is(err, errWaitingPage) {
+		return x.waitingPage(h)
+	}
 	if ph := a.entry.ColdStart.Placeholder; ph != nil && errors.Is(err, ErrReadinessTimeout) {
 		code := int(ph.StatusCode)
 		if code == 0 {
