@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -94,7 +95,23 @@ var _ = Describe("HTTPScaledObject admission", func() {
 		Entry("placeholder status code out of range", func(o *v1.HTTPScaledObject) {
 			o.Spec.ColdStart = &v1.ColdStart{Placeholder: &v1.Placeholder{StatusCode: 99}}
 		}, "spec.coldStart.placeholder.statusCode", "greater than or equal to 200"),
+		Entry("waiting page html over 16384 characters", func(o *v1.HTTPScaledObject) {
+			o.Spec.ColdStart = &v1.ColdStart{WaitingPage: &v1.WaitingPage{Enabled: true, HTML: strings.Repeat("é", 16385)}}
+		}, "spec.coldStart.waitingPage.html", "keep the page to 16384 characters at most"),
+		Entry("waiting page refresh negative", func(o *v1.HTTPScaledObject) {
+			o.Spec.ColdStart = &v1.ColdStart{WaitingPage: &v1.WaitingPage{Enabled: true, RefreshSeconds: -1}}
+		}, "spec.coldStart.waitingPage.refreshSeconds", "greater than or equal to 1"),
 	)
+
+	It("accepts a waiting page of 16384 characters and defaults its refresh to 2 s", func() {
+		obj := valid("waiting-page")
+		obj.Spec.ColdStart = &v1.ColdStart{WaitingPage: &v1.WaitingPage{Enabled: true, HTML: strings.Repeat("é", 16384)}}
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		got := &v1.HTTPScaledObject{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		Expect(got.Spec.ColdStart.WaitingPage.RefreshSeconds).To(Equal(int32(2)))
+		Expect(got.Spec.ColdStart.WaitingPage.HTML).To(HaveLen(2 * 16384))
+	})
 
 	It("accepts a minimal object and fills in every default", func() {
 		obj := valid("minimal")
