@@ -116,6 +116,12 @@ var _ = Describe("HTTPScaledObject admission", func() {
 			"spec.fleet", "should match"),
 		Entry("fleet longer than a release's names allow", func(o *v1.HTTPScaledObject) { o.Spec.Fleet = strings.Repeat("a", 31) },
 			"spec.fleet", "may not be more than 30"),
+		Entry("waiting page html over 16384 characters", func(o *v1.HTTPScaledObject) {
+			o.Spec.ColdStart = &v1.ColdStart{WaitingPage: &v1.WaitingPage{Enabled: true, HTML: strings.Repeat("é", 16385)}}
+		}, "spec.coldStart.waitingPage.html", "keep the page to 16384 characters at most"),
+		Entry("waiting page refresh negative", func(o *v1.HTTPScaledObject) {
+			o.Spec.ColdStart = &v1.ColdStart{WaitingPage: &v1.WaitingPage{Enabled: true, RefreshSeconds: -1}}
+		}, "spec.coldStart.waitingPage.refreshSeconds", "greater than or equal to 1"),
 	)
 
 	It("accepts ignored paths and static routes and defaults a static response to 200", func() {
@@ -131,6 +137,16 @@ var _ = Describe("HTTPScaledObject admission", func() {
 		Expect(got.Spec.IgnoredPaths).To(Equal(obj.Spec.IgnoredPaths))
 		Expect(got.Spec.StaticRoutes[0].Response).To(Equal(&v1.StaticResponse{StatusCode: 200, Body: "pong"}))
 		Expect(got.Spec.StaticRoutes[1].Service).To(Equal(&v1.StaticService{Name: "status", Port: 8080}))
+	})
+
+	It("accepts a waiting page of 16384 characters and defaults its refresh to 2 s", func() {
+		obj := valid("waiting-page")
+		obj.Spec.ColdStart = &v1.ColdStart{WaitingPage: &v1.WaitingPage{Enabled: true, HTML: strings.Repeat("é", 16384)}}
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		got := &v1.HTTPScaledObject{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		Expect(got.Spec.ColdStart.WaitingPage.RefreshSeconds).To(Equal(int32(2)))
+		Expect(got.Spec.ColdStart.WaitingPage.HTML).To(HaveLen(2 * 16384))
 	})
 
 	It("accepts a minimal object and fills in every default", func() {

@@ -339,6 +339,32 @@ type ColdStart struct {
 	// fallback is set).
 	// +optional
 	Placeholder *Placeholder `json:"placeholder,omitempty"`
+
+	// WaitingPage answers browser navigations (GET or HEAD accepting text/html) to the app at zero at
+	// once with a page that reloads itself until the app is up, instead of holding them; the request
+	// still wakes the app. Other requests are held as usual.
+	// +optional
+	WaitingPage *WaitingPage `json:"waitingPage,omitempty"`
+}
+
+// WaitingPage is the page browsers get while the app wakes: status 503 with Retry-After and a
+// Refresh header, never cached.
+type WaitingPage struct {
+	// Enabled turns the waiting page on.
+	Enabled bool `json:"enabled"`
+
+	// RefreshSeconds is how long the browser waits before asking again.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=60
+	RefreshSeconds int32 `json:"refreshSeconds,omitempty"`
+
+	// HTML replaces the built-in page (served as text/html; charset=utf-8). The Refresh header reloads
+	// it whatever it contains. At most 16384 characters.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule=`self.size() <= 16384`,message="waitingPage.html is too long: keep the page to 16384 characters at most (inline small styles, link larger assets), or leave html empty for the built-in page"
+	HTML string `json:"html,omitempty"`
 }
 
 // FallbackService is a Service in the HTTPScaledObject's namespace that serves requests the app could

@@ -309,6 +309,9 @@ func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 	if errors.Is(err, errStatic) {
 		return x.fixed(x.static.Response, http.StatusOK, h)
 	}
+	if errors.Is(err, errWaitingPage) {
+		return x.waitingPage(h)
+	}
 	if x.tr != nil {
 		x.tr.failed(x, err)
 	}

@@ -121,7 +121,21 @@ type ColdStart struct {
 	// Placeholder is a static answer for held requests once the readiness timeout expires (used when
 	// Fallback is nil).
 	Placeholder *Placeholder `json:"ph,omitempty"`
+	// WaitingPage, when set, answers browser navigations at once while the app is cold instead of
+	// holding them. Readers that predate it ignore the key and hold them.
+	WaitingPage *WaitingPage `json:"wp,omitempty"`
 }
+
+// WaitingPage is the self-refreshing page browsers get while the app wakes.
+type WaitingPage struct {
+	// Refresh is the seconds between reloads; 0 uses DefaultWaitingPageRefresh.
+	Refresh int32 `json:"rs,omitempty"`
+	// HTML replaces the built-in page when not empty.
+	HTML string `json:"html,omitempty"`
+}
+
+// DefaultWaitingPageRefresh is the reload interval of a waiting page that sets none, in seconds.
+const DefaultWaitingPageRefresh = 2
 
 // Placeholder is a static response.
 type Placeholder struct {
@@ -160,6 +174,7 @@ func (e *Entry) Clone() Entry {
 	c.ZoneAware = clonePtr(e.ZoneAware)
 	c.ColdStart.Fallback = clonePtr(e.ColdStart.Fallback)
 	c.ColdStart.Placeholder = e.ColdStart.Placeholder.clone()
+	c.ColdStart.WaitingPage = clonePtr(e.ColdStart.WaitingPage)
 	return c
 }
 

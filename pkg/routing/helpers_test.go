@@ -74,6 +74,7 @@ func fullEntry(key string) Entry {
 				Fallback:   &Backend{Service: "fallback", Port: 80, PortName: "web", TargetPort: 8000, Protocol: ProtocolHTTP},
 				Placeholder: &Placeholder{StatusCode: 503, Headers: map[string]string{"Retry-After": "5", "Content-Type": "text/html"},
 					Body: "<h1>Waking up… ☕</h1>"},
+				WaitingPage: &WaitingPage{Refresh: 3, HTML: "<p>Starting… ☕</p>"},
 			}
 			e.ZoneAware = ptr(false)
 			e.ViaService = true

@@ -59,6 +59,9 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 		if p := cs.Placeholder; p != nil {
 			e.ColdStart.Placeholder = &Placeholder{StatusCode: p.StatusCode, Headers: p.Headers, Body: p.Body}
 		}
+		if w := cs.WaitingPage; w != nil && w.Enabled {
+			e.ColdStart.WaitingPage = &WaitingPage{Refresh: w.RefreshSeconds, HTML: w.HTML}
+		}
 	}
 	if t := hso.Spec.TLS; t != nil {
 		e.TLSSecret = t.SecretName

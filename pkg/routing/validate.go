@@ -107,6 +107,28 @@ func (e *Entry) canonicalize() error {
 			return fmt.Errorf("placeholder: %w", err)
 		}
 	}
+	if w := cs.WaitingPage; w != nil {
+		if err := w.validate(); err != nil {
+			return fmt.Errorf("waiting page: %w", err)
+		}
+	}
+	return nil
+}
+
+// maxWaitingPageRefresh bounds a waiting page's reload interval (the API allows 1-60 s).
+const maxWaitingPageRefresh = 3600
+
+func (w *WaitingPage) validate() error {
+	if w.Refresh < 0 || w.Refresh > maxWaitingPageRefresh {
+		return fmt.Errorf("refresh %d s is not in 0-%d", w.Refresh, maxWaitingPageRefresh)
+	}
+	// The API bounds the page in characters (16384); this bound in bytes admits any of them.
+	if len(w.HTML) > maxBodyLen {
+		return fmt.Errorf("html is %d bytes, more than %d", len(w.HTML), maxBodyLen)
+	}
+	if !utf8.ValidString(w.HTML) {
+		return fmt.Errorf("html is not valid UTF-8")
+	}
 	return nil
 }
 

@@ -79,7 +79,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.Begin()
 	defer x.End()
 	if !x.Ready() {
-		if err := x.Wait(r.Context()); err != nil {
+		if err := wait(x, r); err != nil {
 			writeReply(w, x.Fail(err, w.Header()))
 			return
 		}
