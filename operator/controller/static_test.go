@@ -15,7 +15,7 @@ var _ = Describe("Ignored paths and static routes", func() {
 	BeforeEach(func() { ns = newNamespace() })
 
 	It("are carried into the object's routing entry and routed by kind", func() {
-		h := app(ns, "shop", "shop.example.com")
+		h := app(ns, "shop", "shop."+ns+".example.com")
 		h.Spec.IgnoredPaths = []v1.PathPrefix{"/healthz/"}
 		h.Spec.StaticRoutes = []v1.StaticRoute{
 			{PathPrefix: "/status", Service: &v1.StaticService{Name: "status", Port: 8080}},
@@ -32,7 +32,7 @@ var _ = Describe("Ignored paths and static routes", func() {
 		t, err := readTable(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		for path, kind := range map[string]routing.RouteKind{"/healthz/live": routing.RouteIgnored, "/ping": routing.RouteStatic, "/cart": routing.RouteApp} {
-			r, ok := t.MatchRoute("shop.example.com", path, nil)
+			r, ok := t.MatchRoute("shop."+ns+".example.com", path, nil)
 			Expect(ok).To(BeTrue(), path)
 			Expect(r.Kind).To(Equal(kind), path)
 		}
@@ -58,11 +58,11 @@ var _ = Describe("Ignored paths and static routes", func() {
 	})
 
 	It("marks an object whose ignored path lies outside its path prefixes invalid and routes the others", func() {
-		bad := app(ns, "bad", "bad.example.com")
+		bad := app(ns, "bad", "bad."+ns+".example.com")
 		bad.Spec.PathPrefixes = []v1.PathPrefix{"/api"}
 		bad.Spec.IgnoredPaths = []v1.PathPrefix{"/healthz"}
 		Expect(k8s.Create(ctx, bad)).To(Succeed()) // no webhook in this suite: the operator's own check
-		good := app(ns, "good", "good.example.com")
+		good := app(ns, "good", "good."+ns+".example.com")
 		Expect(k8s.Create(ctx, good)).To(Succeed())
 		Eventually(condition(bad, v1.ConditionValid)).Should(And(haveCondition(False, "InvalidRoute"),
 			HaveField("Message", ContainSubstring(`ignored path "/healthz" is not inside any of the path prefixes`))))

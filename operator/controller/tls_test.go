@@ -46,10 +46,10 @@ func interceptorMay(ns, verb, name string) func() bool {
 var _ = Describe("spec.tls", func() {
 	It("reports TLSReady from the Secret as it changes, for that object only", func() {
 		ns := newNamespace()
-		shop, blog := app(ns, "shop", "shop.example.com"), app(ns, "blog", "blog.example.com")
+		shop, blog := app(ns, "shop", "shop."+ns+".example.com"), app(ns, "blog", "blog."+ns+".example.com")
 		shop.Spec.TLS = &v1.TLS{SecretName: "shop-tls"}
 		blog.Spec.TLS = &v1.TLS{SecretName: "blog-tls"}
-		blogCert := tlstermtest.NewCert("blog.example.com")
+		blogCert := tlstermtest.NewCert("blog." + ns + ".example.com")
 		Expect(k8s.Create(ctx, blogCert.Secret(ns, "blog-tls"))).To(Succeed())
 		Expect(k8s.Create(ctx, shop)).To(Succeed())
 		Expect(k8s.Create(ctx, blog)).To(Succeed())
@@ -69,7 +69,7 @@ var _ = Describe("spec.tls", func() {
 		other := tlstermtest.NewCert("other.example.com")
 		Expect(k8s.Create(ctx, other.Secret(ns, "shop-tls"))).To(Succeed())
 		Eventually(condition(shop, v1.ConditionTLSReady)).Should(And(haveCondition(True, "CertificateLoaded"),
-			HaveField("Message", ContainSubstring("does not cover [shop.example.com]"))))
+			HaveField("Message", ContainSubstring("does not cover [shop."+ns+".example.com]"))))
 		s := &corev1.Secret{}
 		Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "shop-tls"}, s)).To(Succeed())
 		s.Data["tls.key"] = blogCert.KeyPEM
@@ -79,7 +79,7 @@ var _ = Describe("spec.tls", func() {
 		Eventually(events(shop), eventWait).Should(ContainElement("Warning TLSReadyFalse"))
 		Consistently(condition(blog, v1.ConditionTLSReady)).Should(haveCondition(True, "CertificateLoaded"))
 
-		good := tlstermtest.NewCert("shop.example.com")
+		good := tlstermtest.NewCert("shop." + ns + ".example.com")
 		s.Data = good.Secret(ns, "shop-tls").Data
 		Expect(k8s.Update(ctx, s)).To(Succeed())
 		Eventually(condition(shop, v1.ConditionTLSReady)).Should(haveCondition(True, "CertificateLoaded"))
@@ -92,7 +92,7 @@ var _ = Describe("spec.tls", func() {
 
 	It("lets the interceptor read exactly the Secrets its namespace's objects name, and no more", func() {
 		ns := newNamespace()
-		a, b, plain := app(ns, "a", "a.example.com"), app(ns, "b", "b.example.com"), app(ns, "plain", "plain.example.com")
+		a, b, plain := app(ns, "a", "a."+ns+".example.com"), app(ns, "b", "b."+ns+".example.com"), app(ns, "plain", "plain."+ns+".example.com")
 		a.Spec.TLS = &v1.TLS{SecretName: "a-tls"}
 		b.Spec.TLS = &v1.TLS{SecretName: "b-tls"}
 		for _, h := range []*v1.HTTPScaledObject{a, b, plain} {
