@@ -414,20 +414,10 @@ func TestDeletingIgnoresStaleDecisions(t *testing.T) {
 	}
 }
 
-// writerForTest returns a writer on a fake client; onWrite, if not nil, sees every ConfigMap the
-// writer created or updated, after the fact.
-func writerForTest(t *testing.T, onWrite func(*corev1.ConfigMap)) *TableWriter {
-	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	seen := func(obj client.Object) {
-		if cm, ok := obj.(*corev1.ConfigMap); ok && onWrite != nil {
-			onWrite(cm)
-		}
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+// clientSeeingWrites returns a fake client that calls seen with every object it created or updated,
+// after the write succeeded.
+func clientSeeingWrites(scheme *runtime.Scheme, seen func(client.Object)) client.WithWatch {
+	return fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if err := c.Create(ctx, obj, opts...); err != nil {
 				return err
@@ -443,6 +433,22 @@ func writerForTest(t *testing.T, onWrite func(*corev1.ConfigMap)) *TableWriter {
 			return nil
 		},
 	}).Build()
+}
+
+// writerForTest returns a writer on a fake client; onWrite, if not nil, sees every ConfigMap the
+// writer created or updated, after the fact.
+func writerForTest(t *testing.T, onWrite func(*corev1.ConfigMap)) *TableWriter {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	seen := func(obj client.Object) {
+		if cm, ok := obj.(*corev1.ConfigMap); ok && onWrite != nil {
+			onWrite(cm)
+		}
+	}
+	c := clientSeeingWrites(scheme, seen)
 	return &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
 		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard()}
 }
@@ -519,22 +525,7 @@ func TestVersionKnownBeforeTheHeadIsWritten(t *testing.T) {
 				unknown = append(unknown, m.Version)
 			}
 		}
-		c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
-			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				if err := c.Create(ctx, obj, opts...); err != nil {
-					return err
-				}
-				checkHead(obj)
-				return nil
-			},
-			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-				if err := c.Update(ctx, obj, opts...); err != nil {
-					return err
-				}
-				checkHead(obj)
-				return nil
-			},
-		}).Build()
+		c := clientSeeingWrites(scheme, checkHead)
 		w = &TableWriter{
 			Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
 			Debounce: 250 * time.Millisecond, MaxDelay: 2 * time.Second, StartupGrace: time.Minute,
