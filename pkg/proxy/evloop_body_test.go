@@ -63,23 +63,16 @@ func (b *bodyBackend) serve(c net.Conn) {
 	defer c.Close()
 	br := bufio.NewReader(c)
 	for {
-		var head strings.Builder
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			head.WriteString(line)
-			if line == "\r\n" {
-				break
-			}
+		head, err := readHead(br)
+		if err != nil {
+			return
 		}
-		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(head.String())))
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(head)))
 		if err != nil {
 			return
 		}
 		b.mu.Lock()
-		b.heads = append(b.heads, head.String())
+		b.heads = append(b.heads, head)
 		b.mu.Unlock()
 		if req.URL.Path == "/early" {
 			_, _ = io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 5\r\n\r\nearly")
@@ -93,7 +86,7 @@ func (b *bodyBackend) serve(c net.Conn) {
 		if err != nil {
 			return // an incomplete request gets no answer
 		}
-		raw := strings.Contains(head.String(), "\r\nhost: ")
+		raw := strings.Contains(head, "\r\nhost: ")
 		body := fmt.Sprintf("%s %s %d %x raw=%v", req.Method, req.URL.Path, n, h.Sum(nil)[:8], raw)
 		if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
 			return
