@@ -63,6 +63,7 @@ const (
 	evBodyBuffer   = 64 << 10
 	evCopyMax      = 2 << 10 // body bytes flushOutv copies after the head rather than write with writev
 	evSweepEvery   = time.Second
+	evIdleScan     = 64 // idle connections popIdle looks through for one pooled before the batch
 )
 
 // newEvLoops starts n loops serving s's connections for p.
@@ -1232,7 +1233,7 @@ func (l *evLoop) finishWith(c *evClient, over bool, a, b []byte) {
 		l.e.fast.discarded.Leftover.Inc()
 		l.closeUp(up)
 	case up.readable:
-		switch peekFD(up.fd) {
+		switch sysPeek(up.fd) {
 		case peekQuiet:
 			up.readable = false // empty: the next arrival is reported
 			l.putIdle(up)
@@ -1308,7 +1309,7 @@ func (l *evLoop) putIdle(up *evUp) {
 // quietUp reports whether an idle upstream connection is open with nothing to read (one
 // non-blocking peek); bytes on it are counted as an unsolicited discard.
 func (l *evLoop) quietUp(up *evUp) bool {
-	switch peekFD(up.fd) {
+	switch sysPeek(up.fd) {
 	case peekQuiet:
 		return true
 	case peekData:
@@ -1317,15 +1318,28 @@ func (l *evLoop) quietUp(up *evUp) bool {
 	return false
 }
 
-// popIdle takes the most recently pooled idle connection to addr, nil when there is none.
+// popIdle takes an idle connection to addr, nil when there is none: the most recently pooled one
+// of those pooled before the current batch of events, else the most recent one. An epoll wait has
+// reported whatever arrived on the former since they were pooled (see dropStirredIdle), so acquire
+// uses them without the peek a connection pooled during this batch needs: under load, a response
+// that ends and a request that starts in one batch would otherwise cost a system call more.
 func (l *evLoop) popIdle(addr string) *evUp {
 	idle := l.idle[addr]
-	if len(idle) == 0 {
+	n := len(idle)
+	if n == 0 {
 		return nil
 	}
-	up := idle[len(idle)-1]
-	idle[len(idle)-1] = nil
-	l.idle[addr] = idle[:len(idle)-1]
+	i := n - 1
+	for j := n - 1; j >= max(0, n-evIdleScan); j-- {
+		if idle[j].idleBatch != l.batch {
+			i = j
+			break
+		}
+	}
+	up := idle[i]
+	copy(idle[i:], idle[i+1:])
+	idle[n-1] = nil
+	l.idle[addr] = idle[:n-1]
 	return up
 }
 
@@ -1572,6 +1586,24 @@ func sysWritev(fd int, iov []unix.Iovec) (int, error) {
 		return 0, e
 	}
 	return int(n), nil
+}
+
+// sysPeek is peekFD as a raw system call.
+func sysPeek(fd int) peekState {
+	var b [1]byte
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1,
+			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			return peekQuiet
+		case e == 0 && n > 0:
+			return peekData
+		}
+		return peekClosed // the end of the stream, or an error
+	}
 }
 
 // epollNow returns the events ready now, without waiting.
