@@ -689,11 +689,22 @@ func fill(fd int, buf *[]byte, readable, hup *bool) (got, eof bool, err error) {
 // readInto reads once into p (not empty), with fill's rules: n bytes arrived; eof at the end of the
 // stream or on an error; a short read clears readable.
 func readInto(fd int, p []byte, readable, hup *bool) (n int, eof bool, err error) {
+	return readvInto(fd, p, nil, readable, hup)
+}
+
+// readvInto is readInto into p and then q (one readv when q is not empty).
+func readvInto(fd int, p, q []byte, readable, hup *bool) (n int, eof bool, err error) {
 	for {
-		n, err := sysRead(fd, p)
+		var n int
+		var err error
+		if len(q) == 0 {
+			n, err = sysRead(fd, p)
+		} else {
+			n, err = sysReadv2(fd, p, q)
+		}
 		switch {
 		case n > 0:
-			if n < len(p) {
+			if n < len(p)+len(q) {
 				*readable = false
 			}
 			return n, false, nil
@@ -959,7 +970,22 @@ func (l *evLoop) pumpBody(c *evClient) {
 			l.flushUp(up) // what is pending (the head, with the body bytes read with it)
 			return
 		}
-		n, eof, err := readInto(c.fd, l.body[:min(c.bodyLeft, int64(len(l.body)))], &c.readable, &c.hup)
+		var n int
+		var eof bool
+		var err error
+		if c.bodyLeft <= int64(len(l.body)) {
+			// The rest of the body: the read goes on into the request buffer, which the body does
+			// not use (send took what the head came with), so that a short read tells the socket is
+			// drained (else the next request's read would find nothing: a system call more per
+			// upload), and the first bytes of a pipelined request land where serveNext reads them.
+			c.in, c.headLen = c.in[:0], 0
+			n, eof, err = readvInto(c.fd, l.body[:c.bodyLeft], c.in[:cap(c.in)], &c.readable, &c.hup)
+			if extra := int64(n) - c.bodyLeft; extra > 0 {
+				c.in, n = c.in[:extra], int(c.bodyLeft)
+			}
+		} else {
+			n, eof, err = readInto(c.fd, l.body[:len(l.body)], &c.readable, &c.hup)
+		}
 		if eof {
 			c.eof = true
 			if err == nil {
@@ -1560,6 +1586,19 @@ func sysRead(fd int, p []byte) (int, error) {
 		return 0, nil
 	}
 	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
+// sysReadv2 reads into p, then q (neither empty).
+func sysReadv2(fd int, p, q []byte) (int, error) {
+	var iov [2]unix.Iovec
+	iov[0].Base, iov[1].Base = &p[0], &q[0]
+	iov[0].SetLen(len(p))
+	iov[1].SetLen(len(q))
+	n, _, e := unix.RawSyscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), 2)
 	if e != 0 {
 		return -1, e
 	}
