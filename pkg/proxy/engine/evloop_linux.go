@@ -64,6 +64,7 @@ const (
 	evCopyMax      = 2 << 10 // body bytes flushOutv copies after the head rather than write with writev
 	evSweepEvery   = time.Second
 	evIdleScan     = 64 // idle connections popIdle looks through for one pooled before the batch
+	evFreeRequests = 16 // request parses a loop keeps for its next requests
 )
 
 // newEvLoops starts n loops serving s's connections for p.
@@ -201,9 +202,10 @@ type evLoop struct {
 	spare   []evMsg
 	ended   atomic.Bool // the loop returned (set under inboxMu); adopt passes it over
 
-	fds      []evSlot // by descriptor
-	free     [][]byte // request buffers not in use (see releaseIn)
-	body     []byte   // response body bytes on their way from an upstream to a client (see relayBody)
+	fds      []evSlot      // by descriptor
+	free     [][]byte      // request buffers not in use (see releaseIn)
+	rqs      []*rawRequest // request parses not in use (see getRequest)
+	body     []byte        // response body bytes on their way from an upstream to a client (see relayBody)
 	gen      int32
 	clients  int
 	dialing  int
@@ -587,7 +589,7 @@ func (l *evLoop) clientGone(c *evClient) {
 // releasing it when it was not counted.
 func (l *evLoop) endRequest(c *evClient) {
 	if c.rq != nil {
-		c.rq.release()
+		l.putRequest(c.rq)
 	}
 	switch {
 	case c.x == nil:
@@ -738,6 +740,28 @@ func (l *evLoop) getBuf() []byte {
 	return make([]byte, 0, evClientBuffer)
 }
 
+// getRequest returns a request parse from the loop's own free list (no sync.Pool on the loop).
+func (l *evLoop) getRequest() *rawRequest {
+	if n := len(l.rqs); n > 0 {
+		rq := l.rqs[n-1]
+		l.rqs[n-1] = nil
+		l.rqs = l.rqs[:n-1]
+		return rq
+	}
+	return rawRequests.Get().(*rawRequest)
+}
+
+// putRequest gives back a request parse the loop took (one carried to the goroutine path is
+// released there instead).
+func (l *evLoop) putRequest(rq *rawRequest) {
+	if len(l.rqs) >= evFreeRequests {
+		rq.release()
+		return
+	}
+	rq.reset() // drops its references into the head
+	l.rqs = append(l.rqs, rq)
+}
+
 // releaseIn gives c's request buffer back when it is empty; a large response buffer goes too.
 func (l *evLoop) releaseIn(c *evClient) {
 	if c.in != nil && len(c.in) == 0 {
@@ -796,16 +820,16 @@ func (l *evLoop) serveNext(c *evClient) {
 // startRequest routes a screened request head (the first end bytes of c.in), with a body of
 // bodyLen bytes after it.
 func (l *evLoop) startRequest(c *evClient, end int, bodyLen int64) {
-	rq := rawRequests.Get().(*rawRequest)
+	rq := l.getRequest()
 	if !rq.parse(string(c.in[:end])) {
-		rq.release()
+		l.putRequest(rq)
 		l.handOff(c, false, nil)
 		return
 	}
 	rq.bodyLen = bodyLen
 	x := l.e.rawRoute(rq)
 	if x == nil {
-		rq.release()
+		l.putRequest(rq)
 		l.handOff(c, false, nil)
 		return
 	}
