@@ -140,12 +140,16 @@ func TestEventLoopsRelayRequestBodies(t *testing.T) {
 			t.Errorf("%s of %d bytes: got %d %q (%v), want 200 %q", tc.method, tc.size, a.code, a.body, a.err, want)
 		}
 	}
-	// Pipelined in one write: a body, a request without one, a body.
-	one, two := pattern(7), pattern(9000)
-	if _, err := io.WriteString(c.c, postReq("POST", "/p1", one)+rawGet("/p2")+postReq("POST", "/p3", two)); err != nil {
+	// Pipelined in one write: a body, a request without one, bodies larger than the request buffer
+	// followed by a request (the read of the end of a body also takes the start of what follows).
+	one, two, three := pattern(7), pattern(9000), pattern(20000)
+	if _, err := io.WriteString(c.c, postReq("POST", "/p1", one)+rawGet("/p2")+postReq("POST", "/p3", two)+
+		postReq("PUT", "/p4", three)+rawGet("/p5")+postReq("POST", "/p6", three)+postReq("POST", "/p7", one)); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{bodyWant("POST", "/p1", one, true), bodyWant("GET", "/p2", nil, true), bodyWant("POST", "/p3", two, true)} {
+	for _, want := range []string{bodyWant("POST", "/p1", one, true), bodyWant("GET", "/p2", nil, true), bodyWant("POST", "/p3", two, true),
+		bodyWant("PUT", "/p4", three, true), bodyWant("GET", "/p5", nil, true), bodyWant("POST", "/p6", three, true),
+		bodyWant("POST", "/p7", one, true)} {
 		if a := readAnswer(c, "POST"); a.code != 200 || a.body != want {
 			t.Errorf("pipelined: got %d %q (%v), want 200 %q", a.code, a.body, a.err, want)
 		}

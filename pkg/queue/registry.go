@@ -139,6 +139,7 @@ func (r *Registry) Sync(keys []string) {
 
 func (r *Registry) newApp(key string) *App {
 	a := &App{key: key, reg: r}
+	a.end = a.endForward // a method value allocates: made once, not per request
 	a.changed.Store(r.seq.Load())
 	return a
 }
@@ -178,6 +179,7 @@ func (r *Registry) Snapshot() []admin.AppCount {
 type App struct {
 	key      string
 	reg      *Registry
+	end      func() // endForward, which StartForward returns
 	inFlight atomic.Int64
 	held     atomic.Int64
 	requests atomic.Uint64
@@ -206,7 +208,7 @@ func (a *App) Received() {
 func (a *App) StartForward() (done func()) {
 	a.inFlight.Add(1)
 	a.touch()
-	return a.endForward
+	return a.end
 }
 
 func (a *App) endForward() {

@@ -63,6 +63,8 @@ const (
 	evBodyBuffer   = 64 << 10
 	evCopyMax      = 2 << 10 // body bytes flushOutv copies after the head rather than write with writev
 	evSweepEvery   = time.Second
+	evIdleScan     = 64 // idle connections popIdle looks through for one pooled before the batch
+	evFreeRequests = 16 // request parses a loop keeps for its next requests
 )
 
 // newEvLoops starts n loops serving s's connections for p.
@@ -200,9 +202,10 @@ type evLoop struct {
 	spare   []evMsg
 	ended   atomic.Bool // the loop returned (set under inboxMu); adopt passes it over
 
-	fds      []evSlot // by descriptor
-	free     [][]byte // request buffers not in use (see releaseIn)
-	body     []byte   // response body bytes on their way from an upstream to a client (see relayBody)
+	fds      []evSlot      // by descriptor
+	free     [][]byte      // request buffers not in use (see releaseIn)
+	rqs      []*rawRequest // request parses not in use (see getRequest)
+	body     []byte        // response body bytes on their way from an upstream to a client (see relayBody)
 	gen      int32
 	clients  int
 	dialing  int
@@ -586,7 +589,7 @@ func (l *evLoop) clientGone(c *evClient) {
 // releasing it when it was not counted.
 func (l *evLoop) endRequest(c *evClient) {
 	if c.rq != nil {
-		c.rq.release()
+		l.putRequest(c.rq)
 	}
 	switch {
 	case c.x == nil:
@@ -688,11 +691,22 @@ func fill(fd int, buf *[]byte, readable, hup *bool) (got, eof bool, err error) {
 // readInto reads once into p (not empty), with fill's rules: n bytes arrived; eof at the end of the
 // stream or on an error; a short read clears readable.
 func readInto(fd int, p []byte, readable, hup *bool) (n int, eof bool, err error) {
+	return readvInto(fd, p, nil, readable, hup)
+}
+
+// readvInto is readInto into p and then q (one readv when q is not empty).
+func readvInto(fd int, p, q []byte, readable, hup *bool) (n int, eof bool, err error) {
 	for {
-		n, err := sysRead(fd, p)
+		var n int
+		var err error
+		if len(q) == 0 {
+			n, err = sysRead(fd, p)
+		} else {
+			n, err = sysReadv2(fd, p, q)
+		}
 		switch {
 		case n > 0:
-			if n < len(p) {
+			if n < len(p)+len(q) {
 				*readable = false
 			}
 			return n, false, nil
@@ -724,6 +738,28 @@ func (l *evLoop) getBuf() []byte {
 		return b
 	}
 	return make([]byte, 0, evClientBuffer)
+}
+
+// getRequest returns a request parse from the loop's own free list (no sync.Pool on the loop).
+func (l *evLoop) getRequest() *rawRequest {
+	if n := len(l.rqs); n > 0 {
+		rq := l.rqs[n-1]
+		l.rqs[n-1] = nil
+		l.rqs = l.rqs[:n-1]
+		return rq
+	}
+	return rawRequests.Get().(*rawRequest)
+}
+
+// putRequest gives back a request parse the loop took (one carried to the goroutine path is
+// released there instead).
+func (l *evLoop) putRequest(rq *rawRequest) {
+	if len(l.rqs) >= evFreeRequests {
+		rq.release()
+		return
+	}
+	rq.reset() // drops its references into the head
+	l.rqs = append(l.rqs, rq)
 }
 
 // releaseIn gives c's request buffer back when it is empty; a large response buffer goes too.
@@ -784,16 +820,16 @@ func (l *evLoop) serveNext(c *evClient) {
 // startRequest routes a screened request head (the first end bytes of c.in), with a body of
 // bodyLen bytes after it.
 func (l *evLoop) startRequest(c *evClient, end int, bodyLen int64) {
-	rq := rawRequests.Get().(*rawRequest)
+	rq := l.getRequest()
 	if !rq.parse(string(c.in[:end])) {
-		rq.release()
+		l.putRequest(rq)
 		l.handOff(c, false, nil)
 		return
 	}
 	rq.bodyLen = bodyLen
 	x := l.e.rawRoute(rq)
 	if x == nil {
-		rq.release()
+		l.putRequest(rq)
 		l.handOff(c, false, nil)
 		return
 	}
@@ -958,7 +994,22 @@ func (l *evLoop) pumpBody(c *evClient) {
 			l.flushUp(up) // what is pending (the head, with the body bytes read with it)
 			return
 		}
-		n, eof, err := readInto(c.fd, l.body[:min(c.bodyLeft, int64(len(l.body)))], &c.readable, &c.hup)
+		var n int
+		var eof bool
+		var err error
+		if c.bodyLeft <= int64(len(l.body)) {
+			// The rest of the body: the read goes on into the request buffer, which the body does
+			// not use (send took what the head came with), so that a short read tells the socket is
+			// drained (else the next request's read would find nothing: a system call more per
+			// upload), and the first bytes of a pipelined request land where serveNext reads them.
+			c.in, c.headLen = c.in[:0], 0
+			n, eof, err = readvInto(c.fd, l.body[:c.bodyLeft], c.in[:cap(c.in)], &c.readable, &c.hup)
+			if extra := int64(n) - c.bodyLeft; extra > 0 {
+				c.in, n = c.in[:extra], int(c.bodyLeft)
+			}
+		} else {
+			n, eof, err = readInto(c.fd, l.body[:len(l.body)], &c.readable, &c.hup)
+		}
 		if eof {
 			c.eof = true
 			if err == nil {
@@ -1232,7 +1283,7 @@ func (l *evLoop) finishWith(c *evClient, over bool, a, b []byte) {
 		l.e.fast.discarded.Leftover.Inc()
 		l.closeUp(up)
 	case up.readable:
-		switch peekFD(up.fd) {
+		switch sysPeek(up.fd) {
 		case peekQuiet:
 			up.readable = false // empty: the next arrival is reported
 			l.putIdle(up)
@@ -1308,7 +1359,7 @@ func (l *evLoop) putIdle(up *evUp) {
 // quietUp reports whether an idle upstream connection is open with nothing to read (one
 // non-blocking peek); bytes on it are counted as an unsolicited discard.
 func (l *evLoop) quietUp(up *evUp) bool {
-	switch peekFD(up.fd) {
+	switch sysPeek(up.fd) {
 	case peekQuiet:
 		return true
 	case peekData:
@@ -1317,15 +1368,28 @@ func (l *evLoop) quietUp(up *evUp) bool {
 	return false
 }
 
-// popIdle takes the most recently pooled idle connection to addr, nil when there is none.
+// popIdle takes an idle connection to addr, nil when there is none: the most recently pooled one
+// of those pooled before the current batch of events, else the most recent one. An epoll wait has
+// reported whatever arrived on the former since they were pooled (see dropStirredIdle), so acquire
+// uses them without the peek a connection pooled during this batch needs: under load, a response
+// that ends and a request that starts in one batch would otherwise cost a system call more.
 func (l *evLoop) popIdle(addr string) *evUp {
 	idle := l.idle[addr]
-	if len(idle) == 0 {
+	n := len(idle)
+	if n == 0 {
 		return nil
 	}
-	up := idle[len(idle)-1]
-	idle[len(idle)-1] = nil
-	l.idle[addr] = idle[:len(idle)-1]
+	i := n - 1
+	for j := n - 1; j >= max(0, n-evIdleScan); j-- {
+		if idle[j].idleBatch != l.batch {
+			i = j
+			break
+		}
+	}
+	up := idle[i]
+	copy(idle[i:], idle[i+1:])
+	idle[n-1] = nil
+	l.idle[addr] = idle[:n-1]
 	return up
 }
 
@@ -1552,6 +1616,19 @@ func sysRead(fd int, p []byte) (int, error) {
 	return int(n), nil
 }
 
+// sysReadv2 reads into p, then q (neither empty).
+func sysReadv2(fd int, p, q []byte) (int, error) {
+	var iov [2]unix.Iovec
+	iov[0].Base, iov[1].Base = &p[0], &q[0]
+	iov[0].SetLen(len(p))
+	iov[1].SetLen(len(q))
+	n, _, e := unix.RawSyscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), 2)
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
 func sysWrite(fd int, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
@@ -1572,6 +1649,24 @@ func sysWritev(fd int, iov []unix.Iovec) (int, error) {
 		return 0, e
 	}
 	return int(n), nil
+}
+
+// sysPeek is peekFD as a raw system call.
+func sysPeek(fd int) peekState {
+	var b [1]byte
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1,
+			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			return peekQuiet
+		case e == 0 && n > 0:
+			return peekData
+		}
+		return peekClosed // the end of the stream, or an error
+	}
 }
 
 // epollNow returns the events ready now, without waiting.
