@@ -100,6 +100,7 @@ type config struct {
 	rounds       int
 	conns        int
 	endpointIP   string
+	profiles     string
 }
 
 type binaries struct{ operator, interceptor, backend string }
@@ -124,6 +125,7 @@ func run() error {
 	flag.IntVar(&c.rounds, "rounds", 6, "wrk rounds per interceptor, alternating which goes first")
 	flag.IntVar(&c.conns, "connections", 64, "wrk connections")
 	flag.StringVar(&c.endpointIP, "endpoint-ip", "", "non-loopback address of this host (or network namespace) the backend listens on")
+	flag.StringVar(&c.profiles, "profiles", "", "directory for heap profiles of the operator and every interceptor at each N, taken after the memory readings (none when empty)")
 	flag.StringVar(&bins.operator, "operator", "", "operator binary (built from this tree when empty)")
 	flag.StringVar(&bins.interceptor, "interceptor", "", "interceptor binary (built from this tree when empty)")
 	opArgs := flag.String("operator-args", "", "extra operator flags, space-separated")
@@ -217,9 +219,9 @@ func run() error {
 	for i := range watched {
 		watched[i] = nsName(i)
 	}
-	opMetrics := freeAddr()
+	opMetrics, opPprof := freeAddr(), freeAddr()
 	op, err := startProc("operator", bins.operator, append([]string{
-		"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--namespace=" + installNS,
+		"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--namespace=" + installNS, "--pprof-bind-address=" + opPprof,
 		"--webhook-bind-address=0", "--metrics-bind-address=" + opMetrics, "--health-probe-bind-address=" + freeAddr(),
 		"--zap-log-level=error", "--watch-namespaces=" + strings.Join(watched, ","),
 	}, strings.Fields(*opArgs)...))
@@ -242,7 +244,7 @@ func run() error {
 		ics = append(ics, ic)
 		fmt.Printf("# %s: pid %d, admin %s, pprof %s, log %s\n", ic.name, ic.cmd.Process.Pid, ic.admin, ic.pprof, ic.log)
 	}
-	fmt.Printf("# operator: pid %d, metrics %s, log %s\n", op.cmd.Process.Pid, opMetrics, op.log)
+	fmt.Printf("# operator: pid %d, metrics %s, pprof %s, log %s\n", op.cmd.Process.Pid, opMetrics, opPprof, op.log)
 	procs := []*proc{op}
 	for _, ic := range ics {
 		procs = append(procs, ic.proc)
@@ -296,6 +298,15 @@ func run() error {
 		fmt.Printf("# API server writes while %d objects were created and reconciled: %s\n", n-before, perObject(writes, w, n-before))
 		writes = w
 		fmt.Printf("# at %d objects: %s\n", n, memories(op, ics))
+		if c.profiles != "" {
+			targets := map[string]string{"operator": opPprof}
+			for _, ic := range ics {
+				targets[ic.name] = ic.pprof
+			}
+			if err := saveHeaps(c.profiles, n, targets); err != nil {
+				return err
+			}
+		}
 		time.Sleep(c.settle)
 
 		r := row{n: n, routed: make([][]time.Duration, len(ics))}
@@ -461,6 +472,32 @@ func routedBy(ctx context.Context, ics []*interceptor, n int, start time.Time, b
 	}
 	wg.Wait()
 	return out, errors.Join(errs...)
+}
+
+// saveHeaps saves a heap profile (after a GC) of each target (name → pprof address) as
+// dir/heap-<name>-<n>.pb.gz.
+func saveHeaps(dir string, n int, targets map[string]string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: time.Minute}
+	for name, addr := range targets {
+		resp, err := hc.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+		if err != nil {
+			return fmt.Errorf("heap profile of %s: %w", name, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("heap profile of %s: %s %v", name, resp.Status, err)
+		}
+		f := filepath.Join(dir, fmt.Sprintf("heap-%s-%d.pb.gz", name, n))
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("# heap profile of %s at %d objects: %s\n", name, n, f)
+	}
+	return nil
 }
 
 // burstFloorNS holds the floor's objects; the operator does not watch it.
