@@ -128,6 +128,7 @@ func run() error {
 	flag.StringVar(&c.profiles, "profiles", "", "directory for heap profiles of the operator and every interceptor at each N, taken after the memory readings (none when empty)")
 	flag.StringVar(&bins.operator, "operator", "", "operator binary (built from this tree when empty)")
 	flag.StringVar(&bins.interceptor, "interceptor", "", "interceptor binary (built from this tree when empty)")
+	flag.StringVar(&bins.backend, "backend", "", "hack/bench/backend binary for -throughput (built from this tree when empty)")
 	opArgs := flag.String("operator-args", "", "extra operator flags, space-separated")
 	flag.Parse()
 	for _, f := range strings.Split(*ns, ",") {
