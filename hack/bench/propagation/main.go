@@ -266,7 +266,7 @@ func run() error {
 		t0 := time.Now()
 		before := created
 		if step == 0 && c.prefill {
-			t0 = opStart
+			t0, before = opStart, 0
 		} else {
 			if err := fill(ctx, k8s, created, n, c.workers, c.namespaces); err != nil {
 				return err
