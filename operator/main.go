@@ -59,6 +59,7 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 			// Hand leadership over at once on SIGTERM instead of letting the next replica wait out the lease.
 			o.LeaderElectionReleaseOnCancel = true
 			o.Cache = controller.CacheOptions(options(cfg))
+			o.PprofBindAddress = cfg.PprofAddr // off unless asked for (profiling)
 		},
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
 			if _, err := webhook.Setup(mgr, webhook.OptionsFrom(cfg.Webhook, cfg.Namespace), log.WithName("webhook")); err != nil {

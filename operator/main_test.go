@@ -1,9 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"flag"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/httpscale/httpscale/pkg/config"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
@@ -16,4 +24,62 @@ func TestRunStopsCleanlyOnCancel(t *testing.T) {
 		return runWithLogs(ctx, args, logs)
 	}, "--leader-elect=true", "--namespace=default", "--webhook-bind-address=0")
 	testenv.ExpectQuietShutdown(t, logs.String())
+}
+
+// TestPprofServedOnlyWhenAsked runs the built operator with --pprof-bind-address and fetches the
+// profile index from it; the flag's default is off.
+func TestPprofServedOnlyWhenAsked(t *testing.T) {
+	env, _ := testenv.StartT(t)
+	kubeconfig, err := testenv.WriteKubeconfig(env, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its own process: a second run in this test process would register the controllers' names twice.
+	bin := filepath.Join(t.TempDir(), "operator")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	pprofAddr := testenv.FreeAddr(t)
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--leader-elect=false", "--namespace=default",
+		"--webhook-bind-address=0", "--metrics-bind-address=0", "--health-probe-bind-address="+testenv.FreeAddr(t),
+		"--pprof-bind-address="+pprofAddr, "--zap-log-level=error")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("operator exited with %v after SIGTERM:\n%s", err, stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("operator did not stop within 30s of SIGTERM")
+		}
+	}()
+
+	var code int
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && code != http.StatusOK; {
+		if resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/"); err == nil {
+			code = resp.StatusCode
+			resp.Body.Close()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code != http.StatusOK {
+		t.Errorf("GET /debug/pprof/ on --pprof-bind-address: %d, want 200\n%s", code, stderr.String())
+	}
+
+	var cfg config.Operator
+	fs := flag.NewFlagSet("operator", flag.ContinueOnError)
+	cfg.Bind(fs)
+	if err := fs.Parse(nil); err != nil || cfg.PprofAddr != "" {
+		t.Errorf("default --pprof-bind-address = %q (%v), want off", cfg.PprofAddr, err)
+	}
 }

@@ -100,7 +100,13 @@ func CacheOptions(o Options) cache.Options {
 			Namespaces: map[string]cache.Config{o.Namespace: {}},
 			Label:      o.InterceptorSelector,
 		},
-	}}
+	},
+		// Nothing here reads managedFields, and they were a fifth of the operator's heap at 50,000
+		// objects (HTTPScaledObjects and ScaledObjects each carry several field managers). Objects
+		// written back from the cache (Update, merge patches) carry none, which the API server reads
+		// as "keep the stored ones".
+		DefaultTransform: cache.TransformStripManagedFields(),
+	}
 	if len(o.WatchNamespaces) > 0 {
 		opts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range o.WatchNamespaces {

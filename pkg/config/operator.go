@@ -42,6 +42,9 @@ type Operator struct {
 	Webhook Webhook
 	// Schedules configures scheduled scaling.
 	Schedules Schedules
+	// PprofAddr serves net/http/pprof (CPU and heap profiles of a large installation); "" or "0"
+	// disables it.
+	PprofAddr string
 }
 
 // Bind registers the operator's flags on fs, then takes their values from the environment (see EnvName).
@@ -64,6 +67,7 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.TableMaxDelay, "routing-table-max-delay", 2*time.Second, "Longest a continuing burst of changes may postpone a routing-table write.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel reconciles.")
 	fs.StringVar(&o.InterceptorServiceAccount, "interceptor-service-account", "httpscale-interceptor", "The interceptor's ServiceAccount in --namespace, granted get/list/watch on exactly the Secrets HTTPScaledObjects name in spec.tls (a Role per namespace); empty grants nothing.")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "", `Address serving /debug/pprof/ (off when empty or "0"); for profiling, never expose it.`)
 	o.Webhook.Bind(fs)
 	o.Schedules.Bind(fs)
 	o.loadEnv(fs)

@@ -1,22 +1,41 @@
 // Command propagation measures how long one new HTTPScaledObject takes to become routable when N
 // objects already exist: it starts a real kube-apiserver (envtest, with httpscale's and KEDA's CRDs),
-// runs the real operator binary (--kubeconfig, no leader election, no webhook) and one real
-// interceptor binary, creates N HTTPScaledObjects and waits until the interceptor serves all of them,
-// then, S times, creates one more object and measures:
+// runs the real operator binary (--kubeconfig, no leader election, no webhook) and -interceptors K
+// real interceptor binaries, creates N HTTPScaledObjects and waits until every interceptor serves
+// all of them, then, S times, creates one more object and measures:
 //
 //   - shard: object created → a watch of this process sees the new table's shard ConfigMap created
 //     (the operator's reconcile, TableWriter.Set, building and encoding the table, the create);
 //   - head: … sees the head ConfigMap with the new version (the update that publishes the table);
-//   - routed: object created → the interceptor's admin /status shows the table with the new entry
-//     (polled every -poll, 2 ms by default: the watch event, fetching shards, decoding, the swap).
+//   - routed: object created → each interceptor's admin /status shows the table with the new entry
+//     (polled every -poll, 2 ms by default: the watch event, fetching shards, decoding, the swap);
+//     "all" is when the last of them did: a sample counts as routed only then;
+//   - shards: the table's ConfigMaps listed (metadata, resourceVersions) before and after the
+//     sample: shard ConfigMaps created (+), deleted (-), rewritten in place (~, never expected) and
+//     whether the head was rewritten. One change should cost "+1 -1 head".
 //
 // Objects share one Deployment and Service per namespace (the operator only needs them to exist).
-// Sizes are cumulative: -n 1000,10000 creates 1,000 objects, measures, then 9,000 more.
+// Sizes are cumulative: -n 1000,10000 creates 1,000 objects, measures, then 9,000 more. After each
+// size is routed it waits until the operator is quiet (nothing queued or running in its controllers,
+// from its /metrics) and every object shows status.routing.tableVersion, then prints the API
+// server's writes during that step per object created (apiserver_request_total of POST, PUT, PATCH,
+// DELETE), and the operator's and every interceptor's resident memory.
+//
+// With -prefill the first size is created before the operator starts (the API server's own pace for
+// HTTPScaledObjects: no operator writes compete with the creates), so the first step measures an
+// operator starting with N objects it has never seen, as after an install into a busy cluster.
+//
+// With -throughput D it then compares throughput with N routes against 1 route (see throughput.go):
+// wrk through the first interceptor vs through a reference interceptor that routes only one of the
+// apps, same backend, interleaved rounds. The backend's address goes into an EndpointSlice, which
+// the API server refuses for loopback addresses, so run it in a network namespace of its own:
+//
+//	unshare -n sh -c 'ip link set lo up && ip addr add 10.255.0.1/32 dev lo &&
+//	  exec go run ./hack/bench/propagation -n 50000 -samples 10 -interceptors 2 -throughput 10s -endpoint-ip 10.255.0.1'
 //
 // With -burst B it then creates B plain ConfigMaps with the same client and parallelism (the API
-// server's own write throughput: the floor), then B objects at once, and reports when the
-// interceptor routed all of them, counted from the last create. It prints the operator's and the
-// interceptor's resident memory after each size and after the burst.
+// server's own write throughput: the floor), then B objects at once, and reports when every
+// interceptor routed all of them, counted from the last create.
 //
 //	go run ./hack/bench/propagation -n 1000,10000 -samples 10 -burst 10000
 package main
@@ -24,6 +43,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,13 +57,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
@@ -51,7 +69,6 @@ import (
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/admin"
-	"github.com/httpscale/httpscale/pkg/routing"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
@@ -65,32 +82,53 @@ func main() {
 }
 
 type config struct {
-	sizes      []int
-	samples    int
-	namespaces int
-	workers    int
-	poll       time.Duration
-	gap        time.Duration
-	settle     time.Duration
-	fillWait   time.Duration
-	burst      int
-	burstWork  int
+	sizes        []int
+	samples      int
+	namespaces   int
+	workers      int
+	interceptors int
+	prefill      bool
+	poll         time.Duration
+	gap          time.Duration
+	settle       time.Duration
+	fillWait     time.Duration
+	quietWait    time.Duration
+	burst        int
+	burstWork    int
+	tput         time.Duration
+	tputRoutes   int
+	rounds       int
+	conns        int
+	endpointIP   string
+	profiles     string
 }
+
+type binaries struct{ operator, interceptor, backend string }
 
 func run() error {
 	var c config
+	var bins binaries
 	ns := flag.String("n", "1000,10000", "comma-separated numbers of existing objects (cumulative, ascending)")
 	flag.IntVar(&c.samples, "samples", 10, "new objects measured per N")
 	flag.IntVar(&c.namespaces, "namespaces", 10, "objects are spread over this many namespaces")
-	flag.IntVar(&c.workers, "workers", 8, "parallel creates while filling to N")
-	flag.DurationVar(&c.poll, "poll", 2*time.Millisecond, "interval of the interceptor /status poll")
+	flag.IntVar(&c.workers, "workers", 32, "parallel creates while filling to N")
+	flag.IntVar(&c.interceptors, "interceptors", 1, "interceptor processes; a sample is routed when every one routes it")
+	flag.BoolVar(&c.prefill, "prefill", false, "create the first size's objects before the operator starts")
+	flag.DurationVar(&c.poll, "poll", 2*time.Millisecond, "interval of the interceptors' /status polls")
 	flag.DurationVar(&c.gap, "gap", time.Second, "pause between samples (the writer is idle again after its debounce)")
-	flag.DurationVar(&c.settle, "settle", 5*time.Second, "pause after N objects are routed, before the first sample")
+	flag.DurationVar(&c.settle, "settle", 5*time.Second, "pause after N objects are routed and the operator is quiet, before the first sample")
 	flag.DurationVar(&c.fillWait, "fill-timeout", 20*time.Minute, "bound for routing N objects")
+	flag.DurationVar(&c.quietWait, "quiet-timeout", 20*time.Minute, "bound for the operator's backlog after N are routed (then it samples anyway and says so)")
 	flag.IntVar(&c.burst, "burst", 0, "after the samples, create this many objects at once and time until all are routed (0: no burst)")
 	flag.IntVar(&c.burstWork, "burst-workers", 16, "parallel creates of the burst (and of its ConfigMap floor)")
-	opBin := flag.String("operator", "", "operator binary (built from this tree when empty)")
-	icBin := flag.String("interceptor", "", "interceptor binary (built from this tree when empty)")
+	flag.DurationVar(&c.tput, "throughput", 0, "after the samples, wrk rounds of this length through an interceptor with N routes and one with 1 route (0: none; needs -endpoint-ip)")
+	flag.IntVar(&c.rounds, "rounds", 6, "wrk rounds per interceptor, alternating which goes first")
+	flag.IntVar(&c.conns, "connections", 64, "wrk connections")
+	flag.StringVar(&c.endpointIP, "endpoint-ip", "", "non-loopback address of this host (or network namespace) the backend listens on")
+	flag.StringVar(&c.profiles, "profiles", "", "directory for heap profiles of the operator and every interceptor at each N, taken after the memory readings (none when empty)")
+	flag.StringVar(&bins.operator, "operator", "", "operator binary (built from this tree when empty)")
+	flag.StringVar(&bins.interceptor, "interceptor", "", "interceptor binary (built from this tree when empty)")
+	flag.StringVar(&bins.backend, "backend", "", "hack/bench/backend binary for -throughput (built from this tree when empty)")
 	opArgs := flag.String("operator-args", "", "extra operator flags, space-separated")
 	flag.Parse()
 	for _, f := range strings.Split(*ns, ",") {
@@ -100,25 +138,25 @@ func run() error {
 		}
 		c.sizes = append(c.sizes, n)
 	}
+	if c.interceptors < 1 {
+		return fmt.Errorf("-interceptors %d: want at least 1", c.interceptors)
+	}
+	if c.tput > 0 {
+		if ip := net.ParseIP(c.endpointIP); ip == nil || ip.IsLoopback() || ip.To4() == nil {
+			return fmt.Errorf("-throughput needs -endpoint-ip: an IPv4 address of this host that is not loopback (the API server refuses those in EndpointSlices), got %q", c.endpointIP)
+		}
+		if _, err := exec.LookPath("wrk"); err != nil {
+			return fmt.Errorf("-throughput needs wrk: %w", err)
+		}
+	}
 
 	dir, err := os.MkdirTemp("", "propagation")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	for _, b := range []struct {
-		bin *string
-		pkg string
-	}{{opBin, "./operator"}, {icBin, "./interceptor"}} {
-		if *b.bin != "" {
-			continue
-		}
-		*b.bin = filepath.Join(dir, filepath.Base(b.pkg))
-		cmd := exec.Command("go", "build", "-o", *b.bin, b.pkg)
-		cmd.Dir = testenv.RepoRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-		}
+	if err := build(dir, &bins, c.tput > 0); err != nil {
+		return err
 	}
 
 	env, err := testenv.New()
@@ -132,7 +170,8 @@ func run() error {
 		return fmt.Errorf("starting kube-apiserver and etcd: %w", err)
 	}
 	defer func() { _ = env.Stop() }()
-	cfg.QPS, cfg.Burst = 2000, 4000
+	// The bench's own client must not be the limit: client-go's default (5/s, burst 10) would be.
+	cfg.QPS, cfg.Burst = 5000, 10000
 	kubeconfig, err := testenv.WriteKubeconfig(env, dir)
 	if err != nil {
 		return err
@@ -159,6 +198,21 @@ func run() error {
 	if err := heads.start(ctx, cs); err != nil {
 		return err
 	}
+	writes, err := readWrites(ctx, cs)
+	if err != nil {
+		return err
+	}
+
+	created := 0
+	if c.prefill {
+		t0 := time.Now()
+		if err := fill(ctx, k8s, 0, c.sizes[0], c.workers, c.namespaces); err != nil {
+			return err
+		}
+		created = c.sizes[0]
+		d := time.Since(t0)
+		fmt.Printf("# prefill: %d objects created before the operator started, in %s (%.0f/s, %d client goroutines)\n", created, d.Round(time.Millisecond), float64(created)/d.Seconds(), c.workers)
+	}
 
 	// The operator watches the objects' namespaces only, so that the burst's floor of
 	// HTTPScaledObjects (in burstFloorNS) costs the API server alone.
@@ -166,73 +220,125 @@ func run() error {
 	for i := range watched {
 		watched[i] = nsName(i)
 	}
-	op, err := startProc(dir, "operator", *opBin, append([]string{
-		"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--namespace=" + installNS,
-		"--webhook-bind-address=0", "--metrics-bind-address=0", "--health-probe-bind-address=" + freeAddr(),
+	opMetrics, opPprof := freeAddr(), freeAddr()
+	op, err := startProc("operator", bins.operator, append([]string{
+		"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--namespace=" + installNS, "--pprof-bind-address=" + opPprof,
+		"--webhook-bind-address=0", "--metrics-bind-address=" + opMetrics, "--health-probe-bind-address=" + freeAddr(),
 		"--zap-log-level=error", "--watch-namespaces=" + strings.Join(watched, ","),
 	}, strings.Fields(*opArgs)...))
 	if err != nil {
 		return err
 	}
 	defer op.stop()
-	adminAddr := freeAddr()
-	ic, err := startProc(dir, "interceptor", *icBin, []string{
-		"--kubeconfig", kubeconfig, "--namespace", installNS, "--zone", "zone-a",
-		"--proxy-bind-address", freeAddr(), "--admin-bind-address", adminAddr,
-		"--health-probe-bind-address", freeAddr(), "--pprof-bind-address", freeAddr(),
-	})
-	if err != nil {
-		return err
+	opStart := time.Now()
+	var ics []*interceptor
+	defer func() {
+		for _, ic := range ics {
+			ic.stop()
+		}
+	}()
+	for i := range c.interceptors {
+		ic, err := startInterceptor(fmt.Sprintf("interceptor-%d", i), bins.interceptor, kubeconfig)
+		if err != nil {
+			return err
+		}
+		ics = append(ics, ic)
+		fmt.Printf("# %s: pid %d, admin %s, pprof %s, log %s\n", ic.name, ic.cmd.Process.Pid, ic.admin, ic.pprof, ic.log)
 	}
-	defer ic.stop()
-	status := "http://" + adminAddr + admin.PathStatus
+	fmt.Printf("# operator: pid %d, metrics %s, pprof %s, log %s\n", op.cmd.Process.Pid, opMetrics, opPprof, op.log)
+	procs := []*proc{op}
+	for _, ic := range ics {
+		procs = append(procs, ic.proc)
+	}
 
-	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("# %s, load average at start: %s", time.Now().UTC().Format(time.RFC3339), load)
-	fmt.Printf("%-7s %-6s %10s %10s %10s %10s\n", "N", "sample", "shard", "head", "routed", "head→routed")
-	created := 0
+	load, _ := readLoad()
+	fmt.Printf("# %s, load average at start: %s\n", time.Now().UTC().Format(time.RFC3339), load)
 	type row struct {
 		n                           int
-		shard, written, routed, lag []time.Duration
+		shard, written, all, lag    []time.Duration
+		routed                      [][]time.Duration // per interceptor
+		created, deleted, rewritten []int
+		heads                       int
 		load                        string
 	}
 	var rows []row
-	for _, n := range c.sizes {
+	for step, n := range c.sizes {
 		t0 := time.Now()
-		if err := fill(ctx, k8s, created, n, c); err != nil {
-			return err
+		before := created
+		if step == 0 && c.prefill {
+			t0, before = opStart, 0
+		} else {
+			if err := fill(ctx, k8s, created, n, c.workers, c.namespaces); err != nil {
+				return err
+			}
+			d := time.Since(t0)
+			fmt.Printf("# %d objects created in %s (%.0f/s, %d client goroutines, the operator working meanwhile)\n", n-created, d.Round(time.Millisecond), float64(n-created)/d.Seconds(), c.workers)
 		}
 		created = n
-		if err := waitEntries(ctx, status, n, c.fillWait, 200*time.Millisecond, op, ic); err != nil {
+		times, err := routedBy(ctx, ics, n, t0, c.fillWait, 200*time.Millisecond, op)
+		if err != nil {
 			return fmt.Errorf("routing %d objects: %w", n, err)
 		}
-		fmt.Printf("# %d objects routed by the interceptor %s after the first of this step was created\n", n, time.Since(t0).Round(time.Millisecond))
-		// The operator still patches statuses after the interceptor routes everything; a sample
-		// taken then waits behind that backlog (seen: 5.3 s at N=1,000). Measure from a quiet operator.
-		if err := waitStatuses(ctx, k8s, n, c.fillWait); err != nil {
+		fmt.Printf("# %d objects routed by every interceptor %s after %s (each: %s)\n", n, ms(slices.Max(times)), since(step == 0 && c.prefill), list(times))
+		// The operator still creates ScaledObjects and patches statuses after the interceptors route
+		// everything; a sample taken then waits behind that backlog (seen: 5.3 s at N=1,000).
+		// Measure from a quiet operator.
+		ok, shown, err := waitQuiet(ctx, k8s, "http://"+opMetrics+"/metrics", n, c.quietWait)
+		if err != nil {
 			return err
 		}
-		fmt.Printf("# %d objects show status.routing.tableVersion %s after the first of this step was created\n", n, time.Since(t0).Round(time.Millisecond))
+		if ok {
+			fmt.Printf("# operator quiet, %d objects show status.routing.tableVersion, %s after %s\n", shown, time.Since(t0).Round(time.Millisecond), since(step == 0 && c.prefill))
+		} else {
+			fmt.Printf("# operator NOT quiet after %s more (%d of %d statuses show a table version): sampling anyway\n", c.quietWait, shown, n)
+		}
+		w, err := readWrites(ctx, cs)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("# API server writes while %d objects were created and reconciled: %s\n", n-before, perObject(writes, w, n-before))
+		writes = w
+		fmt.Printf("# at %d objects: %s\n", n, memories(op, ics))
+		if c.profiles != "" {
+			targets := map[string]string{"operator": opPprof}
+			for _, ic := range ics {
+				targets[ic.name] = ic.pprof
+			}
+			if err := saveHeaps(c.profiles, n, targets); err != nil {
+				return err
+			}
+		}
 		time.Sleep(c.settle)
-		r := row{n: n}
+
+		r := row{n: n, routed: make([][]time.Duration, len(ics))}
+		state, err := readTableState(ctx, k8s)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%-7s %-6s %10s %10s", "N", "sample", "shard", "head")
+		for i := range ics {
+			fmt.Printf(" %10s", fmt.Sprintf("routed-%d", i))
+		}
+		fmt.Printf(" %10s %10s  %s\n", "all", "head→all", "shards")
 		for s := 0; s < c.samples; s++ {
-			before := heads.headVersion()
+			prev := heads.headVersion()
 			start := time.Now()
 			if err := create(ctx, k8s, created, c.namespaces); err != nil {
 				return err
 			}
 			created++
-			if err := waitEntries(ctx, status, created, time.Minute, c.poll, op, ic); err != nil {
+			routed, err := routedBy(ctx, ics, created, start, time.Minute, c.poll, op)
+			if err != nil {
 				return fmt.Errorf("sample %d at N=%d: %w", s, n, err)
 			}
-			routed := time.Since(start)
-			// This process's watch may see the write after the interceptor routed it.
-			sh, wr, ok := heads.after(start, before)
-			for wait := time.Now().Add(5 * time.Second); !ok && time.Now().Before(wait); sh, wr, ok = heads.after(start, before) {
+			all := slices.Max(routed)
+			// This process's watch may see the write after the interceptors routed it.
+			sh, wr, ok := heads.after(start, prev)
+			for wait := time.Now().Add(5 * time.Second); !ok && time.Now().Before(wait); sh, wr, ok = heads.after(start, prev) {
 				time.Sleep(time.Millisecond)
 			}
 			written := wr.Sub(start)
-			lag := routed - written // negative when this process's watch saw the write after the interceptor routed
+			lag := all - written // negative when this process's watch saw the write after the interceptors routed
 			shard := sh.Sub(start)
 			if !ok {
 				written, lag = missing, missing
@@ -240,25 +346,157 @@ func run() error {
 			if sh.IsZero() {
 				shard = missing
 			}
-			fmt.Printf("%-7d %-6d %10s %10s %10s %10s\n", n, s, ms(shard), ms(written), ms(routed), ms(lag))
+			time.Sleep(c.gap) // the old shard is deleted after the head is written
+			next, err := readTableState(ctx, k8s)
+			if err != nil {
+				return err
+			}
+			d := diffTable(state, next)
+			state = next
+			fmt.Printf("%-7d %-6d %10s %10s", n, s, ms(shard), ms(written))
+			for i, t := range routed {
+				fmt.Printf(" %10s", ms(t))
+				r.routed[i] = append(r.routed[i], t)
+			}
+			fmt.Printf(" %10s %10s  %s\n", ms(all), ms(lag), d)
 			r.shard = append(r.shard, shard)
 			r.written = append(r.written, written)
-			r.routed = append(r.routed, routed)
+			r.all = append(r.all, all)
 			r.lag = append(r.lag, lag)
-			time.Sleep(c.gap)
+			r.created = append(r.created, d.created)
+			r.deleted = append(r.deleted, d.deleted)
+			r.rewritten = append(r.rewritten, d.rewritten)
+			if d.head {
+				r.heads++
+			}
 		}
-		l, _ := os.ReadFile("/proc/loadavg")
-		r.load = strings.Join(strings.Fields(string(l))[:3], " ")
+		r.load, _ = readLoad()
 		rows = append(rows, r)
-		fmt.Printf("# at %d objects: operator RSS %s, interceptor RSS %s\n", created, op.rss(), ic.rss())
+		fmt.Printf("# after the samples at %d objects: %s; %d shard ConfigMaps\n", created, memories(op, ics), len(state)-1)
 	}
-	fmt.Printf("\nms, p50/p99/max; shard and head: this process's watch saw the new shard / the head with the new version\n")
-	fmt.Printf("%-7s %-8s %-15s %-15s %-15s %-15s %s\n", "N", "samples", "shard", "head", "routed", "head→routed", "load (1/5/15 min) at the end")
+	fmt.Printf("\nms, p50/p99/max; shard and head: this process's watch saw the new shard / the head with the new version;\n")
+	fmt.Printf("routed-i: interceptor i routes the new object; all: every interceptor does; shards per change: created/deleted/rewritten min–max, head rewrites\n")
+	fmt.Printf("%-7s %-8s %-15s %-15s", "N", "samples", "shard", "head")
+	for i := range ics {
+		fmt.Printf(" %-15s", fmt.Sprintf("routed-%d", i))
+	}
+	fmt.Printf(" %-15s %-15s %-22s %s\n", "all", "head→all", "shards per change", "load (1/5/15 min) at the end")
 	for _, r := range rows {
-		fmt.Printf("%-7d %-8d %-15s %-15s %-15s %-15s %s\n", r.n, len(r.routed), stats(r.shard), stats(r.written), stats(r.routed), stats(r.lag), r.load)
+		fmt.Printf("%-7d %-8d %-15s %-15s", r.n, len(r.all), stats(r.shard), stats(r.written))
+		for _, t := range r.routed {
+			fmt.Printf(" %-15s", stats(t))
+		}
+		fmt.Printf(" %-15s %-15s %-22s %s\n", stats(r.all), stats(r.lag),
+			fmt.Sprintf("%s/%s/%s, %d/%d", span(r.created), span(r.deleted), span(r.rewritten), r.heads, len(r.all)), r.load)
+	}
+	if c.tput > 0 {
+		c.tputRoutes = created
+		if err := throughput(ctx, k8s, c, bins, kubeconfig, ics[0]); err != nil {
+			return err
+		}
+		fmt.Printf("# after the throughput rounds: %s\n", memories(op, ics))
 	}
 	if c.burst > 0 {
-		return burst(ctx, k8s, heads, status, created, c, op, ic)
+		return burst(ctx, k8s, heads, created, c, op, ics)
+	}
+	return nil
+}
+
+// build builds the binaries not given, from this tree.
+func build(dir string, bins *binaries, backend bool) error {
+	todo := []struct {
+		bin *string
+		pkg string
+	}{{&bins.operator, "./operator"}, {&bins.interceptor, "./interceptor"}}
+	if backend {
+		todo = append(todo, struct {
+			bin *string
+			pkg string
+		}{&bins.backend, "./hack/bench/backend"})
+	}
+	for _, b := range todo {
+		if *b.bin != "" {
+			continue
+		}
+		*b.bin = filepath.Join(dir, filepath.Base(b.pkg))
+		cmd := exec.Command("go", "build", "-o", *b.bin, b.pkg)
+		cmd.Dir = testenv.RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return nil
+}
+
+// interceptor is one interceptor process and its addresses.
+type interceptor struct {
+	*proc
+	admin, proxy, pprof string
+}
+
+func startInterceptor(name, bin, kubeconfig string, extra ...string) (*interceptor, error) {
+	ic := &interceptor{admin: freeAddr(), proxy: freeAddr(), pprof: freeAddr()}
+	p, err := startProc(name, bin, append([]string{
+		"--kubeconfig", kubeconfig, "--namespace", installNS, "--zone", "zone-a",
+		"--proxy-bind-address", ic.proxy, "--admin-bind-address", ic.admin,
+		"--health-probe-bind-address", freeAddr(), "--pprof-bind-address", ic.pprof,
+	}, extra...))
+	if err != nil {
+		return nil, err
+	}
+	ic.proc = p
+	return ic, nil
+}
+
+func (ic *interceptor) statusURL() string { return "http://" + ic.admin + admin.PathStatus }
+
+// memories reports the operator's and every interceptor's resident memory.
+func memories(op *proc, ics []*interceptor) string {
+	parts := []string{"operator RSS " + op.memory()}
+	for _, ic := range ics {
+		parts = append(parts, ic.name+" RSS "+ic.memory())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// routedBy waits until every interceptor's table holds n entries and returns, per interceptor, how
+// long after start it did (to within every).
+func routedBy(ctx context.Context, ics []*interceptor, n int, start time.Time, bound, every time.Duration, op *proc) ([]time.Duration, error) {
+	out := make([]time.Duration, len(ics))
+	errs := make([]error, len(ics))
+	var wg sync.WaitGroup
+	for i, ic := range ics {
+		wg.Go(func() {
+			errs[i] = waitEntries(ctx, ic.statusURL(), n, bound, every, op, ic.proc)
+			out[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// saveHeaps saves a heap profile (after a GC) of each target (name → pprof address) as
+// dir/heap-<name>-<n>.pb.gz.
+func saveHeaps(dir string, n int, targets map[string]string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: time.Minute}
+	for name, addr := range targets {
+		resp, err := hc.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+		if err != nil {
+			return fmt.Errorf("heap profile of %s: %w", name, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("heap profile of %s: %s %v", name, resp.Status, err)
+		}
+		f := filepath.Join(dir, fmt.Sprintf("heap-%s-%d.pb.gz", name, n))
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("# heap profile of %s at %d objects: %s\n", name, n, f)
 	}
 	return nil
 }
@@ -269,11 +507,11 @@ const burstFloorNS = "burst-floor"
 // burst measures the API server's own write throughput as the floor (c.burst plain ConfigMaps, then
 // c.burst HTTPScaledObjects in a namespace the operator does not watch: the same objects with their
 // CEL validation but without the operator's writes, both created with the same client and
-// parallelism), then creates c.burst objects at once and times until the interceptor routes every
+// parallelism), then creates c.burst objects at once and times until every interceptor routes every
 // one of them.
-func burst(ctx context.Context, k8s client.Client, heads *tableWatch, status string, created int, c config, op, ic *proc) error {
-	l, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("\n# burst of %d, %d client goroutines; load average at start: %s", c.burst, c.burstWork, l)
+func burst(ctx context.Context, k8s client.Client, heads *tableWatch, created int, c config, op *proc, ics []*interceptor) error {
+	l, _ := readLoad()
+	fmt.Printf("\n# burst of %d, %d client goroutines; load average at start: %s\n", c.burst, c.burstWork, l)
 	floorNS := burstFloorNS
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNS}}); err != nil {
 		return err
@@ -289,8 +527,7 @@ func burst(ctx context.Context, k8s client.Client, heads *tableWatch, status str
 	fmt.Printf("# floor: %d ConfigMaps created in %s (%.0f/s)\n", c.burst, floor.Round(time.Millisecond), float64(c.burst)/floor.Seconds())
 	t0 = time.Now()
 	if err := parallel(c.burst, c.burstWork, func(i int) error {
-		h := newObject(created+i, floorNS)
-		return k8s.Create(ctx, h)
+		return k8s.Create(ctx, newObject(created+i, floorNS))
 	}); err != nil {
 		return err
 	}
@@ -298,32 +535,23 @@ func burst(ctx context.Context, k8s client.Client, heads *tableWatch, status str
 	fmt.Printf("# floor: %d HTTPScaledObjects nobody reconciles created in %s (%.0f/s)\n", c.burst, floor.Round(time.Millisecond), float64(c.burst)/floor.Seconds())
 	time.Sleep(c.settle)
 
-	heads.mu.Lock()
-	events0 := len(heads.events)
-	heads.mu.Unlock()
+	events0 := heads.len()
 	t0 = time.Now()
 	if err := parallel(c.burst, c.burstWork, func(i int) error { return create(ctx, k8s, created+i, c.namespaces) }); err != nil {
 		return err
 	}
 	createdIn := time.Since(t0)
 	lastCreate := time.Now()
-	if err := waitEntries(ctx, status, created+c.burst, c.fillWait, 10*time.Millisecond, op, ic); err != nil {
+	times, err := routedBy(ctx, ics, created+c.burst, lastCreate, c.fillWait, 10*time.Millisecond, op)
+	if err != nil {
 		return fmt.Errorf("burst: %w", err)
 	}
-	routedAt := time.Now()
-	heads.mu.Lock()
-	versions := 0
-	for _, e := range heads.events[events0:] {
-		if e.name == routing.DefaultBaseName && e.typ != watch.Deleted {
-			versions++
-		}
-	}
-	heads.mu.Unlock()
-	l, _ = os.ReadFile("/proc/loadavg")
-	fmt.Printf("# burst: %d objects created in %s (%.0f/s); all routed %s after the first create, %s after the last; %d table versions (head writes seen); load %s",
-		c.burst, createdIn.Round(time.Millisecond), float64(c.burst)/createdIn.Seconds(), routedAt.Sub(t0).Round(time.Millisecond),
-		routedAt.Sub(lastCreate).Round(time.Millisecond), versions, l)
-	fmt.Printf("# at %d objects: operator RSS %s, interceptor RSS %s\n", created+c.burst, op.rss(), ic.rss())
+	all := slices.Max(times)
+	l, _ = readLoad()
+	fmt.Printf("# burst: %d objects created in %s (%.0f/s); all routed by every interceptor %s after the first create, %s after the last (each: %s); %d table versions (head writes seen); load %s\n",
+		c.burst, createdIn.Round(time.Millisecond), float64(c.burst)/createdIn.Seconds(), (createdIn + all).Round(time.Millisecond),
+		all.Round(time.Millisecond), list(times), heads.headWrites(events0), l)
+	fmt.Printf("# at %d objects: %s\n", created+c.burst, memories(op, ics))
 	return nil
 }
 
@@ -388,58 +616,12 @@ func newObject(i int, ns string) *v1.HTTPScaledObject {
 	}
 }
 
-// fill creates objects from..to-1 with c.workers parallel clients.
-func fill(ctx context.Context, k8s client.Client, from, to int, c config) error {
-	work := make(chan int)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	for range c.workers {
-		wg.Go(func() {
-			for i := range work {
-				if err := create(ctx, k8s, i, c.namespaces); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for i := from; i < to; i++ {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	return first
+// fill creates objects from..to-1 with workers parallel creates.
+func fill(ctx context.Context, k8s client.Client, from, to, workers, k int) error {
+	return parallel(to-from, workers, func(i int) error { return create(ctx, k8s, from+i, k) })
 }
 
-// waitStatuses lists the objects every 2 s until n show a routing-table version in their status.
-func waitStatuses(ctx context.Context, k8s client.Client, n int, bound time.Duration) error {
-	deadline := time.Now().Add(bound)
-	for {
-		var list v1.HTTPScaledObjectList
-		if err := k8s.List(ctx, &list); err != nil {
-			return err
-		}
-		done := 0
-		for _, h := range list.Items {
-			if h.Status.Routing != nil && h.Status.Routing.TableVersion != "" {
-				done++
-			}
-		}
-		if done >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d objects show a routing-table version after %s", done, n, bound)
-		}
-		time.Sleep(2 * time.Second)
-	}
-}
-
-// waitEntries polls the interceptor's /status until its table holds n entries.
+// waitEntries polls an interceptor's /status until its table holds n entries.
 func waitEntries(ctx context.Context, url string, n int, bound, every time.Duration, procs ...*proc) error {
 	hc := &http.Client{Timeout: 5 * time.Second}
 	deadline := time.Now().Add(bound)
@@ -458,146 +640,25 @@ func waitEntries(ctx context.Context, url string, n int, bound, every time.Durat
 			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("interceptor serves %d entries, want %d, after %s", last, n, bound)
+			return fmt.Errorf("%s serves %d entries, want %d, after %s", url, last, n, bound)
 		}
 		time.Sleep(every)
 	}
 }
 
-// tableWatch records when each routing-table ConfigMap event was seen: the operator creates the new
-// shard (after building and encoding the table), then updates the head.
-type tableWatch struct {
-	mu     sync.Mutex
-	events []tableEvent
-}
-
-type tableEvent struct {
-	at      time.Time
-	typ     watch.EventType
-	name    string
-	version string // the head's version annotation
-}
-
-func (h *tableWatch) start(ctx context.Context, cs kubernetes.Interface) error {
-	cms := cs.CoreV1().ConfigMaps(installNS)
-	opts := metav1.ListOptions{LabelSelector: routing.LabelTable + "=" + routing.DefaultBaseName}
-	w, err := cms.Watch(ctx, opts)
+func readLoad() (string, error) {
+	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return err
+		return "?", err
 	}
-	go func() {
-		for {
-			for ev := range w.ResultChan() {
-				at := time.Now()
-				cm, ok := ev.Object.(*corev1.ConfigMap)
-				if !ok {
-					continue
-				}
-				opts.ResourceVersion = cm.ResourceVersion
-				h.mu.Lock()
-				h.events = append(h.events, tableEvent{at: at, typ: ev.Type, name: cm.Name, version: cm.Annotations[routing.AnnotationVersion]})
-				h.mu.Unlock()
-			}
-			// The API server ends watches after a while: watch again from the last version seen.
-			for ctx.Err() == nil {
-				if w, err = cms.Watch(ctx, opts); err == nil {
-					break
-				}
-				opts.ResourceVersion = ""
-				time.Sleep(100 * time.Millisecond)
-			}
-			if ctx.Err() != nil {
-				return
-			}
-		}
-	}()
-	return nil
+	return strings.Join(strings.Fields(string(b))[:3], " "), nil
 }
 
-// headVersion returns the head's last version seen.
-func (h *tableWatch) headVersion() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for i := len(h.events) - 1; i >= 0; i-- {
-		if e := h.events[i]; e.name == routing.DefaultBaseName && e.typ != watch.Deleted {
-			return e.version
-		}
+func since(operatorStart bool) string {
+	if operatorStart {
+		return "the operator started"
 	}
-	return ""
-}
-
-// after returns when, after t, the first new shard and the first head with a version other than
-// prev were seen (ok false until the head was).
-func (h *tableWatch) after(t time.Time, prev string) (shard, head time.Time, ok bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, e := range h.events {
-		if !e.at.After(t) {
-			continue
-		}
-		switch {
-		case e.name != routing.DefaultBaseName && e.typ == watch.Added && shard.IsZero():
-			shard = e.at
-		case e.name == routing.DefaultBaseName && e.typ != watch.Deleted && e.version != prev:
-			return shard, e.at, true
-		}
-	}
-	return shard, time.Time{}, false
-}
-
-type proc struct {
-	name, log string
-	cmd       *exec.Cmd
-	done      chan struct{}
-}
-
-func startProc(dir, name, bin string, args []string) (*proc, error) {
-	f, err := os.Create(filepath.Join(os.TempDir(), fmt.Sprintf("propagation-%s-%d.log", name, os.Getpid())))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &proc{name: name, log: f.Name(), cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	return p, nil
-}
-
-// rss returns the process's resident set size as /proc reports it ("VmRSS").
-func (p *proc) rss() string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		return "?"
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return fmt.Sprintf("%.0f MiB", float64(kb)/1024)
-		}
-	}
-	return "?"
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	return "the first create of this step"
 }
 
 // missing marks a sample whose head ConfigMap write this process did not see.
@@ -608,6 +669,26 @@ func ms(d time.Duration) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+}
+
+func list(ds []time.Duration) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = ms(d)
+	}
+	return strings.Join(s, ", ")
+}
+
+// span is "min–max" of v ("a" when they are equal).
+func span(v []int) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	lo, hi := slices.Min(v), slices.Max(v)
+	if lo == hi {
+		return strconv.Itoa(lo)
+	}
+	return fmt.Sprintf("%d–%d", lo, hi)
 }
 
 // stats returns p50/p99/max in ms (nearest rank; with 10 samples p99 is the maximum).
