@@ -3,6 +3,7 @@ package charts_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -17,7 +18,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -25,11 +29,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/testenv"
+	"github.com/httpscale/httpscale/pkg/tlsterm/tlstermtest"
 )
 
 func TestInstall(t *testing.T) {
@@ -255,6 +261,95 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		}, SpecTimeout(3*time.Minute))
 	}
 
+	It("lets the interceptor read exactly the TLS Secrets objects name: the operator grants them, the interceptor serves them", func(ctx SpecContext) {
+		const appNS = "tls-app"
+		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appNS}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = cs.CoreV1().Services(appNS).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		labels := map[string]string{"app": "web"}
+		_, err = cs.AppsV1().Deployments(appNS).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: appsv1.DeploymentSpec{
+			Replicas: ptr[int32](0), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "web:1"}}}},
+		}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		web, other := tlstermtest.NewCert("web.example.com"), tlstermtest.NewCert("other.example.com")
+		for _, s := range []*corev1.Secret{web.Secret(appNS, "web-tls"), other.Secret(appNS, "other-tls")} {
+			_, err = cs.CoreV1().Secrets(appNS).Create(ctx, s, metav1.CreateOptions{})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		hso := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "httpscale.dev/v1alpha1", "kind": "HTTPScaledObject",
+			"metadata": map[string]any{"name": "web", "namespace": appNS},
+			"spec": map[string]any{"hosts": []any{"web.example.com"}, "tls": map[string]any{"secretName": "web-tls"},
+				"scaleTargetRef": map[string]any{"name": "web", "service": "web", "port": int64(80)}},
+		}}
+		// The API server here cannot reach the webhook Service (the operator runs out of cluster), and
+		// the webhook checks UPDATEs too: the operator's own first write to the object, its finalizer,
+		// which it adds before routing the object. Let this namespace's objects in without the webhook
+		// for the whole spec. (Restoring the policy right after the create made that patch fail, so the
+		// object was never routed and the interceptor saw an empty routing table.)
+		setPolicy := func(p admissionregistrationv1.FailurePolicyType) {
+			Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator-webhook", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				vwc.Webhooks[0].FailurePolicy = &p
+				_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{})
+				return err
+			})).To(Succeed())
+		}
+		vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator-webhook", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		policy := *vwc.Webhooks[0].FailurePolicy
+		setPolicy(admissionregistrationv1.Ignore)
+		DeferCleanup(func() { setPolicy(policy) })
+		hsoGVR := schema.GroupVersionResource{Group: "httpscale.dev", Version: "v1alpha1", Resource: "httpscaledobjects"}
+		_, err = dyn.Resource(hsoGVR).Namespace(appNS).Create(ctx, hso, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+
+		op := startBinary(bins, "operator", tokenFiles["operator"], ns)
+		interceptor := kubernetes.NewForConfigOrDie(tokens["interceptor"])
+		Eventually(func(g Gomega) {
+			if err := op.allowedSoFar(); err != nil {
+				StopTrying(err.Error()).Now()
+			}
+			g.Expect(allowed(ctx, interceptor, authorizationv1.ResourceAttributes{Namespace: appNS, Verb: "watch", Resource: "secrets", Name: "web-tls"})).To(BeTrue())
+		}).WithContext(ctx).WithTimeout(90*time.Second).Should(Succeed(), op.logs)
+		for _, verb := range []string{"get", "list", "watch"} {
+			Expect(allowed(ctx, interceptor, authorizationv1.ResourceAttributes{Namespace: appNS, Verb: verb, Resource: "secrets", Name: "web-tls"})).To(BeTrue(), verb)
+			Expect(allowed(ctx, interceptor, authorizationv1.ResourceAttributes{Namespace: appNS, Verb: verb, Resource: "secrets", Name: "other-tls"})).To(BeFalse(), verb+" a Secret no object names")
+		}
+		Expect(allowed(ctx, interceptor, authorizationv1.ResourceAttributes{Namespace: appNS, Verb: "list", Resource: "secrets"})).To(BeFalse(), "list the namespace's Secrets")
+
+		tlsAddr := freeAddr()
+		ic := startBinary(bins, "interceptor", tokenFiles["interceptor"], ns, "HTTPSCALE_TLS_BIND_ADDRESS="+tlsAddr)
+		Eventually(func() error {
+			if err := ic.allowedSoFar(); err != nil {
+				return err
+			}
+			c, err := tls.Dial("tcp", tlsAddr, &tls.Config{ServerName: "web.example.com", RootCAs: web.Pool})
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		}).WithContext(ctx).WithTimeout(90*time.Second).WithPolling(200*time.Millisecond).Should(Succeed(), ic.logs)
+		// A Secret no object names is not served (and could not be read).
+		_, err = tls.Dial("tcp", tlsAddr, &tls.Config{ServerName: "other.example.com", RootCAs: other.Pool})
+		Expect(err).To(MatchError(ContainSubstring("unrecognized name")))
+		Consistently(ic.allowedSoFar).WithTimeout(3 * time.Second).Should(Succeed())
+		Expect(op.allowedSoFar()).To(Succeed())
+		ic.stop()
+		// The object goes (the operator removes its finalizer), then the grant.
+		Expect(dyn.Resource(hsoGVR).Namespace(appNS).Delete(ctx, "web", metav1.DeleteOptions{})).To(Succeed())
+		Eventually(func() bool {
+			return allowed(ctx, interceptor, authorizationv1.ResourceAttributes{Namespace: appNS, Verb: "get", Resource: "secrets", Name: "web-tls"})
+		}).WithContext(ctx).WithTimeout(60*time.Second).Should(BeFalse(), op.logs)
+		op.stop()
+	}, SpecTimeout(4*time.Minute))
+
 	It("keeps the operator's webhook certificate and caBundle across helm upgrade, and adds the fleet ScaledObject", func(ctx SpecContext) {
 		secret, err := cs.CoreV1().Secrets(ns).Get(ctx, "httpscale-operator-webhook-tls", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
@@ -458,8 +553,9 @@ func (p *process) stop() {
 
 // startBinary runs bins/<name> against the API server with kubeconfig as its only credentials. Every
 // address is a free loopback port, passed as flags the binary has today and as HTTPSCALE_* variables for
-// the listeners it may add, so the test never collides with anything else on the machine.
-func startBinary(bins, name, kubeconfig, ns string) *process {
+// the listeners it may add, so the test never collides with anything else on the machine; env adds
+// or overrides variables.
+func startBinary(bins, name, kubeconfig, ns string, env ...string) *process {
 	GinkgoHelper()
 	p := &process{probe: freeAddr(), done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(bins, name), "--kubeconfig="+kubeconfig, "--health-probe-bind-address="+p.probe, "--metrics-bind-address=0")
@@ -471,6 +567,7 @@ func startBinary(bins, name, kubeconfig, ns string) *process {
 		"HTTPSCALE_GRPC_BIND_ADDRESS="+freeAddr(),
 		"HTTPSCALE_WEBHOOK_BIND_ADDRESS="+freeAddr(),
 	)
+	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	Expect(p.cmd.Start()).To(Succeed())
 	go func() {

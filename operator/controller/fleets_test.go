@@ -6,7 +6,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +24,8 @@ const (
 	blueNS     = "blue-system"
 	blueTable  = "httpscale-blue-routing-table"
 	blueScaler = "httpscale-blue-scaler.blue-system.svc.cluster.local:9090"
+	// blueSA is fleet blue's interceptor ServiceAccount, as the chart names it.
+	blueSA = "httpscale-blue-interceptor"
 )
 
 var _ = Describe("Two fleets in one cluster", Ordered, func() {
@@ -36,8 +40,50 @@ var _ = Describe("Two fleets in one cluster", Ordered, func() {
 		o.ScalerAddress = blueScaler
 		o.InterceptorSelector = labels.SelectorFromSet(labels.Set{serviceName: "httpscale-blue-interceptor-admin"})
 		o.FleetLeaseInterval = time.Second
+		o.InterceptorServiceAccount = blueSA
 		blue = startOperator(o)
 		DeferCleanup(func() { blue.stop() })
+	})
+
+	It("lets each fleet's interceptors read only the TLS Secrets of that fleet's objects", func() {
+		ns := newNamespace()
+		red, bl := app(ns, "red", "red."+ns+".example.com"), app(ns, "bl", "bl."+ns+".example.com")
+		red.Spec.TLS = &v1.TLS{SecretName: "red-tls"}
+		bl.Spec.TLS = &v1.TLS{SecretName: "blue-tls"}
+		bl.Spec.Fleet = "blue"
+		Expect(k8s.Create(ctx, red)).To(Succeed())
+		Expect(k8s.Create(ctx, bl)).To(Succeed())
+		onlyNames := func(names ...string) types.GomegaMatcher {
+			return HaveField("Rules", ConsistOf(HaveField("ResourceNames", Equal(names))))
+		}
+		defaultMay := func(verb, name string) func() bool {
+			return serviceAccountMay(installNS, interceptorSA, ns, verb, name)
+		}
+		blueMay := func(verb, name string) func() bool { return serviceAccountMay(blueNS, blueSA, ns, verb, name) }
+
+		Eventually(tlsGrantFor(interceptorSA, ns)).Should(onlyNames("red-tls"))
+		Eventually(tlsGrantFor(blueSA, ns)).Should(onlyNames("blue-tls"))
+		Consistently(func() []*rbacv1.Role {
+			return []*rbacv1.Role{tlsGrantFor(interceptorSA, ns)(), tlsGrantFor(blueSA, ns)()}
+		}).
+			Should(HaveExactElements(onlyNames("red-tls"), onlyNames("blue-tls")), "no fleet's Role names another fleet's Secret")
+		for _, verb := range []string{"get", "list", "watch"} {
+			Expect(defaultMay(verb, "red-tls")()).To(BeTrue(), "default fleet: %s its own object's Secret", verb)
+			Expect(defaultMay(verb, "blue-tls")()).To(BeFalse(), "default fleet: %s the blue object's Secret", verb)
+			Expect(blueMay(verb, "blue-tls")()).To(BeTrue(), "blue fleet: %s its own object's Secret", verb)
+			Expect(blueMay(verb, "red-tls")()).To(BeFalse(), "blue fleet: %s the default object's Secret", verb)
+		}
+
+		By("moving the blue object to the default fleet: its Secret's grant moves with it")
+		update(bl, func(h *v1.HTTPScaledObject) { h.Spec.Fleet = "" })
+		Eventually(tlsGrantFor(interceptorSA, ns)).Should(onlyNames("blue-tls", "red-tls"))
+		Eventually(tlsGrantFor(blueSA, ns)).Should(BeNil())
+		Eventually(blueMay("get", "blue-tls")).Should(BeFalse())
+		Expect(defaultMay("get", "blue-tls")()).To(BeTrue())
+
+		Expect(k8s.Delete(ctx, red)).To(Succeed())
+		Expect(k8s.Delete(ctx, bl)).To(Succeed())
+		Eventually(tlsGrantFor(interceptorSA, ns)).Should(BeNil())
 	})
 
 	It("routes and scales each object only by the fleet it names, and moves it when the fleet changes", func() {

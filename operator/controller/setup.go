@@ -305,7 +305,8 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		return nil, fmt.Errorf("building HTTPScaledObject routing controller: %w", err)
 	}
 	if o.InterceptorServiceAccount != "" {
-		grants := &SecretGrants{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), ServiceAccount: o.InterceptorServiceAccount, ServiceAccountNamespace: o.Namespace}
+		grants := &SecretGrants{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), ServiceAccount: o.InterceptorServiceAccount, ServiceAccountNamespace: o.Namespace,
+			Fleet: cmp.Or(o.Fleet, v1.DefaultFleet)}
 		err := ctrl.NewControllerManagedBy(mgr).Named("tls-secret-grants").
 			Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(byNamespace), builder.WithPredicates(tlsChanged)).
 			WithOptions(controller.Options{UsePriorityQueue: ptr.To(false)}).

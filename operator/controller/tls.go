@@ -102,10 +102,11 @@ func uncovered(hosts []v1.Host, leaf *x509.Certificate) []string {
 }
 
 // SecretGrants keeps, in each namespace, one Role and RoleBinding that let the interceptor's
-// ServiceAccount get, list and watch exactly the Secrets the namespace's HTTPScaledObjects name in
-// spec.tls (resourceNames), and removes them when none does. The interceptor watches each such
-// Secret with a metadata.name field selector, which this Role authorises; it can read no other
-// Secret. Reconcile requests carry the namespace only.
+// ServiceAccount get, list and watch exactly the Secrets the namespace's HTTPScaledObjects of its
+// fleet name in spec.tls (resourceNames), and removes them when none does. The interceptor watches
+// each such Secret with a metadata.name field selector, which this Role authorises; it can read no
+// other Secret, and none of an object of another fleet (whose interceptors have a Role of their
+// own, named after their ServiceAccount). Reconcile requests carry the namespace only.
 type SecretGrants struct {
 	Client client.Client
 	// Reader reads Roles and RoleBindings uncached, so the operator caches none.
@@ -113,6 +114,8 @@ type SecretGrants struct {
 	// ServiceAccount and ServiceAccountNamespace name the interceptor's ServiceAccount; the Role and
 	// RoleBinding are named after it (Name).
 	ServiceAccount, ServiceAccountNamespace string
+	// Fleet is the fleet whose objects' Secrets are granted; "" means v1.DefaultFleet.
+	Fleet string
 }
 
 // Name is the Role and RoleBinding name in each namespace.
@@ -128,9 +131,14 @@ func (g *SecretGrants) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	if err := g.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing HTTPScaledObjects in %s: %w", ns, err)
 	}
+	fleet := g.Fleet
+	if fleet == "" {
+		fleet = v1.DefaultFleet
+	}
 	var names []string
 	for i := range list.Items {
-		if t := list.Items[i].Spec.TLS; t != nil && list.Items[i].DeletionTimestamp.IsZero() {
+		h := &list.Items[i]
+		if t := h.Spec.TLS; t != nil && h.DeletionTimestamp.IsZero() && h.Spec.FleetName() == fleet {
 			names = append(names, t.SecretName)
 		}
 	}
@@ -209,13 +217,15 @@ func byNamespace(_ context.Context, obj client.Object) []reconcile.Request {
 var _ handler.MapFunc = byNamespace
 
 // tlsChanged passes the HTTPScaledObject events that can change a namespace's grant: an object with
-// spec.tls created or deleted, spec.tls changed, or deletion started.
+// spec.tls created or deleted, spec.tls changed, deletion started, or an object with spec.tls moved
+// to another fleet.
 var tlsChanged = predicate.Funcs{
 	CreateFunc: func(e event.CreateEvent) bool { return e.Object.(*v1.HTTPScaledObject).Spec.TLS != nil },
 	DeleteFunc: func(e event.DeleteEvent) bool { return e.Object.(*v1.HTTPScaledObject).Spec.TLS != nil },
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*v1.HTTPScaledObject), e.ObjectNew.(*v1.HTTPScaledObject)
-		return !equality.Semantic.DeepEqual(o.Spec.TLS, n.Spec.TLS) || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+		moved := o.Spec.FleetName() != n.Spec.FleetName() && (o.Spec.TLS != nil || n.Spec.TLS != nil)
+		return moved || !equality.Semantic.DeepEqual(o.Spec.TLS, n.Spec.TLS) || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
 	},
 	GenericFunc: func(event.GenericEvent) bool { return true },
 }

@@ -18,10 +18,13 @@ import (
 const interceptorSA = "httpscale-interceptor"
 
 // tlsGrant is the Role the operator keeps in ns for the interceptor (nil when absent).
-func tlsGrant(ns string) func() *rbacv1.Role {
+func tlsGrant(ns string) func() *rbacv1.Role { return tlsGrantFor(interceptorSA, ns) }
+
+// tlsGrantFor is the Role the operator keeps in ns for the interceptor ServiceAccount sa.
+func tlsGrantFor(sa, ns string) func() *rbacv1.Role {
 	return func() *rbacv1.Role {
 		r := &rbacv1.Role{}
-		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: interceptorSA + "-tls-secrets"}, r); err != nil {
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: sa + "-tls-secrets"}, r); err != nil {
 			return nil
 		}
 		return r
@@ -31,11 +34,16 @@ func tlsGrant(ns string) func() *rbacv1.Role {
 // interceptorMay asks the API server whether the interceptor's ServiceAccount may verb the Secret
 // name ("" for a list of the namespace's Secrets) in ns.
 func interceptorMay(ns, verb, name string) func() bool {
+	return serviceAccountMay(installNS, interceptorSA, ns, verb, name)
+}
+
+// serviceAccountMay asks whether the ServiceAccount saNS/sa may verb the Secret name in ns.
+func serviceAccountMay(saNS, sa, ns, verb, name string) func() bool {
 	return func() bool {
 		cs := kubernetes.NewForConfigOrDie(restCfg)
 		review, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:               "system:serviceaccount:" + installNS + ":" + interceptorSA,
-			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + installNS, "system:authenticated"},
+			User:               "system:serviceaccount:" + saNS + ":" + sa,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + saNS, "system:authenticated"},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Resource: "secrets", Name: name},
 		}}, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())

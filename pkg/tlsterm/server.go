@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -19,6 +21,13 @@ import (
 // HTTP/2 to clients that offer h2 in ALPN, HTTP/1.1 otherwise. Requests reach Handler as net/http
 // requests (the HTTP/1.1 fast path and event loops of the cleartext port do not apply: they read
 // the socket directly), with X-Forwarded-Proto set to https unless the client sent one.
+//
+// A request whose host was not what the connection's certificate was chosen for (SNI of one app,
+// Host of another with a different certificate, see Store.Serves) is answered 421 Misdirected
+// Request without reaching Handler: the client retries it on a connection of its own. A client
+// that sends plain HTTP to the port gets net/http's 400 "Client sent an HTTP request to an HTTPS
+// server" and a close; one that does not finish its handshake within ReadHeaderTimeout is
+// disconnected.
 //
 // On shutdown it drains like the cleartext proxy server: Ready fails at once, it keeps serving for
 // DrainDelay, then stops accepting and waits up to DrainTimeout for in-flight and held requests
@@ -32,6 +41,9 @@ type Server struct {
 	// Config, when set, replaces Store.Config() (benchmarks turn session resumption off with it);
 	// its GetCertificate should be the Store's.
 	Config *tls.Config
+	// ReadHeaderTimeout bounds the TLS handshake, from the connection's accept, and then each
+	// HTTP/1.1 request's header block from its first byte (default 30s, as the cleartext port).
+	ReadHeaderTimeout time.Duration
 
 	DrainDelay   time.Duration
 	DrainTimeout time.Duration
@@ -79,10 +91,15 @@ func (s *Server) Start(ctx context.Context) error {
 	s.addr.Store(&a)
 	hard, cut := context.WithCancel(context.Background())
 	defer cut()
+	headerTimeout := s.ReadHeaderTimeout
+	if headerTimeout <= 0 {
+		headerTimeout = 30 * time.Second
+	}
 	srv := &http.Server{
-		Handler:           httpsProto{s.Handler},
-		TLSConfig:         s.config(),
-		ReadHeaderTimeout: 30 * time.Second,
+		Handler:   httpsHandler{store: s.Store, h: s.Handler},
+		TLSConfig: s.config(),
+		// net/http bounds the handshake by the smallest of its read timeouts: this one.
+		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return hard },
 		// A failed handshake (a client asking for a name no certificate serves) is the client's
@@ -129,15 +146,37 @@ func (s *Server) config() *tls.Config {
 	return s.Store.Config()
 }
 
-// httpsProto marks requests as having arrived over TLS for the app (X-Forwarded-Proto: https)
-// unless the client, such as a load balancer in front, already said.
-type httpsProto struct{ h http.Handler }
+// httpsHandler answers misdirected requests 421 and marks the others as having arrived over TLS
+// for the app (X-Forwarded-Proto: https) unless the client, such as a load balancer in front,
+// already said.
+type httpsHandler struct {
+	store *Store
+	h     http.Handler
+}
 
-func (p httpsProto) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p httpsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.TLS != nil && !p.store.Serves(r.TLS.ServerName, r.Host) {
+		misdirected(w, r.TLS.ServerName, r.Host)
+		return
+	}
 	if _, ok := r.Header["X-Forwarded-Proto"]; !ok {
 		r.Header["X-Forwarded-Proto"] = []string{"https"}
 	}
 	p.h.ServeHTTP(w, r)
+}
+
+// misdirected answers 421 Misdirected Request (RFC 9110 15.5.20): the certificate this connection
+// presented was chosen for serverName, not for host, so the client must ask again on a connection
+// of its own whose handshake names host. Browsers do so by themselves.
+func misdirected(w http.ResponseWriter, serverName, host string) {
+	body := fmt.Sprintf("Misdirected Request: this connection was opened for %q (TLS server name), which does not serve %q; connect with server name %q\n", serverName, host, host)
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusMisdirectedRequest)
+	_, _ = io.WriteString(w, body)
 }
 
 // debugWriter turns net/http's error log lines into debug-level log entries.

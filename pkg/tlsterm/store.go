@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,15 +132,22 @@ func (s *Store) rebuild() {
 // ErrNoCertificate. A handshake without SNI (a client dialling an IP address) gets the * object's
 // certificate or the default.
 func (s *Store) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	n := s.snap.Load()
-	name := strings.TrimSuffix(strings.ToLower(hello.ServerName), ".")
+	if c := s.snap.Load().lookup(hello.ServerName); c != nil {
+		return c, nil
+	}
+	return nil, fmt.Errorf("%w %q", ErrNoCertificate, hello.ServerName)
+}
+
+// lookup is GetCertificate's choice for a server name on this snapshot, nil when there is none.
+func (n *snapshot) lookup(serverName string) *tls.Certificate {
+	name := strings.TrimSuffix(strings.ToLower(serverName), ".")
 	if name != "" {
 		if c := n.exact[name]; c != nil {
-			return c, nil
+			return c
 		}
 		for i := strings.IndexByte(name, '.'); i >= 0; {
 			if c := n.wildcard[name[i:]]; c != nil {
-				return c, nil
+				return c
 			}
 			j := strings.IndexByte(name[i+1:], '.')
 			if j < 0 {
@@ -149,12 +157,31 @@ func (s *Store) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, er
 		}
 	}
 	if n.any != nil {
-		return n.any, nil
+		return n.any
 	}
-	if n.fallback != nil {
-		return n.fallback, nil
+	return n.fallback
+}
+
+// Serves reports whether a connection whose handshake named serverName (SNI) may carry a request
+// for host (the Host header or :authority, a port allowed): when serverName is empty (a client
+// dialling an address) or equals host, or when both names get the same certificate, as a wildcard
+// certificate shared by several apps (HTTP/2 clients reuse a connection for every name its
+// certificate covers). Otherwise the client was shown a certificate chosen for another app and the
+// request is misdirected. Both names are looked up in one snapshot, so a certificate rotated
+// since the handshake changes nothing.
+func (s *Store) Serves(serverName, host string) bool {
+	if serverName == "" {
+		return true
 	}
-	return nil, fmt.Errorf("%w %q", ErrNoCertificate, hello.ServerName)
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if strings.EqualFold(strings.TrimSuffix(serverName, "."), strings.TrimSuffix(host, ".")) {
+		return true
+	}
+	n := s.snap.Load()
+	c := n.lookup(serverName)
+	return c != nil && c == n.lookup(host)
 }
 
 // Secrets returns the Secrets the store needs: every entry's and the default's, "namespace/name".
@@ -173,10 +200,18 @@ func (s *Store) Secrets() map[string]struct{} {
 
 // Config returns the server TLS configuration: certificates from the store, TLS 1.2 or later, ALPN
 // h2 and http/1.1.
+//
+// A handshake for a name no certificate serves fails with the unrecognized_name alert ("tls:
+// unrecognized name" at the client), which tells the client what is wrong, rather than
+// internal_error.
 func (s *Store) Config() *tls.Config {
 	return &tls.Config{
-		GetCertificate: s.GetCertificate,
-		MinVersion:     tls.VersionTLS12,
-		NextProtos:     []string{"h2", "http/1.1"},
+		// crypto/tls answers unrecognized_name when GetCertificate returns neither a certificate
+		// nor an error and the configuration has no static certificate.
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return s.snap.Load().lookup(hello.ServerName), nil
+		},
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2", "http/1.1"},
 	}
 }

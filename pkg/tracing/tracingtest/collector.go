@@ -90,6 +90,23 @@ func Start(t testing.TB) *Collector {
 	return c
 }
 
+// ServeHTTP starts a collector taking OTLP/HTTP only, on l (e.g. a listener inside a test cluster's
+// network namespace, where pods can reach it), until the test ends; GRPCEndpoint is then empty. t is a
+// *testing.T or Ginkgo's GinkgoT().
+func ServeHTTP(t interface {
+	Helper()
+	Cleanup(func())
+}, l net.Listener) *Collector {
+	t.Helper()
+	c := &Collector{httpAddr: l.Addr().String()}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/traces", c.serveHTTP)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(l) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	return c
+}
+
 // GRPCEndpoint and HTTPEndpoint are the collector's URLs for OTEL_EXPORTER_OTLP_ENDPOINT.
 func (c *Collector) GRPCEndpoint() string { return "http://" + c.grpcAddr }
 func (c *Collector) HTTPEndpoint() string { return "http://" + c.httpAddr }
