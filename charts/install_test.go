@@ -22,9 +22,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -415,6 +417,46 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		_, err = cs.AppsV1().Deployments(ns).Get(ctx, "httpscale-operator", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred(), "uninstalling fleet blue leaves the default fleet's release alone")
 	}, SpecTimeout(3*time.Minute))
+
+	It("lets writes that leave the spec alone through while the webhook cannot answer; a spec change still needs it", func(ctx SpecContext) {
+		// No operator runs here, so the webhook cannot answer and the chart's failurePolicy (Fail)
+		// refuses whatever it is asked about. Let the object itself in without it.
+		hsos := dyn.Resource(httpscalev1alpha1.GroupVersion.WithResource("httpscaledobjects")).Namespace("default")
+		setPolicy := func(p admissionregistrationv1.FailurePolicyType) {
+			Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator-webhook", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				vwc.Webhooks[0].FailurePolicy = &p
+				_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{})
+				return err
+			})).To(Succeed())
+		}
+		setPolicy(admissionregistrationv1.Ignore)
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": httpscalev1alpha1.GroupVersion.String(), "kind": "HTTPScaledObject",
+			"metadata": map[string]any{"name": "meta"},
+			"spec":     map[string]any{"hosts": []any{"meta.example.com"}, "scaleTargetRef": map[string]any{"name": "meta", "service": "meta", "port": int64(80)}}}}
+		_, err := hsos.Create(ctx, obj, metav1.CreateOptions{})
+		setPolicy(admissionregistrationv1.Fail)
+		Expect(err).NotTo(HaveOccurred())
+
+		patch := func(p string) error {
+			_, err := hsos.Patch(ctx, "meta", types.MergePatchType, []byte(p), metav1.PatchOptions{})
+			return err
+		}
+		// What the operator writes (its finalizer) and what users add (labels) pass without the webhook.
+		Expect(patch(`{"metadata":{"labels":{"team":"a"},"finalizers":["example.com/hold"]}}`)).To(Succeed())
+		// A spec change is still checked, so with the webhook unreachable it is refused.
+		Expect(patch(`{"spec":{"hosts":["other.example.com"]}}`)).To(MatchError(ContainSubstring(`failed calling webhook "httpscaledobjects.httpscale.dev"`)))
+		// A deletion completes: its finalizer removal leaves the spec alone too.
+		Expect(hsos.Delete(ctx, "meta", metav1.DeleteOptions{})).To(Succeed())
+		Expect(patch(`{"metadata":{"finalizers":null}}`)).To(Succeed())
+		Eventually(func() bool {
+			_, err := hsos.Get(ctx, "meta", metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(BeTrue())
+	}, SpecTimeout(2*time.Minute))
 
 	It("leaves nothing of the release behind on helm uninstall except the CRD and what the operator wrote (lease, routing table)", func(ctx SpecContext) {
 		out, err := runHelm(GinkgoT(), helmArgs("uninstall", "httpscale", "--wait")...)
