@@ -287,29 +287,13 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 			"spec": map[string]any{"hosts": []any{"web.example.com"}, "tls": map[string]any{"secretName": "web-tls"},
 				"scaleTargetRef": map[string]any{"name": "web", "service": "web", "port": int64(80)}},
 		}}
-		// The API server here cannot reach the webhook Service (the operator runs out of cluster), and
-		// the webhook checks UPDATEs too: the operator's own first write to the object, its finalizer,
-		// which it adds before routing the object. Let this namespace's objects in without the webhook
-		// for the whole spec. (Restoring the policy right after the create made that patch fail, so the
-		// object was never routed and the interceptor saw an empty routing table.)
-		setPolicy := func(p admissionregistrationv1.FailurePolicyType) {
-			Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator-webhook", metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				vwc.Webhooks[0].FailurePolicy = &p
-				_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{})
-				return err
-			})).To(Succeed())
-		}
-		vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator-webhook", metav1.GetOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		policy := *vwc.Webhooks[0].FailurePolicy
-		setPolicy(admissionregistrationv1.Ignore)
-		DeferCleanup(func() { setPolicy(policy) })
+		// The API server here cannot reach the webhook Service (the operator runs out of cluster): let
+		// the object in without it. The operator's own writes to the object afterwards (its finalizer)
+		// leave the spec alone, so the webhook is not asked about them.
+		policy := setWebhookPolicy(ctx, cs, admissionregistrationv1.Ignore)
 		hsoGVR := schema.GroupVersionResource{Group: "httpscale.dev", Version: "v1alpha1", Resource: "httpscaledobjects"}
 		_, err = dyn.Resource(hsoGVR).Namespace(appNS).Create(ctx, hso, metav1.CreateOptions{})
+		setWebhookPolicy(ctx, cs, policy)
 		Expect(err).NotTo(HaveOccurred())
 
 		op := startBinary(bins, "operator", tokenFiles["operator"], ns)
@@ -422,23 +406,12 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		// No operator runs here, so the webhook cannot answer and the chart's failurePolicy (Fail)
 		// refuses whatever it is asked about. Let the object itself in without it.
 		hsos := dyn.Resource(httpscalev1alpha1.GroupVersion.WithResource("httpscaledobjects")).Namespace("default")
-		setPolicy := func(p admissionregistrationv1.FailurePolicyType) {
-			Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator-webhook", metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				vwc.Webhooks[0].FailurePolicy = &p
-				_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{})
-				return err
-			})).To(Succeed())
-		}
-		setPolicy(admissionregistrationv1.Ignore)
+		setWebhookPolicy(ctx, cs, admissionregistrationv1.Ignore)
 		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": httpscalev1alpha1.GroupVersion.String(), "kind": "HTTPScaledObject",
 			"metadata": map[string]any{"name": "meta"},
 			"spec":     map[string]any{"hosts": []any{"meta.example.com"}, "scaleTargetRef": map[string]any{"name": "meta", "service": "meta", "port": int64(80)}}}}
 		_, err := hsos.Create(ctx, obj, metav1.CreateOptions{})
-		setPolicy(admissionregistrationv1.Fail)
+		setWebhookPolicy(ctx, cs, admissionregistrationv1.Fail)
 		Expect(err).NotTo(HaveOccurred())
 
 		patch := func(p string) error {
@@ -634,4 +607,22 @@ func freeAddr() string {
 	Expect(err).NotTo(HaveOccurred())
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// setWebhookPolicy sets the failurePolicy of the chart's (default fleet's) webhook and returns the one
+// it replaced. The API server of these tests cannot reach the webhook Service, so specs that need an
+// object in switch it to Ignore for the create.
+func setWebhookPolicy(ctx context.Context, cs kubernetes.Interface, p admissionregistrationv1.FailurePolicyType) admissionregistrationv1.FailurePolicyType {
+	var old admissionregistrationv1.FailurePolicyType
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "httpscale-operator-webhook", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		old = *vwc.Webhooks[0].FailurePolicy
+		vwc.Webhooks[0].FailurePolicy = &p
+		_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{})
+		return err
+	})).To(Succeed())
+	return old
 }
