@@ -87,5 +87,7 @@ func options(cfg *config.Operator) controller.Options {
 		TableDebounce:           cfg.TableDebounce,
 		TableMaxDelay:           cfg.TableMaxDelay,
 		MaxConcurrentReconciles: cfg.MaxConcurrentReconciles,
+		ClusterDomain:           cfg.ClusterDomain,
+		InterceptorProxyPort:    int32(cfg.InterceptorProxyPort),
 	}
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -77,6 +78,11 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// Schedules runs spec.schedules in every reconcile; nil disables scheduled scaling.
 	Schedules *scheduler.Scheduler
+	// ClusterDomain is the cluster's DNS domain, for the Service host names Serve mode routes.
+	ClusterDomain string
+	// InterceptorProxyPort is the interceptors' proxy port, the target of Serve mode's redirects;
+	// 0 means 8080.
+	InterceptorProxyPort int32
 }
 
 // CacheOptions narrows the manager's cache to what the operator reads: HTTPScaledObjects and the
@@ -197,6 +203,8 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Prober:        prober,
 		ScalerAddress: o.ScalerAddress,
 		Schedules:     o.Schedules,
+		APIReader:     mgr.GetAPIReader(),
+		Serve:         ServeOptions{ProxyPort: cmp.Or(o.InterceptorProxyPort, 8080), ClusterDomain: o.ClusterDomain},
 		Log:           log,
 	}
 	if err := mgr.Add(writer); err != nil {
@@ -214,6 +222,8 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 			Named(name).
 			For(&v1.HTTPScaledObject{}, builder.WithPredicates(objects)).
 			Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexServices, nil, nil))).
+			// Serve mode: a redirect's owner is the oldest Serve-mode object on its Service.
+			Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient()))).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: workers,
 				// controller-runtime v0.24.1's priority queue can deadlock at shutdown when many keys are
@@ -240,6 +250,17 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		return nil, err
 	}
 	b.Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).WatchesRawSource(keys)
+	// Serve mode: a workload's spec change (KEDA scaling it to zero) puts the redirect in place before
+	// its pods are gone.
+	for _, kind := range watchedTargets {
+		gvk, err := mgr.GetClient().GroupVersionKindFor(kind)
+		if err != nil {
+			return nil, fmt.Errorf("looking up kind of %T: %w", kind, err)
+		}
+		value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
+		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(serveByTarget(mgr.GetClient(), value)),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	}
 	if err := b.Complete(r); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}
