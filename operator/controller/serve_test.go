@@ -91,10 +91,20 @@ func scaleDeployment(ns, name string, replicas int32) {
 	}).Should(Succeed())
 }
 
+// serveFleet publishes the fake interceptors as the admin Service's endpoints for one spec and
+// removes them afterwards, so other specs see the fleet they expect.
+func serveFleet(fakes ...*fakeInterceptor) {
+	GinkgoHelper()
+	publishFleet("serve-fleet", fakes)
+	DeferCleanup(func() {
+		Expect(client.IgnoreNotFound(k8s.Delete(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "serve-fleet", Namespace: installNS}}))).To(Succeed())
+	})
+}
+
 var _ = Describe("Serve mode", func() {
 	It("redirects the app's Service to the ready interceptors while the app has no ready endpoint, and hands it back once the interceptors hold nothing", func() {
 		a, b := newFakeInterceptor("198.19.0.1"), newFakeInterceptor("198.19.0.2")
-		publishFleet("fleet", []*fakeInterceptor{a, b})
+		serveFleet(a, b)
 		ns := newNamespace()
 		h := serveApp(ns, "shop")
 		key := ns + "/shop"
@@ -122,7 +132,7 @@ var _ = Describe("Serve mode", func() {
 		Expect(scaledObject(h)().Spec.Triggers).To(HaveLen(2), "the interceptor's trigger and the extra metrics-api one")
 
 		// An interceptor leaves: the redirect follows.
-		publishFleet("fleet", []*fakeInterceptor{a})
+		publishFleet("serve-fleet", []*fakeInterceptor{a})
 		Eventually(redirectTargets(ns, "shop"), timeout).Should(Equal([]string{"198.19.0.1:8080 http"}))
 
 		// The app gets a ready endpoint while an interceptor still holds two requests for it: the
@@ -169,8 +179,9 @@ var _ = Describe("Serve mode", func() {
 
 	It("restores the Service of an object switched to Proxy while the operator was down", func() {
 		a := newFakeInterceptor("198.19.1.1")
-		publishFleet("fleet", []*fakeInterceptor{a})
+		serveFleet(a)
 		ns := newNamespace()
+		DeferCleanup(func() { Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed()) })
 		h := serveApp(ns, "cart")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		Eventually(redirectTargets(ns, "cart"), timeout).Should(Equal([]string{"198.19.1.1:8080 http"}))
@@ -187,8 +198,11 @@ var _ = Describe("Serve mode", func() {
 
 	It("leaves a Service it cannot serve as it is and says why, and gives a claimed Service to the next object when the first goes", func() {
 		a := newFakeInterceptor("198.19.2.1")
-		publishFleet("fleet", []*fakeInterceptor{a})
+		serveFleet(a)
 		ns := newNamespace()
+		// Objects waiting for a ready endpoint are re-checked every second: do not leave them to the
+		// specs that follow.
+		DeferCleanup(func() { Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed()) })
 
 		// Two Serve-mode objects on one Service: the older keeps it.
 		first := serveApp(ns, "web")
