@@ -220,7 +220,8 @@ var _ = Describe("Serve mode", func() {
 		Expect(redirect(ns, "web")().Labels).To(HaveKeyWithValue("httpscale.dev/redirect-for", "web"))
 		// Still routed by its own hosts, without the Service's names.
 		Eventually(entryOf(ns+"/web-two"), timeout).Should(HaveField("Hosts", Equal([]string{"two.example.com"})))
-		Eventually(condition(first, v1.ConditionReady), timeout).Should(haveCondition(True, "Ready"))
+		// Ready needs every listed interceptor to serve the table: allow for a fleet change of another spec.
+		Eventually(condition(first, v1.ConditionReady), 2*time.Minute).Should(haveCondition(True, "Ready"))
 
 		Expect(k8s.Delete(ctx, first)).To(Succeed())
 		Eventually(func() string {
