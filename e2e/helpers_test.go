@@ -101,8 +101,10 @@ type answer struct {
 	Status int
 	PodIP  string `json:"podIP"`
 	Zone   string `json:"zone"`
-	Host   string `json:"host"`
-	Path   string `json:"path"`
+	// Headers are the request headers the app received (first value each).
+	Headers map[string]string `json:"headers"`
+	Host    string            `json:"host"`
+	Path    string            `json:"path"`
 }
 
 // ask sends one GET through an interceptor (zone index) with the given Host and headers.
