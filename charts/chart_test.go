@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -67,6 +68,13 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"kubeApi.burst=0", "/kubeApi/burst"},
 		{"scaler.address=httpscale-scaler", "/scaler/address"},
 		{"scaler.service.clusterIP=not-an-ip", "/scaler/service/clusterIP"},
+		{"interceptor.tracing.protocol=http/json", "/interceptor/tracing/protocol"},
+		{"interceptor.tracing.sampler=jaeger_remote", "/interceptor/tracing/sampler"},
+		{"interceptor.tracing.samplerArg=1.5", "/interceptor/tracing/samplerArg"},
+		{"interceptor.tracing.endpoint=collector:4317", "/interceptor/tracing/endpoint"},
+		{"interceptor.tls.port=9090", "interceptor.tls.port must differ"},
+		{"interceptor.tls.enabled=false,interceptor.tls.defaultSecret=fleet-tls", "defaultSecret needs interceptor.tls.enabled=true"},
+		{"interceptor.tls.defaultSecret=Fleet_TLS", "/interceptor/tls/defaultSecret"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := runHelm(t, "template", "httpscale", chartDir, "--set", tc.set)
@@ -168,6 +176,11 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("interceptor replicas = %d, want at least 2", got)
 	}
 	checkInterceptorPod(t, ic, 8080, 9090)
+	for _, e := range container(t, get[*appsv1.Deployment](t, m, "Deployment", "httpscale-interceptor"), "interceptor").Env {
+		if strings.HasPrefix(e.Name, "OTEL_") {
+			t.Errorf("interceptor env %s set by default; tracing is off unless an endpoint is given", e.Name)
+		}
+	}
 	zoneSpread := false
 	for _, c := range ic.Spec.Template.Spec.TopologySpreadConstraints {
 		if c.TopologyKey == "topology.kubernetes.io/zone" && labels.SelectorFromSet(c.LabelSelector.MatchLabels).Matches(labels.Set(ic.Spec.Template.Labels)) {
@@ -181,11 +194,27 @@ func TestDefaults(t *testing.T) {
 	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
 		t.Errorf("interceptor PDB maxUnavailable = %v, want 1", pdb.Spec.MaxUnavailable)
 	}
-	for name, want := range map[string]string{"httpscale-interceptor": "http", "httpscale-interceptor-admin": "admin", "httpscale-scaler": "grpc"} {
+	for name, want := range map[string][]string{"httpscale-interceptor": {"http", "https"}, "httpscale-interceptor-admin": {"admin"}, "httpscale-scaler": {"grpc"}} {
 		svc := get[*corev1.Service](t, m, "Service", name)
-		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != want {
-			t.Errorf("Service %s ports = %+v, want one port named %s", name, svc.Spec.Ports, want)
+		var got []string
+		for _, p := range svc.Spec.Ports {
+			got = append(got, p.Name)
 		}
+		if !slices.Equal(got, want) {
+			t.Errorf("Service %s ports = %+v, want ports named %v", name, svc.Spec.Ports, want)
+		}
+	}
+	// TLS on by default: the interceptors serve it, the operator grants them the Secrets objects name,
+	// and no default certificate means no Secret of the release namespace is readable.
+	icc := container(t, ic, "interceptor")
+	if p, ok := port(icc, "https"); !ok || p.ContainerPort != 8443 || !hasArg(icc, "--tls-bind-address=:8443") {
+		t.Errorf("interceptor TLS port %+v, args %v: want port https 8443 and --tls-bind-address=:8443", p, icc.Args)
+	}
+	if svc := get[*corev1.Service](t, m, "Service", "httpscale-interceptor"); svc.Spec.Ports[1].Port != 8443 || svc.Spec.Ports[1].TargetPort.String() != "https" {
+		t.Errorf("interceptor Service TLS port = %+v, want 8443 to https", svc.Spec.Ports[1])
+	}
+	if !hasArg(oc, "--interceptor-service-account=httpscale-interceptor") {
+		t.Errorf("operator args %v lack --interceptor-service-account=httpscale-interceptor", oc.Args)
 	}
 	if got := get[*corev1.Service](t, m, "Service", "httpscale-scaler").Spec.Ports[0].Port; got != 9090 {
 		t.Errorf("scaler Service port = %d, want 9090", got)
@@ -246,6 +275,23 @@ func TestNonDefaultValues(t *testing.T) {
 		t.Errorf("operator webhook port = %+v, want 10443", p)
 	}
 
+	// The fleet default certificate: the interceptor may read that one Secret of the namespace.
+	icc := container(t, get[*appsv1.Deployment](t, m, "Deployment", "httpscale-interceptor"), "interceptor")
+	if p, ok := port(icc, "https"); !ok || p.ContainerPort != 8444 || !hasArg(icc, "--tls-bind-address=:8444") || !hasArg(icc, "--tls-default-secret=fleet-tls") {
+		t.Errorf("interceptor TLS port %+v, args %v: want 8444 and --tls-default-secret=fleet-tls", p, icc.Args)
+	}
+	if svc := get[*corev1.Service](t, m, "Service", "httpscale-interceptor"); len(svc.Spec.Ports) != 2 || svc.Spec.Ports[1].Port != 443 {
+		t.Errorf("interceptor Service ports = %+v, want TLS on 443", svc.Spec.Ports)
+	}
+	role := get[*rbacv1.Role](t, m, "Role", "httpscale-interceptor-tls-default")
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"fleet-tls"}, Verbs: []string{"get", "list", "watch"}}}
+	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
+		t.Errorf("default certificate Role rules (-want +got):\n%s", diff)
+	}
+	if !bound(m, "Role", "httpscale-interceptor-tls-default", ns, "httpscale-interceptor", ns) {
+		t.Errorf("Role httpscale-interceptor-tls-default is not bound to the interceptor's ServiceAccount")
+	}
+
 	vwc := get[*admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "httpscale-operator-webhook")
 	if got := vwc.Annotations["cert-manager.io/inject-ca-from"]; got != "platform/httpscale-operator-webhook" {
 		t.Errorf("CA injection annotation = %q, want platform/httpscale-operator-webhook", got)
@@ -274,6 +320,23 @@ func TestNonDefaultValues(t *testing.T) {
 	}
 	if got := envVar(t, container(t, ic, "interceptor"), "HTTPSCALE_ZONE").Value; got != "zone-a" {
 		t.Errorf("HTTPSCALE_ZONE = %q", got)
+	}
+	for k, want := range map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+		"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25", "OTEL_SERVICE_NAME": "edge-interceptor",
+		"OTEL_RESOURCE_ATTRIBUTES": "k8s.namespace.name=$(POD_NAMESPACE),k8s.pod.name=$(POD_NAME),k8s.node.name=$(NODE_NAME)",
+	} {
+		if got := envVar(t, container(t, ic, "interceptor"), k).Value; got != want {
+			t.Errorf("interceptor %s = %q, want %q (tracing values)", k, got, want)
+		}
+	}
+	// $(VAR) references resolve only to variables defined before them.
+	env := container(t, ic, "interceptor").Env
+	attrs := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == "OTEL_RESOURCE_ATTRIBUTES" })
+	for _, ref := range []string{"POD_NAMESPACE", "POD_NAME", "NODE_NAME"} {
+		if i := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == ref }); i < 0 || i > attrs {
+			t.Errorf("OTEL_RESOURCE_ATTRIBUTES refers to %s, defined at %d after it (%d)", ref, i, attrs)
+		}
 	}
 	proxy := get[*corev1.Service](t, m, "Service", "httpscale-interceptor")
 	if proxy.Spec.Type != corev1.ServiceTypeLoadBalancer || proxy.Spec.Ports[0].Port != 80 || proxy.Annotations["service.beta.kubernetes.io/aws-load-balancer-type"] != "nlb" {

@@ -62,6 +62,8 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		// Only KEDA's CRDs: ours must come from the chart.
 		env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{keda}, ErrorIfCRDPathMissing: true}
+		// envtest waits 10 s for the CRDs to be served, which a shared 2-core machine under load misses.
+		env.CRDInstallOptions.MaxTime = 2 * time.Minute
 		admin, err = env.Start()
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(env.Stop)
@@ -152,11 +154,13 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 	It("denies each ServiceAccount what its markers do not ask for", func(ctx SpecContext) {
 		denied := map[string][]authorizationv1.ResourceAttributes{
 			"operator": {
-				{Verb: "get", Resource: "secrets", Namespace: "default"},
 				{Verb: "delete", Group: "apps", Resource: "deployments", Namespace: "default"},
 				{Verb: "update", Resource: "services", Namespace: "default"},
 				{Verb: "create", Resource: "configmaps", Namespace: "default"},
 				{Verb: "update", Group: "apps", Resource: "deployments", Subresource: "scale", Namespace: "default"},
+				// Fleet Leases: listed cluster-wide, written only in the install namespace.
+				{Verb: "watch", Group: "coordination.k8s.io", Resource: "leases"},
+				{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"},
 			},
 			"interceptor": {
 				{Verb: "create", Resource: "configmaps", Namespace: ns},
@@ -164,6 +168,8 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 				{Verb: "list", Group: "httpscale.dev", Resource: "httpscaledobjects"},
 				{Verb: "list", Resource: "nodes"},
 				{Verb: "get", Resource: "secrets", Namespace: ns},
+				{Verb: "get", Resource: "secrets", Namespace: "default", Name: "any"},
+				{Verb: "list", Resource: "secrets", Namespace: "default"},
 			},
 			"scaler": {
 				{Verb: "update", Group: "httpscale.dev", Resource: "httpscaledobjects", Namespace: "default"},
@@ -175,7 +181,11 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		everyone := []authorizationv1.ResourceAttributes{
 			{Verb: "list", Resource: "pods"},
 			{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "clusterrolebindings"},
-			{Verb: "list", Resource: "secrets"},
+		}
+		// The operator reads Secrets cluster-wide: it must hold what it grants the interceptor (exactly
+		// the Secrets spec.tls names) and reports TLSReady from them. Nobody else may list them.
+		for _, c := range []string{"interceptor", "scaler"} {
+			denied[c] = append(denied[c], authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets"})
 		}
 		for _, c := range components {
 			client := kubernetes.NewForConfigOrDie(tokens[c])
@@ -196,6 +206,10 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
 			g.Expect(*lease.Spec.HolderIdentity).NotTo(BeEmpty())
+			// The leader announces its fleet (and lists every fleet's Lease, which needs no forbidden call).
+			fleet, err := cs.CoordinationV1().Leases(ns).Get(ctx, "default.fleet.httpscale.dev", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(fleet.Labels).To(HaveKeyWithValue("httpscale.dev/fleet", "default"))
 		}).WithContext(ctx).WithTimeout(60*time.Second).Should(Succeed(), p.logs)
 		Consistently(p.allowedSoFar).WithTimeout(3 * time.Second).Should(Succeed())
 		p.stop()
@@ -273,6 +287,40 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		Expect(fleet).To(HaveLen(1))
 	})
 
+	It("installs a second release for another fleet in the same namespace, whose webhook checks only that fleet's objects", func(ctx SpecContext) {
+		out, err := runHelm(GinkgoT(), helmArgs("install", "blue", chartDir, "--set", "fleet=blue")...)
+		Expect(err).NotTo(HaveOccurred(), out)
+		for _, name := range []string{"httpscale-operator", "httpscale-blue-operator"} {
+			_, err := cs.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred(), "ClusterRole %s", name)
+		}
+
+		// No operator runs, so a webhook that is asked fails the request (failurePolicy Fail); the
+		// error names the webhook, so it says which fleet's webhook the API server called.
+		hsos := dyn.Resource(httpscalev1alpha1.GroupVersion.WithResource("httpscaledobjects")).Namespace("default")
+		create := func(name, fleet string) error {
+			spec := map[string]any{"hosts": []any{name + ".example.com"}, "scaleTargetRef": map[string]any{"name": name, "service": name, "port": int64(80)}}
+			if fleet != "" {
+				spec["fleet"] = fleet
+			}
+			obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": httpscalev1alpha1.GroupVersion.String(), "kind": "HTTPScaledObject",
+				"metadata": map[string]any{"name": name}, "spec": spec}}
+			_, err := hsos.Create(ctx, obj, metav1.CreateOptions{})
+			return err
+		}
+		Expect(create("red", "")).To(MatchError(ContainSubstring(`failed calling webhook "httpscaledobjects.httpscale.dev"`)))
+		Expect(create("blue", "blue")).To(MatchError(ContainSubstring(`failed calling webhook "blue.httpscaledobjects.httpscale.dev"`)))
+		Expect(create("nobody", "nobody")).To(Succeed(), "no release serves fleet nobody, so no webhook is asked")
+		Expect(hsos.Delete(ctx, "nobody", metav1.DeleteOptions{})).To(Succeed())
+
+		out, err = runHelm(GinkgoT(), helmArgs("uninstall", "blue", "--wait")...)
+		Expect(err).NotTo(HaveOccurred(), out)
+		_, err = cs.RbacV1().ClusterRoles().Get(ctx, "httpscale-operator", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred(), "uninstalling fleet blue leaves the default fleet's release alone")
+		_, err = cs.AppsV1().Deployments(ns).Get(ctx, "httpscale-operator", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred(), "uninstalling fleet blue leaves the default fleet's release alone")
+	}, SpecTimeout(3*time.Minute))
+
 	It("leaves nothing of the release behind on helm uninstall except the CRD and what the operator wrote (lease, routing table)", func(ctx SpecContext) {
 		out, err := runHelm(GinkgoT(), helmArgs("uninstall", "httpscale", "--wait")...)
 		Expect(err).NotTo(HaveOccurred(), out)
@@ -298,7 +346,7 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 				left = append(left, gvr.Resource+"/"+o.GetName())
 			}
 		}
-		Expect(left).To(ConsistOf("leases/operator.httpscale.dev"))
+		Expect(left).To(ConsistOf("leases/operator.httpscale.dev", "leases/default.fleet.httpscale.dev"))
 
 		clusterKinds := []schema.GroupVersionResource{
 			{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},

@@ -53,7 +53,7 @@ var _ = AfterSuite(func(ctx SpecContext) {
 
 // expectUninstallLeaves runs `helm uninstall` (last, on a cluster about to be stopped) and checks that
 // of everything in the install namespace and everything cluster-scoped the chart made, only what
-// docs/install.md ("Uninstalling") lists remains: the CRD, the operator's Lease and routing-table
+// docs/install.md ("Uninstalling") lists remains: the CRD, the operator's Leases and routing-table
 // ConfigMaps (and what Kubernetes itself puts in every namespace).
 func expectUninstallLeaves(ctx context.Context) {
 	GinkgoHelper()
@@ -68,7 +68,7 @@ func expectUninstallLeaves(ctx context.Context) {
 		for _, o := range strings.Fields(left) {
 			switch {
 			case o == "serviceaccount/default", o == "configmap/kube-root-ca.crt": // every namespace has them
-			case o == "lease.coordination.k8s.io/operator.httpscale.dev":
+			case o == "lease.coordination.k8s.io/operator.httpscale.dev", o == "lease.coordination.k8s.io/default.fleet.httpscale.dev":
 			case strings.HasPrefix(o, "configmap/httpscale-routing-table"):
 			default:
 				unexpected = append(unexpected, o)

@@ -16,6 +16,9 @@ import (
 	"github.com/httpscale/httpscale/pkg/config"
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/queue"
+	"github.com/httpscale/httpscale/pkg/tracing"
+	"github.com/httpscale/httpscale/pkg/version"
+	"github.com/httpscale/httpscale/pkg/tlsterm"
 )
 
 // dialFunc dials upstream connections (net.Dialer.DialContext's signature).
@@ -62,7 +65,18 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 	if err != nil {
 		return servers{}, fmt.Errorf("registering proxy metrics: %w", err)
 	}
+	drained := make(chan struct{})
+	// Tracing (off unless the OTEL_* environment sets an OTLP endpoint) flushes after the drain,
+	// whose requests end spans too.
+	tp, err := tracing.New(context.Background(), tracing.Options{
+		ServiceName: "httpscale-interceptor", ServiceVersion: version.Version,
+		After: drained, Log: log.WithName("tracing"),
+	})
+	if err != nil {
+		return servers{}, err
+	}
 	p, err := proxy.New(proxy.Options{
+		Tracer:                tp.Tracer("github.com/httpscale/httpscale/pkg/proxy"),
 		Tables:                kube.tables,
 		Endpoints:             kube.endpoints,
 		Registry:              reg,
@@ -99,9 +113,40 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		Drained:      make(chan struct{}),
 		Log:          log.WithName("proxy"),
 	}
+	runnables := []manager.Runnable{proxySrv}
+	var tlsSrv *tlsterm.Server
+	if cfg.TLSAddr != "" {
+		if kube.certs == nil {
+			return servers{}, fmt.Errorf("--tls-bind-address needs Kubernetes: certificates come from Secrets")
+		}
+		tlsSrv = &tlsterm.Server{
+			Addr:         cfg.TLSAddr,
+			Store:        kube.certs,
+			Handler:      p.Engine(),
+			DrainDelay:   cfg.DrainDelay,
+			DrainTimeout: cfg.DrainTimeout,
+			WaitIdle:     p.WaitUpgrades,
+			Drained:      make(chan struct{}),
+			Log:          log.WithName("tls"),
+		}
+		runnables = append(runnables, tlsSrv)
+	}
+	// The admin port answers, and tracing waits to flush, until every proxy port has drained.
+	go func() {
+		<-proxySrv.Drained
+		if tlsSrv != nil {
+			<-tlsSrv.Drained
+		}
+		close(drained)
+	}()
 	ready := func() error {
 		if err := proxySrv.Ready(); err != nil {
 			return err
+		}
+		if tlsSrv != nil {
+			if err := tlsSrv.Ready(); err != nil {
+				return err
+			}
 		}
 		if kube.ready != nil {
 			return kube.ready()
@@ -123,10 +168,14 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 			Metrics: promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{}),
 			Stop:    stopStreams,
 		}),
-		After:        proxySrv.Drained,
+		After:        drained,
 		OnShutdown:   func() { close(stopStreams) },
 		DrainTimeout: adminDrainTimeout,
 		Log:          log.WithName("admin"),
 	}
-	return servers{runnables: []manager.Runnable{proxySrv, adminSrv}, ready: ready}, nil
+	runnables = append(runnables, adminSrv)
+	if tp != nil {
+		runnables = append(runnables, tp)
+	}
+	return servers{runnables: runnables, ready: ready}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/routing"
 	"github.com/httpscale/httpscale/pkg/tablewatch"
+	"github.com/httpscale/httpscale/pkg/tlsterm"
 )
 
 // kubeParts are the interceptor's Kubernetes-facing parts the request path depends on.
@@ -30,6 +31,8 @@ type kubeParts struct {
 	ready func() error
 	// zone is this replica's zone, "" when unknown.
 	zone string
+	// certs holds the apps' TLS certificates; nil when the TLS port is off.
+	certs *tlsterm.Store
 }
 
 // wireKubernetes builds the routing-table watch and the EndpointSlice cache and adds them to mgr.
@@ -48,12 +51,25 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating endpoint cache: %w", err)
 	}
-	table, err := tablewatch.NewForClient(cs, tablewatch.Options{Namespace: cfg.Namespace, Resync: cfg.TableResync, Log: log.WithName("routing"), Registerer: metrics})
+	table, err := tablewatch.NewForClient(cs, tablewatch.Options{Namespace: cfg.Namespace, Base: cfg.TableName, Resync: cfg.TableResync, Log: log.WithName("routing"), Registerer: metrics})
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating routing-table watch: %w", err)
 	}
 	// Registered first, so a new app's Service is watched before the proxy can route to it.
 	table.OnChange(cache.OnTable)
+	var certs *tlsterm.Store
+	if cfg.TLSAddr != "" {
+		def, err := cfg.TLSDefaultSecretKey()
+		if err != nil {
+			return kubeParts{}, err
+		}
+		certs = tlsterm.NewStore(def)
+		secrets := tlsterm.NewWatcher(cs, certs, log.WithName("tls"))
+		table.OnChange(secrets.OnTable)
+		if err := mgr.Add(secrets); err != nil {
+			return kubeParts{}, fmt.Errorf("adding TLS Secret watch: %w", err)
+		}
+	}
 	if err := mgr.Add(table); err != nil {
 		return kubeParts{}, fmt.Errorf("adding routing-table watch: %w", err)
 	}
@@ -65,6 +81,7 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 		endpoints:     cache,
 		onTableChange: table.OnChange,
 		zone:          zone,
+		certs:         certs,
 		ready: func() error {
 			if err := table.Ready(); err != nil {
 				return err

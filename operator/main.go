@@ -54,7 +54,7 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 		LogWriter: logs,
 		Options: func(o *manager.Options) {
 			o.LeaderElection = cfg.LeaderElect
-			o.LeaderElectionID = "operator.httpscale.dev"
+			o.LeaderElectionID = controller.LeaderElectionID(cfg.Fleet)
 			o.LeaderElectionNamespace = cfg.Namespace
 			// Hand leadership over at once on SIGTERM instead of letting the next replica wait out the lease.
 			o.LeaderElectionReleaseOnCancel = true
@@ -76,18 +76,20 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 func options(cfg *config.Operator) controller.Options {
 	sel, _ := cfg.Selector() // Validate already parsed it
 	return controller.Options{
-		Namespace:               cfg.Namespace,
-		WatchNamespaces:         cfg.WatchNamespaces,
-		TableName:               cfg.TableName,
-		ScalerAddress:           cfg.ScalerAddress,
-		InterceptorSelector:     sel,
-		InterceptorAdminPort:    cfg.InterceptorAdminPort,
-		ProbeInterval:           cfg.ProbeInterval,
-		ProbeTimeout:            cfg.ProbeTimeout,
-		TableDebounce:           cfg.TableDebounce,
-		TableMaxDelay:           cfg.TableMaxDelay,
-		MaxConcurrentReconciles: cfg.MaxConcurrentReconciles,
-		ClusterDomain:           cfg.ClusterDomain,
-		InterceptorProxyPort:    int32(cfg.InterceptorProxyPort),
+		Namespace:                 cfg.Namespace,
+		Fleet:                     cfg.Fleet,
+		WatchNamespaces:           cfg.WatchNamespaces,
+		TableName:                 cfg.TableName,
+		ScalerAddress:             cfg.ScalerAddress,
+		InterceptorSelector:       sel,
+		InterceptorAdminPort:      cfg.InterceptorAdminPort,
+		ProbeInterval:             cfg.ProbeInterval,
+		ProbeTimeout:              cfg.ProbeTimeout,
+		TableDebounce:             cfg.TableDebounce,
+		TableMaxDelay:             cfg.TableMaxDelay,
+		MaxConcurrentReconciles:   cfg.MaxConcurrentReconciles,
+		InterceptorServiceAccount: cfg.InterceptorServiceAccount,
+		ClusterDomain:             cfg.ClusterDomain,
+		InterceptorProxyPort:      int32(cfg.InterceptorProxyPort),
 	}
 }

@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -116,6 +117,33 @@ var _ = Describe("HTTPScaledObject admission", func() {
 		Entry("a trigger authentication of another kind", func(o *v1.HTTPScaledObject) {
 			o.Spec.Scaling = &v1.Scaling{Triggers: []v1.ScalingTrigger{{Type: "prometheus", AuthenticationRef: &v1.TriggerAuthenticationRef{Name: "a", Kind: "Secret"}}}}
 		}, "spec.scaling.triggers[0].authenticationRef.kind", "supported values"),
+		Entry("ignored path without a leading slash", func(o *v1.HTTPScaledObject) { o.Spec.IgnoredPaths = []v1.PathPrefix{"healthz"} },
+			"spec.ignoredPaths[0]", "path prefix must start with /"),
+		Entry("static route with a response and a service", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Response: &v1.StaticResponse{}, Service: &v1.StaticService{Name: "ping", Port: 80}}}
+		}, "spec.staticRoutes[0]", "needs exactly one of response (answered by the interceptor) or service"),
+		Entry("static route with neither", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping"}}
+		}, "spec.staticRoutes[0]", "needs exactly one of response"),
+		Entry("static route service that is not a Service name", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Service: &v1.StaticService{Name: "Ping", Port: 80}}}
+		}, "spec.staticRoutes[0].service.name", "must be the name of a Service"),
+		Entry("static response status out of range", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Response: &v1.StaticResponse{StatusCode: 99}}}
+		}, "spec.staticRoutes[0].response.statusCode", "greater than or equal to 200"),
+		Entry("the same static route twice", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Response: &v1.StaticResponse{}}, {PathPrefix: "/ping", Response: &v1.StaticResponse{}}}
+		}, "spec.staticRoutes[1]", "Duplicate value"),
+		Entry("fleet that is not a DNS label", func(o *v1.HTTPScaledObject) { o.Spec.Fleet = "Team_A" },
+			"spec.fleet", "should match"),
+		Entry("fleet longer than a release's names allow", func(o *v1.HTTPScaledObject) { o.Spec.Fleet = strings.Repeat("a", 31) },
+			"spec.fleet", "may not be more than 30"),
+		Entry("waiting page html over 16384 characters", func(o *v1.HTTPScaledObject) {
+			o.Spec.ColdStart = &v1.ColdStart{WaitingPage: &v1.WaitingPage{Enabled: true, HTML: strings.Repeat("é", 16385)}}
+		}, "spec.coldStart.waitingPage.html", "keep the page to 16384 characters at most"),
+		Entry("waiting page refresh negative", func(o *v1.HTTPScaledObject) {
+			o.Spec.ColdStart = &v1.ColdStart{WaitingPage: &v1.WaitingPage{Enabled: true, RefreshSeconds: -1}}
+		}, "spec.coldStart.waitingPage.refreshSeconds", "greater than or equal to 1"),
 	)
 
 	It("defaults the mode to Proxy and accepts Serve with an extra trigger or with replicas.min of 1", func() {
@@ -140,6 +168,31 @@ var _ = Describe("HTTPScaledObject admission", func() {
 		warm.Spec.Mode = v1.ModeServe
 		warm.Spec.Replicas = &v1.ReplicaBounds{Min: ptr.To[int32](1)}
 		Expect(k8s.Create(ctx, warm)).To(Succeed())
+	})
+
+	It("accepts ignored paths and static routes and defaults a static response to 200", func() {
+		obj := valid("static")
+		obj.Spec.IgnoredPaths = []v1.PathPrefix{"/healthz"}
+		obj.Spec.StaticRoutes = []v1.StaticRoute{
+			{PathPrefix: "/ping", Response: &v1.StaticResponse{Body: "pong"}},
+			{PathPrefix: "/status", Service: &v1.StaticService{Name: "status", Port: 8080}},
+		}
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		got := &v1.HTTPScaledObject{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		Expect(got.Spec.IgnoredPaths).To(Equal(obj.Spec.IgnoredPaths))
+		Expect(got.Spec.StaticRoutes[0].Response).To(Equal(&v1.StaticResponse{StatusCode: 200, Body: "pong"}))
+		Expect(got.Spec.StaticRoutes[1].Service).To(Equal(&v1.StaticService{Name: "status", Port: 8080}))
+	})
+
+	It("accepts a waiting page of 16384 characters and defaults its refresh to 2 s", func() {
+		obj := valid("waiting-page")
+		obj.Spec.ColdStart = &v1.ColdStart{WaitingPage: &v1.WaitingPage{Enabled: true, HTML: strings.Repeat("é", 16384)}}
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		got := &v1.HTTPScaledObject{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		Expect(got.Spec.ColdStart.WaitingPage.RefreshSeconds).To(Equal(int32(2)))
+		Expect(got.Spec.ColdStart.WaitingPage.HTML).To(HaveLen(2 * 16384))
 	})
 
 	It("accepts a minimal object and fills in every default", func() {
@@ -170,6 +223,7 @@ var _ = Describe("HTTPScaledObject admission", func() {
 		obj.Spec.Hosts = []v1.Host{"*.example.com", "*", "api.example.com"}
 		obj.Spec.PathPrefixes = []v1.PathPrefix{"/", "/api/v1"}
 		obj.Spec.Headers = []v1.HeaderMatch{{Name: "X-Tenant", Value: ptr.To("blue")}, {Name: "X-Canary"}}
+		obj.Spec.Fleet = "zone-a"
 		obj.Spec.ScaleTargetRef = v1.ScaleTargetRef{APIVersion: "argoproj.io/v1alpha1", Kind: "Rollout", Name: "shop", Service: "shop", PortName: ptr.To("http")}
 		obj.Spec.Replicas = &v1.ReplicaBounds{Min: ptr.To[int32](1), Max: ptr.To[int32](1)}
 		obj.Spec.ScalingMetric = &v1.ScalingMetric{

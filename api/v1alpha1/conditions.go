@@ -16,6 +16,10 @@ const (
 	ConditionRoutingPropagated = "RoutingPropagated"
 	// ConditionScaledObjectReady is True when the KEDA ScaledObject for this app exists and is in sync.
 	ConditionScaledObjectReady = "ScaledObjectReady"
+	// ConditionTLSReady is reported only for objects with spec.tls: True when the referenced Secret
+	// exists, is of type kubernetes.io/tls and holds a certificate and key that belong together. It
+	// does not change Ready: plain HTTP routing works whatever the Secret holds.
+	ConditionTLSReady = "TLSReady"
 	// ConditionServing is reported in Serve mode only. True (reason Direct): the app's Service sends
 	// traffic straight to the app's pods. False with reason Proxying: the Service's port is redirected
 	// to the interceptors (the app is at or going to zero, or its pods are not ready yet). False with

@@ -51,6 +51,27 @@ type HTTPScaledObjectSpec struct {
 	// +listMapKey=name
 	Headers []HeaderMatch `json:"headers,omitempty"`
 
+	// IgnoredPaths are path prefixes of this app (on its hosts and headers, inside its pathPrefixes)
+	// whose requests are forwarded while the app has a ready replica but never count toward scaling
+	// and never wake it: a load balancer's health checks do not keep the app from scaling to zero. At
+	// zero such a request is answered at once with 503, Retry-After and X-Httpscale-Idle: true. They
+	// are routes of their own: the longest matching prefix wins across objects, and a prefix another
+	// object routes with the same hosts and headers is a conflict (see status).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=set
+	IgnoredPaths []PathPrefix `json:"ignoredPaths,omitempty"`
+
+	// StaticRoutes are path prefixes (on this app's hosts and headers) answered without the app: by
+	// the interceptor itself with a fixed response, or by a fixed Service. They never count toward
+	// scaling and never wake the app. Matched like pathPrefixes: the longest prefix wins across
+	// objects; the same prefix, hosts and headers routed by another object is a conflict.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=pathPrefix
+	StaticRoutes []StaticRoute `json:"staticRoutes,omitempty"`
+
 	// ScaleTargetRef names the workload to scale and the Service (and port) that receives its traffic.
 	ScaleTargetRef ScaleTargetRef `json:"scaleTargetRef"`
 
@@ -68,6 +89,16 @@ type HTTPScaledObjectSpec struct {
 	// Scaling adds autoscaler inputs to the interceptor's traffic metrics.
 	// +optional
 	Scaling *Scaling `json:"scaling,omitempty"`
+	// Fleet names the httpscale installation that routes and scales this app: the operator,
+	// interceptors and scaler of the Helm release installed with the same `fleet` value. Empty means
+	// the default fleet, "default". Only that release's operator writes the object's route, KEDA
+	// ScaledObject and status; a fleet no running operator serves is reported in condition Ready
+	// (reason FleetNotServed). Changing it moves the app: the old fleet's interceptors stop routing it
+	// and the new fleet's start.
+	// +optional
+	// +kubebuilder:validation:MaxLength=30
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Fleet string `json:"fleet,omitempty"`
 
 	// Replicas bounds the workload's replica count. min 0 enables scale to zero.
 	// +optional
@@ -104,6 +135,11 @@ type HTTPScaledObjectSpec struct {
 	// Forwarding controls how interceptors send this app's requests to it.
 	// +optional
 	Forwarding *Forwarding `json:"forwarding,omitempty"`
+
+	// TLS makes the interceptors terminate TLS for this object's hosts on their TLS port, with the
+	// certificate of a Secret in this object's namespace. See TLS.
+	// +optional
+	TLS *TLS `json:"tls,omitempty"`
 
 	// Schedules set the replica bounds at scheduled times (cron with time zones), to have capacity in
 	// place before a known peak. See ScheduleRule.
@@ -182,6 +218,23 @@ type TriggerAuthenticationRef struct {
 	// +optional
 	// +kubebuilder:validation:Enum=TriggerAuthentication;ClusterTriggerAuthentication
 	Kind string `json:"kind,omitempty"`
+}
+
+// TLS names the certificate the interceptors present for an object's hosts.
+//
+// On their TLS port the interceptors choose a certificate by the client's SNI: an exact host of some
+// object first, then the most specific wildcard host (*.example.com, as routing matches it), then an
+// object with host *, then the fleet's default certificate (chart value interceptor.tls.defaultSecret);
+// with none of these the handshake fails. An object whose Secret is missing or invalid serves no
+// certificate (condition TLSReady is False) and its hosts fall through to the next rule; other objects
+// are unaffected. The certificate is reloaded without a restart when the Secret changes.
+type TLS struct {
+	// SecretName is a Secret of type kubernetes.io/tls in this object's namespace, holding tls.crt (the
+	// PEM certificate chain, leaf first) and tls.key. The operator lets the interceptors read exactly
+	// this Secret and no other.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')`,message="tls.secretName must be the name of a Secret in this namespace: a non-empty lowercase DNS name"
+	SecretName string `json:"secretName"`
 }
 
 // Forwarding controls how interceptors send an app's requests to it.
@@ -275,6 +328,17 @@ const (
 	DefaultMaxReplicas int32 = 100
 )
 
+// DefaultFleet is the fleet of objects that name none, and of an install that sets no fleet.
+const DefaultFleet = "default"
+
+// FleetName returns the fleet that serves the object: Fleet, or DefaultFleet when it is empty.
+func (s *HTTPScaledObjectSpec) FleetName() string {
+	if s.Fleet == "" {
+		return DefaultFleet
+	}
+	return s.Fleet
+}
+
 // Bounds returns the spec's min and max replicas, defaults filled in.
 func (s *HTTPScaledObjectSpec) Bounds() (minReplicas, maxReplicas int32) {
 	minReplicas, maxReplicas = DefaultMinReplicas, DefaultMaxReplicas
@@ -361,6 +425,32 @@ type ColdStart struct {
 	// fallback is set).
 	// +optional
 	Placeholder *Placeholder `json:"placeholder,omitempty"`
+
+	// WaitingPage answers browser navigations (GET or HEAD accepting text/html) to the app at zero at
+	// once with a page that reloads itself until the app is up, instead of holding them; the request
+	// still wakes the app. Other requests are held as usual.
+	// +optional
+	WaitingPage *WaitingPage `json:"waitingPage,omitempty"`
+}
+
+// WaitingPage is the page browsers get while the app wakes: status 503 with Retry-After and a
+// Refresh header, never cached.
+type WaitingPage struct {
+	// Enabled turns the waiting page on.
+	Enabled bool `json:"enabled"`
+
+	// RefreshSeconds is how long the browser waits before asking again.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=60
+	RefreshSeconds int32 `json:"refreshSeconds,omitempty"`
+
+	// HTML replaces the built-in page (served as text/html; charset=utf-8). The Refresh header reloads
+	// it whatever it contains. At most 16384 characters.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule=`self.size() <= 16384`,message="waitingPage.html is too long: keep the page to 16384 characters at most (inline small styles, link larger assets), or leave html empty for the built-in page"
+	HTML string `json:"html,omitempty"`
 }
 
 // FallbackService is a Service in the HTTPScaledObject's namespace that serves requests the app could
@@ -406,14 +496,63 @@ type Placeholder struct {
 	Body string `json:"body,omitempty"`
 }
 
+// StaticRoute is a path prefix answered without the app, by a fixed response or a fixed Service.
+// +kubebuilder:validation:XValidation:rule="has(self.response) != has(self.service)",message="a static route needs exactly one of response (answered by the interceptor) or service (forwarded to a fixed Service)"
+type StaticRoute struct {
+	// PathPrefix the route answers, matched on whole segments like pathPrefixes.
+	PathPrefix PathPrefix `json:"pathPrefix"`
+
+	// Response is answered by the interceptor itself.
+	// +optional
+	Response *StaticResponse `json:"response,omitempty"`
+
+	// Service receives the requests, through its cluster address (it is not scaled by this object).
+	// +optional
+	Service *StaticService `json:"service,omitempty"`
+}
+
+// StaticResponse is a fixed answer.
+type StaticResponse struct {
+	// StatusCode of the response.
+	// +optional
+	// +kubebuilder:default=200
+	// +kubebuilder:validation:Minimum=200
+	// +kubebuilder:validation:Maximum=599
+	StatusCode int32 `json:"statusCode,omitempty"`
+
+	// Headers added to the response.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.matches(r'^[A-Za-z0-9!#$%&*+.^_|~-]+$') && k.size() <= 256)`,message="static response header names must be HTTP tokens such as Content-Type"
+	Headers map[string]string `json:"headers,omitempty"`
+
+	// Body of the response.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Body string `json:"body,omitempty"`
+}
+
+// StaticService is a Service in the HTTPScaledObject's namespace, reached through its cluster address.
+type StaticService struct {
+	// Name of the Service.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z]([-a-z0-9]*[a-z0-9])?$')`,message="staticRoutes service.name must be the name of a Service: a non-empty lowercase DNS label"
+	Name string `json:"name"`
+
+	// Port of the Service.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
+
 // HTTPScaledObjectStatus reports what the operator made of the object.
 type HTTPScaledObjectStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Valid, Conflict, RoutingPropagated, ScaledObjectReady, and Serving in Serve
-	// mode.
+	// Conditions: Ready, Valid, Conflict, RoutingPropagated, ScaledObjectReady, TLSReady when spec.tls
+	// is set, and Serving in Serve mode.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -465,6 +604,7 @@ type RoutingStatus struct {
 // +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="RoutingPropagated")].status`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Path",type=string,JSONPath=`.status.conditions[?(@.type=="Serving")].reason`
+// +kubebuilder:printcolumn:name="Fleet",type=string,priority=1,JSONPath=`.spec.fleet`
 // +kubebuilder:printcolumn:name="Interceptors",type=integer,priority=1,JSONPath=`.status.routing.interceptorsReady`
 // +kubebuilder:printcolumn:name="Table",type=string,priority=1,JSONPath=`.status.routing.tableVersion`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

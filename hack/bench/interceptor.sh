@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Loopback benchmark of the interceptor's request path (pkg/proxy), side by side in one run:
 #   1. for each of SCENARIOS (body:connections; "tiny:64 16k:64 tiny:512" by default: a 2-byte
-#      answer over 64 connections, a 16 KiB one over 64, a 2-byte one over 512), wrk -t2 -cN:
+#      answer over 64 connections, a 16 KiB one over 64, a 2-byte one over 512; a body is "tiny",
+#      a response of <N>k or <N>m, e.g. 256k or 1m, or an upload up<size>, e.g. up16k or up1m: a POST
+#      with that Content-Length answered with 2 bytes), wrk -t2 -cN:
 #      backend direct vs through the proxy (its raw path on event
 #      loops, the default) vs through the proxy with the raw path on a goroutine per connection
 #      (proxy-g, --event-loops=0) vs through the proxy with its server-side fast path off
@@ -12,7 +14,9 @@
 #   2. latency at a fixed RATE req/s (hack/bench/rate, open loop) for the same three targets;
 #   3. cold start (hack/bench/coldstart): endpoint ready -> held request forwarded, and HELD
 #      requests held at once (proxy RSS, all answered).
-# SECTIONS (default "wrk rate cold") picks the parts to run.
+# SECTIONS (default "wrk rate cold") picks the parts to run; TARGETS (default all seven) the wrk targets.
+# BEFORE=<git revision> adds the target "before": hack/bench/proxy built from that revision (git
+# archive into the temporary folder), with its defaults, for before/after figures in one run.
 # Needs wrk and nginx (apt-get install -y wrk nginx-light). Every process it starts is stopped by PID.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,6 +29,7 @@ TRIALS=${TRIALS:-100}
 HELD=${HELD:-10000}
 SCENARIOS=${SCENARIOS:-tiny:64 16k:64 tiny:512}
 SECTIONS=${SECTIONS:-wrk rate cold}
+TARGETS=${TARGETS:-direct proxy proxy-g proxy-std nginx nginx-xf relay}
 
 work=$(mktemp -d /tmp/httpscale-bench.XXXXXX)
 pids=()
@@ -43,6 +48,12 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
 
 go build -o "$work/" ./hack/bench/backend ./hack/bench/proxy ./hack/bench/relay ./hack/bench/rate ./hack/bench/coldstart
+if [[ -n ${BEFORE:-} ]]; then
+	mkdir "$work/before-src"
+	git archive "$BEFORE" | tar -x -C "$work/before-src"
+	(cd "$work/before-src" && go build -o "$work/proxy-before" ./hack/bench/proxy)
+	[[ " $TARGETS " == *" before "* ]] || TARGETS="$TARGETS before"
+fi
 BE=$(free_port); PX=$(free_port); AD=$(free_port); NG=$(free_port); CB=$(free_port); RL=$(free_port)
 PS=$(free_port); AS=$(free_port); NX=$(free_port); PG=$(free_port); AG=$(free_port)
 
@@ -56,6 +67,11 @@ proxystd_pid=$!; pids+=($proxystd_pid)
 proxyg_pid=$!; pids+=($proxyg_pid)
 "$work/relay" -listen "127.0.0.1:$RL" -backend "127.0.0.1:$BE" &
 relay_pid=$!; pids+=($relay_pid)
+PB=$(free_port); AB=$(free_port); before_pid=; waits=()
+if [[ -n ${BEFORE:-} ]]; then
+	"$work/proxy-before" -listen "127.0.0.1:$PB" -admin "127.0.0.1:$AB" -backend "127.0.0.1:$BE" &
+	before_pid=$!; pids+=($before_pid); waits=("$PB" "$AB")
+fi
 mkdir -p "$work/nginx/logs"
 cat >"$work/nginx/nginx.conf" <<CONF
 worker_processes 2;
@@ -65,6 +81,9 @@ error_log $work/nginx/logs/error.log warn;
 events { worker_connections 4096; }
 http {
   access_log off;
+  # Uploads are streamed to the backend as the proxy streams them (no temporary file), any size.
+  client_max_body_size 0;
+  proxy_request_buffering off;
   client_body_temp_path $work/nginx/body;
   proxy_temp_path $work/nginx/proxy;
   fastcgi_temp_path $work/nginx/fastcgi;
@@ -89,7 +108,7 @@ http {
 CONF
 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/logs/error.log" &
 nginx_pid=$!; pids+=($nginx_pid)
-for p in "$BE" "$PX" "$AD" "$NG" "$NX" "$RL" "$PS" "$AS" "$PG" "$AG"; do wait_port "$p"; done
+for p in "$BE" "$PX" "$AD" "$NG" "$NX" "$RL" "$PS" "$AS" "$PG" "$AG" "${waits[@]}"; do wait_port "$p"; done
 
 # cpu_ticks PID...: user+system clock ticks used so far by the processes (and nginx's workers).
 cpu_ticks() {
@@ -103,19 +122,29 @@ cpu_ticks() {
 nginx_pids() { echo "$nginx_pid" $(ps --ppid "$nginx_pid" -o pid= 2>/dev/null); }
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 trap 'echo "load average at the end: $(cut -d" " -f1-3 /proc/loadavg)"; cleanup' EXIT
-targets="direct proxy proxy-g proxy-std nginx nginx-xf relay"
-declare -A port=([direct]=$BE [proxy]=$PX [proxy-g]=$PG [proxy-std]=$PS [nginx]=$NG [nginx-xf]=$NX [relay]=$RL)
+targets=$TARGETS
+# kib SIZE: a size such as 16k or 1m in KiB.
+kib() { case $1 in *k) echo "${1%k}" ;; *m) echo $(( ${1%m} * 1024 )) ;; *) echo "bad size $1" >&2; return 1 ;; esac; }
+declare -A port=([direct]=$BE [proxy]=$PX [proxy-g]=$PG [proxy-std]=$PS [nginx]=$NG [nginx-xf]=$NX [relay]=$RL [before]=$PB)
 for scenario in $SCENARIOS; do
 [[ " $SECTIONS " == *" wrk "* ]] || break
 body=${scenario%%:*}; conns=${scenario##*:}
-path=/; [[ $body == 16k ]] && path=/16k
+path=/; wrkargs=()
+case $body in
+tiny) ;;
+up*)
+	printf 'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/octet-stream"\nwrk.body = string.rep("x", %d)\n' \
+		$(( $(kib "${body#up}") * 1024 )) >"$work/upload.lua"
+	wrkargs=(-s "$work/upload.lua") ;;
+*) path=/$(kib "$body")k ;;
+esac
 declare -A sum=() cpu=() reqs=()
-echo "== wrk -t2 -c$conns -d$DUR, $body body ($path), $ROUNDS interleaved rounds"
+echo "== wrk -t2 -c$conns -d$DUR, $body body ($path${wrkargs[*]:+, POST}), $ROUNDS interleaved rounds"
 for r in $(seq "$ROUNDS"); do
 	for t in $targets; do
-		case $t in proxy) procs="$proxy_pid" ;; proxy-g) procs="$proxyg_pid" ;; proxy-std) procs="$proxystd_pid" ;; nginx | nginx-xf) procs=$(nginx_pids) ;; relay) procs="$relay_pid" ;; *) procs="$backend_pid" ;; esac
+		case $t in proxy) procs="$proxy_pid" ;; before) procs="$before_pid" ;; proxy-g) procs="$proxyg_pid" ;; proxy-std) procs="$proxystd_pid" ;; nginx | nginx-xf) procs=$(nginx_pids) ;; relay) procs="$relay_pid" ;; *) procs="$backend_pid" ;; esac
 		before=$(cpu_ticks $procs)
-		out=$(wrk -t2 -c"$conns" -d"$DUR" --latency "http://127.0.0.1:${port[$t]}$path")
+		out=$(wrk -t2 -c"$conns" -d"$DUR" --latency "${wrkargs[@]}" "http://127.0.0.1:${port[$t]}$path")
 		used=$(( $(cpu_ticks $procs) - before ))
 		rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
 		n=$(awk '/requests in/ {print $1}' <<<"$out")
@@ -127,9 +156,13 @@ for r in $(seq "$ROUNDS"); do
 		sum[$t]=$(awk -v a="${sum[$t]:-0}" -v b="$rps" 'BEGIN {print a+b}')
 	done
 done
-awk -v d="${sum[direct]}" -v p="${sum[proxy]}" -v g="${sum[proxy-g]}" -v s="${sum[proxy-std]}" -v n="${sum[nginx]}" -v x="${sum[nginx-xf]}" -v f="${sum[relay]}" -v r="$ROUNDS" 'BEGIN {
-	printf "mean req/s: direct %.0f  proxy %.0f  proxy-g %.0f  proxy-std %.0f  nginx %.0f  nginx-xf %.0f  relay %.0f\n", d/r, p/r, g/r, s/r, n/r, x/r, f/r
-	printf "proxy/direct %.2f  proxy/nginx %.2f  proxy/nginx-xf %.2f  proxy/proxy-g %.2f  proxy-g/direct %.2f  proxy-g/nginx %.2f  proxy-std/direct %.2f  proxy-std/nginx %.2f  nginx/direct %.2f  relay/nginx %.2f\n", p/d, p/n, p/x, p/g, g/d, g/n, s/d, s/n, n/d, f/n }'
+printf 'mean req/s:'
+for t in $targets; do awk -v s="${sum[$t]}" -v r="$ROUNDS" -v t="$t" 'BEGIN { printf "  %s %.0f", t, s/r }'; done
+echo
+# ratio A B: A's throughput over B's, when both ran.
+ratio() { [[ -n ${sum[$1]:-} && -n ${sum[$2]:-} ]] && awk -v a="${sum[$1]}" -v b="${sum[$2]}" -v n="$1/$2" 'BEGIN { if (b > 0) printf "%s %.2f  ", n, a/b }' || true; }
+{ ratio proxy direct; ratio proxy nginx; ratio proxy before; ratio before nginx; ratio proxy nginx-xf; ratio proxy proxy-g; ratio proxy-g direct; ratio proxy-g nginx
+  ratio proxy-std direct; ratio proxy-std nginx; ratio nginx direct; ratio relay nginx; echo; }
 tck=$(getconf CLK_TCK)
 for t in $targets; do
 	awk -v c="${cpu[$t]}" -v n="${reqs[$t]}" -v tck="$tck" -v t="$t" 'BEGIN {

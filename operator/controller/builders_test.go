@@ -93,6 +93,7 @@ func fullObject() *v1.HTTPScaledObject {
 				QueueLimit:  ptr.To[int32](500),
 				Fallback:    &v1.FallbackService{Service: "sorry", Port: ptr.To[int32](8080)},
 				Placeholder: &v1.Placeholder{StatusCode: 503, Headers: map[string]string{"Retry-After": "5"}, Body: "starting"},
+				WaitingPage: &v1.WaitingPage{Enabled: true, RefreshSeconds: 4, HTML: "<p>opening</p>"},
 			},
 			Forwarding: &v1.Forwarding{ZoneAware: ptr.To(false), ViaService: true},
 		},
@@ -111,7 +112,8 @@ func TestBuildEntry(t *testing.T) {
 		Service:      "web", Port: 80, PortName: "http", TargetPort: 8080, Protocol: routing.ProtocolH2C,
 		Timeouts: routing.Timeouts{Readiness: 45 * time.Second, Request: 2 * time.Minute, ResponseHeader: 10 * time.Second},
 		ColdStart: routing.ColdStart{QueueLimit: 500, Fallback: fallback,
-			Placeholder: &routing.Placeholder{StatusCode: 503, Headers: map[string]string{"Retry-After": "5"}, Body: "starting"}},
+			Placeholder: &routing.Placeholder{StatusCode: 503, Headers: map[string]string{"Retry-After": "5"}, Body: "starting"},
+			WaitingPage: &routing.WaitingPage{Refresh: 4, HTML: "<p>opening</p>"}},
 		ZoneAware: ptr.To(false), ViaService: true,
 	}
 	if d := cmp.Diff(want, got); d != "" {

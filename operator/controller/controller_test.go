@@ -95,7 +95,8 @@ var _ = Describe("An HTTPScaledObject", func() {
 		h.Spec.PathPrefixes = []v1.PathPrefix{"/api"}
 		h.Spec.Headers = []v1.HeaderMatch{{Name: "X-Tenant", Value: ptr.To("blue")}}
 		h.Spec.Timeouts = &v1.Timeouts{Readiness: ptr.To(v1.Duration("20s")), ResponseHeader: ptr.To(v1.Duration("1500ms"))}
-		h.Spec.ColdStart = &v1.ColdStart{QueueLimit: ptr.To[int32](50), Placeholder: &v1.Placeholder{Body: "warming up"}}
+		h.Spec.ColdStart = &v1.ColdStart{QueueLimit: ptr.To[int32](50), Placeholder: &v1.Placeholder{Body: "warming up"},
+			WaitingPage: &v1.WaitingPage{Enabled: true, HTML: "<p>opening</p>"}}
 		h.Spec.Replicas = &v1.ReplicaBounds{Min: ptr.To[int32](1), Max: ptr.To[int32](7)}
 		h.Spec.ScaledownPeriod = ptr.To[int32](60)
 		h.Spec.ScalingMetric = &v1.ScalingMetric{
@@ -112,8 +113,9 @@ var _ = Describe("An HTTPScaledObject", func() {
 			Hosts: []string{"shop.example.com"}, PathPrefixes: []string{"/api"},
 			Headers: []routing.HeaderMatch{{Name: "X-Tenant", Value: ptr.To("blue")}},
 			Service: "shop", Port: 80, PortName: "web", TargetPort: 8080, Protocol: routing.ProtocolH2C,
-			Timeouts:  routing.Timeouts{Readiness: 20 * time.Second, ResponseHeader: 1500 * time.Millisecond},
-			ColdStart: routing.ColdStart{QueueLimit: 50, Placeholder: &routing.Placeholder{StatusCode: 503, Body: "warming up"}},
+			Timeouts: routing.Timeouts{Readiness: 20 * time.Second, ResponseHeader: 1500 * time.Millisecond},
+			ColdStart: routing.ColdStart{QueueLimit: 50, Placeholder: &routing.Placeholder{StatusCode: 503, Body: "warming up"},
+				WaitingPage: &routing.WaitingPage{Refresh: 2, HTML: "<p>opening</p>"}}, // refresh defaulted by the API server
 		}))
 
 		By("creating the KEDA ScaledObject, owned by the HTTPScaledObject")

@@ -33,6 +33,10 @@ const Finalizer = "httpscale.dev/routing-table"
 // watch event brings news (targets of kinds the operator does not watch).
 const invalidRecheck = 30 * time.Second
 
+// notRoutedRecheck is how often the main reconcile looks again at a valid object the routing
+// controller has not routed yet, should no table write bring it back first.
+const notRoutedRecheck = 5 * time.Second
+
 // +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/finalizers,verbs=update
@@ -49,19 +53,28 @@ const invalidRecheck = 30 * time.Second
 // sync and reports status, including the routing outcome the TableWriter reports. The routing entry
 // itself reaches the TableWriter through routeReconciler, which does not wait for any of this.
 type Reconciler struct {
-	Client        client.Client
+	Client client.Client
+	// Live reads an object from the API server when a patch found the cached copy stale.
+	Live          client.Reader
 	Recorder      events.EventRecorder
 	Targets       *TargetChecker
 	Table         *TableWriter
 	Prober        *Prober
 	ScalerAddress string
+	// Fleet is the fleet this operator serves ("" means v1.DefaultFleet); objects of other fleets are
+	// only let go (fleet.go).
+	Fleet string
+	// Fleets tells which fleets running operators serve; nil reports no object of an unserved fleet.
+	Fleets *FleetLeases
 	// Schedules runs spec.schedules; nil disables scheduled scaling.
 	Schedules *scheduler.Scheduler
 	// APIReader reads what the cache does not hold: the app Services' EndpointSlices and the
 	// workloads' pod templates, for Serve mode only.
 	APIReader client.Reader
 	Serve     ServeOptions
-	Log       logr.Logger
+	// Secrets reads the Secrets spec.tls names, uncached (the API reader).
+	Secrets client.Reader
+	Log     logr.Logger
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -81,23 +94,40 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("reading HTTPScaledObject %s: %w", key, err)
 	}
 
+	if !r.serves(hso) {
+		return r.foreign(ctx, hso, key)
+	}
+	if r.Fleets != nil && !r.Fleets.Announced() {
+		return ctrl.Result{RequeueAfter: time.Second}, nil // see FleetLeases.Announced
+	}
 	if !hso.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, hso, key)
 	}
-	if !controllerutil.ContainsFinalizer(hso, Finalizer) {
-		orig := hso.DeepCopy()
-		controllerutil.AddFinalizer(hso, Finalizer)
-		// A merge patch replaces the whole finalizer list: lock on resourceVersion so that another
-		// controller's concurrent finalizer is never dropped.
-		if err := r.Client.Patch(ctx, hso, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	entry, err := r.resolve(ctx, hso)
+	var inv *invalidError
+	if !errors.As(err, &inv) && err == nil && !controllerutil.ContainsFinalizer(hso, r.finalizer()) {
+		if !r.Table.Written().Contains(key) {
+			// Not routed yet. The routing controller adds the finalizer before it routes the object,
+			// and the table writer's Notify brings the object back here once a table holding it is
+			// written; until then this reconcile's writes (ScaledObject, events, status) would only
+			// compete with a burst's creates and finalizer patches for the API server, and race the
+			// routing controller's patch. The requeue is a safety net.
+			return ctrl.Result{RequeueAfter: notRoutedRecheck}, nil
+		}
+		// Routed without the finalizer (someone removed it, or this cache has not seen the routing
+		// controller's patch yet): put it back, so that the object cannot leave the API while
+		// interceptors still route it.
+		gone, err := r.addFinalizer(ctx, hso)
+		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer to %s: %w", key, err)
+		}
+		if gone || !hso.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, nil // its deletion brings it back (finalize)
 		}
 	}
 
 	orig := hso.DeepCopy()
 	result := ctrl.Result{}
-	entry, err := r.resolve(ctx, hso)
-	var inv *invalidError
 	switch {
 	case errors.As(err, &inv):
 		r.setCondition(hso, v1.ConditionValid, metav1.ConditionFalse, inv.Reason, inv.Message)
@@ -133,6 +163,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		result.RequeueAfter = recheck
 	}
 	r.setRoutingStatus(hso, key, inv == nil)
+	if err := r.setTLSStatus(ctx, hso); err != nil {
+		return ctrl.Result{}, err
+	}
 	r.setReady(hso)
 	hso.Status.ObservedGeneration = hso.Generation
 
@@ -148,7 +181,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // and a table without it was written (TableWriter.Released); the TableWriter's Notify brings the object
 // back here after that write.
 func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key string) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(hso, Finalizer) {
+	if !controllerutil.ContainsFinalizer(hso, r.finalizer()) {
 		return ctrl.Result{}, nil
 	}
 	// The app's Service is restored first, whatever happened while the operator was away.
@@ -159,7 +192,7 @@ func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	orig := hso.DeepCopy()
-	controllerutil.RemoveFinalizer(hso, Finalizer)
+	controllerutil.RemoveFinalizer(hso, r.finalizer())
 	if err := r.Client.Patch(ctx, hso, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer from %s: %w", key, err)
 	}
@@ -369,6 +402,7 @@ func (r *Reconciler) setCondition(hso *v1.HTTPScaledObject, typ string, status m
 	// Warnings are problems the user must fix; everything else is progress.
 	warning := typ == v1.ConditionConflict && status == metav1.ConditionTrue ||
 		typ == v1.ConditionValid && status == metav1.ConditionFalse ||
+		typ == v1.ConditionTLSReady && status == metav1.ConditionFalse ||
 		typ == v1.ConditionScaledObjectReady && status == metav1.ConditionFalse && reason != "NotValid" ||
 		typ == v1.ConditionServing && status == metav1.ConditionFalse && reason != v1.ServingReasonProxying
 	if prev == nil && !warning {

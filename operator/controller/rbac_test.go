@@ -62,6 +62,9 @@ var _ = Describe("The operator's generated RBAC", func() {
 		createStatefulSet(ns, "sts")
 		h := hso(ns, "sts", "rbac.example.com")
 		h.Spec.ScaleTargetRef.Kind = "StatefulSet"
+		// A TLS Secret: granting the interceptor access to it passes the API server's escalation check
+		// only if the operator holds that access itself.
+		h.Spec.TLS = &v1.TLS{SecretName: "sts-tls"}
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 
 		// A new leader first reconciles every existing object of the suite (and holds its first write
@@ -72,6 +75,8 @@ var _ = Describe("The operator's generated RBAC", func() {
 		Eventually(scaledObject(h), turn).ShouldNot(BeNil())
 		Eventually(condition(h, v1.ConditionReady), turn).Should(haveCondition(True, "Ready"))
 		Eventually(events(h), eventWait).Should(ContainElement("Normal ScaledObjectCreated"))
+		Eventually(condition(h, v1.ConditionTLSReady), turn).Should(haveCondition(False, "SecretNotFound"))
+		Eventually(tlsGrant(ns), turn).Should(HaveField("Rules", ConsistOf(HaveField("ResourceNames", Equal([]string{"sts-tls"})))))
 
 		Expect(k8s.Delete(ctx, h)).To(Succeed())
 		Eventually(isNotFound(h), turn).Should(BeTrue())

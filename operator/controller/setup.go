@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -83,6 +84,16 @@ type Options struct {
 	// InterceptorProxyPort is the interceptors' proxy port, the target of Serve mode's redirects;
 	// 0 means 8080.
 	InterceptorProxyPort int32
+	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace, which SecretGrants
+	// lets read the Secrets spec.tls names; empty grants nothing.
+	InterceptorServiceAccount string
+	// Fleet is the fleet this operator serves; "" means v1.DefaultFleet. Objects of other fleets are
+	// left to their operators.
+	Fleet string
+	// Identity names this replica in its fleet's Lease (the pod's name); "" means the host name.
+	Identity string
+	// FleetLeaseInterval paces the fleet Lease's renewal and the list of every fleet's; zero means 15 s.
+	FleetLeaseInterval time.Duration
 }
 
 // CacheOptions narrows the manager's cache to what the operator reads: HTTPScaledObjects and the
@@ -129,6 +140,10 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		return []string{targetIndexValue(gv.Group, ref.Kind, ref.Name)}
 	}); err != nil {
 		return nil, fmt.Errorf("indexing HTTPScaledObjects by scale target: %w", err)
+	}
+
+	if err := idx.IndexField(ctx, &v1.HTTPScaledObject{}, indexTLSSecret, tlsSecretIndex); err != nil {
+		return nil, fmt.Errorf("indexing HTTPScaledObjects by TLS Secret: %w", err)
 	}
 
 	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
@@ -195,8 +210,31 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	}
 	targets := &TargetChecker{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Discovery: disc, TTL: time.Minute, Now: time.Now,
 		Watched: map[schema.GroupVersionKind]bool{}}
+	fleetInterval := o.FleetLeaseInterval
+	if fleetInterval <= 0 {
+		fleetInterval = 15 * time.Second
+	}
+	identity := o.Identity
+	if identity == "" {
+		identity, _ = os.Hostname()
+	}
+	fleets := &FleetLeases{
+		Client:    mgr.GetClient(),
+		Reader:    mgr.GetAPIReader(),
+		Namespace: o.Namespace,
+		Fleet:     cmp.Or(o.Fleet, v1.DefaultFleet),
+		Identity:  identity,
+		Interval:  fleetInterval,
+		Now:       time.Now,
+		Log:       log.WithName("fleets"),
+		// Objects of a fleet that appeared or went away get (or lose) their FleetNotServed status.
+		OnChange: enqueueAll,
+	}
 	r := &Reconciler{
+		Fleet:         fleets.Fleet,
+		Fleets:        fleets,
 		Client:        mgr.GetClient(),
+		Live:          mgr.GetAPIReader(),
 		Recorder:      mgr.GetEventRecorder("httpscale-operator"),
 		Targets:       targets,
 		Table:         writer,
@@ -205,6 +243,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Schedules:     o.Schedules,
 		APIReader:     mgr.GetAPIReader(),
 		Serve:         ServeOptions{ProxyPort: cmp.Or(o.InterceptorProxyPort, 8080), ClusterDomain: o.ClusterDomain},
+		Secrets:       mgr.GetAPIReader(),
 		Log:           log,
 	}
 	if err := mgr.Add(writer); err != nil {
@@ -212,6 +251,9 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	}
 	if err := mgr.Add(prober); err != nil {
 		return nil, fmt.Errorf("adding propagation prober: %w", err)
+	}
+	if err := mgr.Add(fleets); err != nil {
+		return nil, fmt.Errorf("adding fleet Leases: %w", err)
 	}
 
 	// Creation and deletion of a workload re-validate the objects that scale it; updates never change
@@ -222,8 +264,6 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 			Named(name).
 			For(&v1.HTTPScaledObject{}, builder.WithPredicates(objects)).
 			Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexServices, nil, nil))).
-			// Serve mode: a redirect's owner is the oldest Serve-mode object on its Service.
-			Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient()))).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: workers,
 				// controller-runtime v0.24.1's priority queue can deadlock at shutdown when many keys are
@@ -249,7 +289,12 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if err != nil {
 		return nil, err
 	}
-	b.Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).WatchesRawSource(keys)
+	b.Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).WatchesRawSource(keys).
+		// A TLS Secret created, changed or deleted re-evaluates TLSReady of the objects naming it;
+		// only metadata is cached (the content is read when needed).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTLSSecret, nil, nil))).
+		// Serve mode: a redirect's owner is the oldest Serve-mode object on its Service.
+		Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient())))
 	// Serve mode: a workload's spec change (KEDA scaling it to zero) puts the redirect in place before
 	// its pods are gone.
 	for _, kind := range watchedTargets {
@@ -265,13 +310,23 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}
 	// The routing table's input: cached reads and a new object's finalizer patch; enough workers to
-	// keep the API server's round trips of a burst's patches overlapping.
-	rb, err := controllerFor("httpscaledobject-routing", routeInputChanged, 8)
+	// keep the API server's round trips of a burst's patches overlapping (see routeWorkers).
+	rb, err := controllerFor("httpscaledobject-routing", routeInputChanged, routeWorkers)
 	if err != nil {
 		return nil, err
 	}
 	if err := rb.Complete(&routeReconciler{r: r}); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject routing controller: %w", err)
+	}
+	if o.InterceptorServiceAccount != "" {
+		grants := &SecretGrants{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), ServiceAccount: o.InterceptorServiceAccount, ServiceAccountNamespace: o.Namespace}
+		err := ctrl.NewControllerManagedBy(mgr).Named("tls-secret-grants").
+			Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(byNamespace), builder.WithPredicates(tlsChanged)).
+			WithOptions(controller.Options{UsePriorityQueue: ptr.To(false)}).
+			Complete(grants)
+		if err != nil {
+			return nil, fmt.Errorf("building TLS Secret grant controller: %w", err)
+		}
 	}
 	return writer, nil
 }

@@ -107,6 +107,8 @@ func defaultOptions() controller.Options {
 		TableMaxDelay:           2 * time.Second,
 		MaxConcurrentReconciles: reconcilers(),
 		ClusterDomain:           "cluster.local",
+		// The chart's ServiceAccount; it need not exist for Roles to name it.
+		InterceptorServiceAccount: interceptorSA,
 	}
 }
 

@@ -40,6 +40,9 @@ type Written struct {
 	versions map[string]uint64
 	// introduced maps each key in the table to the table that first held its current generation.
 	introduced map[string]introduction
+	// snap numbers the writer's state this view was written from (TableWriter.write); zero before
+	// the first write of this process.
+	snap uint64
 }
 
 // Introduced returns the version of the first table that held key at generation, if the current
@@ -95,12 +98,15 @@ type TableWriter struct {
 	mu      sync.Mutex
 	state   *tableState
 	pending map[string]struct{} // existing objects not yet decided after start-up
-	// deleting holds, per key, the UID of an object being deleted whose removal the routing
-	// controller decided; decisions for that object made from an older read are stale and ignored.
-	deleting map[string]types.UID
-	touched  map[string]struct{} // keys decided since the last successful write
-	dirty    chan struct{}
-	initErr  error
+	// deleting holds, per key, the object being deleted whose removal the routing controller
+	// decided; decisions for that object made from an older read are stale and ignored.
+	deleting map[string]deletion
+	// snap numbers the states write took (under mu): a write whose snap is above a deletion's
+	// after was encoded without that object.
+	snap    uint64
+	touched map[string]struct{} // keys decided since the last successful write
+	dirty   chan struct{}
+	initErr error
 
 	// Owned by the Start goroutine: the shard ConfigMaps known to exist (nil: list them) and the
 	// head's last resourceVersion written.
@@ -147,8 +153,8 @@ func (w *TableWriter) Set(key string, c *candidate) {
 		}
 	}
 	w.mu.Lock()
-	if uid, ok := w.deleting[key]; ok && c != nil {
-		if c.uid == uid {
+	if d, ok := w.deleting[key]; ok && c != nil {
+		if c.uid == d.uid {
 			w.mu.Unlock()
 			return // decided from a read older than the deletion
 		}
@@ -168,11 +174,20 @@ func (w *TableWriter) SetDeleting(key string, uid types.UID) {
 	w.init()
 	w.mu.Lock()
 	if w.deleting == nil {
-		w.deleting = map[string]types.UID{}
+		w.deleting = map[string]deletion{}
 	}
-	w.deleting[key] = uid
+	w.deleting[key] = deletion{uid: uid, after: w.snap}
 	w.mu.Unlock()
 	w.Set(key, nil)
+	// Even when the key was not in the table (an object that never resolved), Released waits for a
+	// write that took the state after this decision: ask for one (it writes nothing if nothing changed).
+	w.markDirty()
+}
+
+// deletion is a decision to take an object out of the table for good.
+type deletion struct {
+	uid   types.UID
+	after uint64 // the writer's snap when it was decided
 }
 
 // Gone records that no object has key any more (it was deleted): it leaves the table and is
@@ -186,13 +201,16 @@ func (w *TableWriter) Gone(key string) {
 }
 
 // Released reports whether the object uid being deleted is out of the written table for good: its
-// removal was decided (SetDeleting) and a table without it was written. Safe for concurrent use.
+// removal was decided (SetDeleting) and a table encoded after that decision was written without it.
+// A write already under way when the removal was decided may still publish the object (it took the
+// state before), so a view that merely lacks the key is not enough. Safe for concurrent use.
 func (w *TableWriter) Released(key string, uid types.UID) bool {
 	w.init()
 	w.mu.Lock()
-	decided := w.deleting[key] == uid
+	d, decided := w.deleting[key]
 	w.mu.Unlock()
-	return decided && !w.written.Load().Contains(key)
+	written := w.written.Load()
+	return decided && d.uid == uid && written.snap > d.after && !written.Contains(key)
 }
 
 func (w *TableWriter) markDirty() {
@@ -404,6 +422,8 @@ func (w *TableWriter) listShards(ctx context.Context) ([]*corev1.ConfigMap, erro
 // if the table's version changed.
 func (w *TableWriter) write(ctx context.Context) error {
 	w.mu.Lock()
+	w.snap++
+	snap := w.snap
 	for _, k := range w.state.decide() {
 		w.touched[k] = struct{}{}
 	}
@@ -434,6 +454,7 @@ func (w *TableWriter) write(ctx context.Context) error {
 		w.Tables.Add(1)
 	}
 	next := w.record(prev, manifest.Version, touched, conflicts)
+	next.snap = snap
 	w.written.Store(next)
 	w.mu.Lock()
 	for k := range touched {
@@ -507,7 +528,7 @@ func (w *TableWriter) announce(prev *Written, version string) *Written {
 	w.seq++
 	versions := maps.Clone(prev.versions)
 	versions[version] = w.seq
-	return &Written{Version: prev.Version, Conflicts: prev.Conflicts, versions: versions, introduced: prev.introduced}
+	return &Written{Version: prev.Version, Conflicts: prev.Conflicts, versions: versions, introduced: prev.introduced, snap: prev.snap}
 }
 
 // pruneVersions copies the versions whose sequence is at least oldest (no current entry was introduced

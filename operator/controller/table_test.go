@@ -379,7 +379,7 @@ func TestAffectedByAFleetChange(t *testing.T) {
 // A decision made from a read older than the object's deletion must not put it back; a new object
 // of the same name may.
 func TestDeletingIgnoresStaleDecisions(t *testing.T) {
-	w := &TableWriter{Log: logr.Discard()}
+	w := writerForTest(t, nil)
 	c := cand("ns/app", "app.example.com", time.Hour)
 	c.uid = "uid-1"
 	w.Set("ns/app", &c)
@@ -394,8 +394,14 @@ func TestDeletingIgnoresStaleDecisions(t *testing.T) {
 	if back {
 		t.Fatal("a stale decision put a deleting object back")
 	}
+	if w.Released("ns/app", "uid-1") {
+		t.Error("released before any table was written after its removal was decided")
+	}
+	if err := w.write(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if !w.Released("ns/app", "uid-1") {
-		t.Error("not released although never written and its removal decided")
+		t.Error("not released although its removal was decided and a table written since")
 	}
 	again := c
 	again.uid = "uid-2"
@@ -405,6 +411,85 @@ func TestDeletingIgnoresStaleDecisions(t *testing.T) {
 	w.mu.Unlock()
 	if !back {
 		t.Error("a new object of the same name was refused")
+	}
+}
+
+// clientSeeingWrites returns a fake client that calls seen with every object it created or updated,
+// after the write succeeded.
+func clientSeeingWrites(scheme *runtime.Scheme, seen func(client.Object)) client.WithWatch {
+	return fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := c.Create(ctx, obj, opts...); err != nil {
+				return err
+			}
+			seen(obj)
+			return nil
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := c.Update(ctx, obj, opts...); err != nil {
+				return err
+			}
+			seen(obj)
+			return nil
+		},
+	}).Build()
+}
+
+// writerForTest returns a writer on a fake client; onWrite, if not nil, sees every ConfigMap the
+// writer created or updated, after the fact.
+func writerForTest(t *testing.T, onWrite func(*corev1.ConfigMap)) *TableWriter {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	seen := func(obj client.Object) {
+		if cm, ok := obj.(*corev1.ConfigMap); ok && onWrite != nil {
+			onWrite(cm)
+		}
+	}
+	c := clientSeeingWrites(scheme, seen)
+	return &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
+		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard()}
+}
+
+// A write under way when an object's removal is decided took the state before the decision and
+// publishes the object: the object is released (its finalizer may go) only after a later write. A
+// burst caught this: objects deleted right after their first routing left the API while the table
+// the write in flight published still routed them.
+func TestReleasedWaitsForAWriteAfterTheDecision(t *testing.T) {
+	var w *TableWriter
+	var releasedDuringWrite []bool
+	w = writerForTest(t, func(cm *corev1.ConfigMap) {
+		if cm.Name != routing.DefaultBaseName || len(releasedDuringWrite) > 0 {
+			return
+		}
+		// The head holding ns/app is being written; the object is deleted now.
+		w.SetDeleting("ns/app", "uid-1")
+		releasedDuringWrite = append(releasedDuringWrite, w.Released("ns/app", "uid-1"))
+	})
+	c := cand("ns/app", "app.example.com", time.Hour)
+	c.uid = "uid-1"
+	w.Set("ns/app", &c)
+	ctx := context.Background()
+	if err := w.write(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(releasedDuringWrite) != 1 || releasedDuringWrite[0] {
+		t.Fatalf("released while the head was written: %v", releasedDuringWrite)
+	}
+	if !w.Written().Contains("ns/app") {
+		t.Fatal("the first write did not publish ns/app: the test proves nothing")
+	}
+	if w.Released("ns/app", "uid-1") {
+		t.Fatal("released after a write that published it")
+	}
+	if err := w.write(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w.Written().Contains("ns/app") || !w.Released("ns/app", "uid-1") {
+		t.Errorf("after a second write: contains %v, released %v; want false, true",
+			w.Written().Contains("ns/app"), w.Released("ns/app", "uid-1"))
 	}
 }
 
@@ -440,22 +525,7 @@ func TestVersionKnownBeforeTheHeadIsWritten(t *testing.T) {
 				unknown = append(unknown, m.Version)
 			}
 		}
-		c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
-			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				if err := c.Create(ctx, obj, opts...); err != nil {
-					return err
-				}
-				checkHead(obj)
-				return nil
-			},
-			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-				if err := c.Update(ctx, obj, opts...); err != nil {
-					return err
-				}
-				checkHead(obj)
-				return nil
-			},
-		}).Build()
+		c := clientSeeingWrites(scheme, checkHead)
 		w = &TableWriter{
 			Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
 			Debounce: 250 * time.Millisecond, MaxDelay: 2 * time.Second, StartupGrace: time.Minute,

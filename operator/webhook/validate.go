@@ -71,15 +71,9 @@ func Validate(spec *v1.HTTPScaledObjectSpec, loc *time.Location) (field.ErrorLis
 		return spec.Headers[i].Name, path.Child("headers").Index(i).Child("name")
 	})...)
 	if cs := spec.ColdStart; cs != nil && cs.Placeholder != nil {
-		seen := map[string]string{}
-		for _, name := range slices.Sorted(maps.Keys(cs.Placeholder.Headers)) {
-			if other, ok := seen[strings.ToLower(name)]; ok {
-				errs = append(errs, field.Duplicate(path.Child("coldStart", "placeholder", "headers").Key(name),
-					fmt.Sprintf("header %q is also given as %q; header names are case-insensitive, keep one", name, other)))
-			}
-			seen[strings.ToLower(name)] = name
-		}
+		errs = append(errs, uniqueHeaderKeys(path.Child("coldStart", "placeholder", "headers"), cs.Placeholder.Headers)...)
 	}
+	errs = append(errs, validateExtraRoutes(path, spec)...)
 	e, w := validateSchedules(path.Child("schedules"), spec, loc)
 	return append(errs, e...), append(warnings, w...)
 }
@@ -125,6 +119,20 @@ func validateSchedules(path *field.Path, spec *v1.HTTPScaledObjectSpec, loc *tim
 		}
 	}
 	return errs, warnings
+}
+
+// uniqueHeaderKeys reports header names of a response that differ only in case.
+func uniqueHeaderKeys(path *field.Path, headers map[string]string) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(headers)) {
+		if other, ok := seen[strings.ToLower(name)]; ok {
+			errs = append(errs, field.Duplicate(path.Key(name),
+				fmt.Sprintf("header %q is also given as %q; header names are case-insensitive, keep one", name, other)))
+		}
+		seen[strings.ToLower(name)] = name
+	}
+	return errs
 }
 
 // uniqueFold reports values that repeat case-insensitively.

@@ -62,6 +62,26 @@ func TestValidatorRejects(t *testing.T) {
 		{"placeholder headers differing only in case", "spec.coldStart.placeholder.headers", "header names are case-insensitive", func(o *v1.HTTPScaledObject) {
 			o.Spec.ColdStart = &v1.ColdStart{Placeholder: &v1.Placeholder{Headers: map[string]string{"Content-Type": "a", "content-type": "b"}}}
 		}},
+		{"ignored path outside the path prefixes", "spec.ignoredPaths[0]", "must lie inside one of pathPrefixes", func(o *v1.HTTPScaledObject) {
+			o.Spec.PathPrefixes = []v1.PathPrefix{"/api"}
+			o.Spec.IgnoredPaths = []v1.PathPrefix{"/apis/health"}
+		}},
+		{"ignored path twice", "spec.ignoredPaths[1]", "a trailing / does not matter", func(o *v1.HTTPScaledObject) {
+			o.Spec.IgnoredPaths = []v1.PathPrefix{"/healthz", "/healthz/"}
+		}},
+		{"static route on the root of an object without path prefixes", "spec.staticRoutes[0].pathPrefix", "also one of the app's pathPrefixes", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/", Response: &v1.StaticResponse{}}}
+		}},
+		{"static route on an ignored path", "spec.staticRoutes[0].pathPrefix", "also in ignoredPaths", func(o *v1.HTTPScaledObject) {
+			o.Spec.IgnoredPaths = []v1.PathPrefix{"/healthz"}
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/healthz/", Response: &v1.StaticResponse{}}}
+		}},
+		{"static route twice", "spec.staticRoutes[1].pathPrefix", "keep one", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Response: &v1.StaticResponse{}}, {PathPrefix: "/ping/", Service: &v1.StaticService{Name: "ping", Port: 80}}}
+		}},
+		{"static response headers differing only in case", "spec.staticRoutes[0].response.headers", "header names are case-insensitive", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Response: &v1.StaticResponse{Headers: map[string]string{"Content-Type": "a", "content-type": "b"}}}}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obj := validObject()
@@ -103,5 +123,18 @@ func TestValidatorLetsUnchangedSpecsThrough(t *testing.T) {
 	edited.Spec.Hosts = []v1.Host{"other.example.com"}
 	if _, err := v.ValidateUpdate(context.Background(), bad, edited); err == nil {
 		t.Error("a spec update that keeps an invalid rule must be rejected")
+	}
+}
+
+func TestValidatorAcceptsIgnoredPathsAndStaticRoutes(t *testing.T) {
+	obj := validObject()
+	obj.Spec.PathPrefixes = []v1.PathPrefix{"/api", "/healthz"}
+	obj.Spec.IgnoredPaths = []v1.PathPrefix{"/healthz", "/api/ready/"}
+	obj.Spec.StaticRoutes = []v1.StaticRoute{
+		{PathPrefix: "/ping", Response: &v1.StaticResponse{StatusCode: 200, Body: "pong"}},
+		{PathPrefix: "/api/status", Service: &v1.StaticService{Name: "status", Port: 8080}},
+	}
+	if warnings, err := (Validator{Location: time.UTC}).ValidateCreate(context.Background(), obj); err != nil || len(warnings) > 0 {
+		t.Errorf("ValidateCreate = %v, %v; want it accepted without warnings", warnings, err)
 	}
 }

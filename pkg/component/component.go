@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -67,8 +68,11 @@ func Run(ctx context.Context, spec Spec, args []string) error {
 	log := shutdownLogger(ctx, zap.New(zap.UseFlagOptions(&zapOpts))).WithName(spec.Name)
 	ctrl.SetLogger(log)
 	// client-go logs through klog (leader election among others): the same format, level and
-	// shutdown rule as everything else, instead of klog's own lines on stderr.
-	klog.SetLogger(log.WithName("client-go"))
+	// shutdown rule as everything else, instead of klog's own lines on stderr. klog's logger is a
+	// process global that client-go's goroutines read without a lock, so it is set once: a binary
+	// runs once per process, and tests that call Run again (with informers of an earlier run still
+	// winding down) must not write it under them.
+	klogOnce.Do(func() { klog.SetLogger(log.WithName("client-go")) })
 
 	if spec.WithoutKubernetes != nil {
 		if run := spec.WithoutKubernetes(); run != nil {
@@ -111,3 +115,6 @@ func Run(ctx context.Context, spec Spec, args []string) error {
 	log.Info("stopped cleanly")
 	return nil
 }
+
+// klogOnce guards klog.SetLogger in Run.
+var klogOnce sync.Once

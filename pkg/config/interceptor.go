@@ -4,7 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/httpscale/httpscale/pkg/proxy"
 )
@@ -15,10 +18,19 @@ type Interceptor struct {
 
 	// Namespace is the install namespace holding the routing-table ConfigMaps.
 	Namespace string
+	// TableName is the routing table's head ConfigMap (the operator's --routing-table-name).
+	TableName string
 	// ProxyAddr serves the proxied traffic (HTTP/1.1 and h2c).
 	ProxyAddr string
 	// AdminAddr serves pkg/admin's paths: /status /counts /wake /metrics /healthz /readyz.
 	AdminAddr string
+	// TLSAddr serves proxied traffic over TLS (HTTP/2 and HTTP/1.1 by ALPN) with each app's
+	// certificate chosen by SNI (pkg/tlsterm); "" turns the TLS port off.
+	TLSAddr string
+	// TLSDefaultSecret is the kubernetes.io/tls Secret ("name" in Namespace, or "namespace/name")
+	// whose certificate answers a server name no app's certificate serves; "" means such
+	// handshakes fail.
+	TLSDefaultSecret string
 
 	// Zone is this replica's zone; empty means the topology.kubernetes.io/zone label of NodeName.
 	Zone string
@@ -73,8 +85,11 @@ type Interceptor struct {
 func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	i.bind(fs, ":9091", "0")
 	fs.StringVar(&i.Namespace, "namespace", "httpscale-system", "Install namespace holding the routing-table ConfigMaps (env POD_NAMESPACE).")
+	fs.StringVar(&i.TableName, "routing-table-name", "httpscale-routing-table", "Name of the routing table's head ConfigMap, as the operator's --routing-table-name.")
 	fs.StringVar(&i.ProxyAddr, "proxy-bind-address", ":8080", "Address serving proxied traffic (HTTP/1.1 and h2c).")
 	fs.StringVar(&i.AdminAddr, "admin-bind-address", ":9090", "Address serving /status /counts /wake /metrics /healthz /readyz.")
+	fs.StringVar(&i.TLSAddr, "tls-bind-address", "", "Address serving proxied traffic over TLS with each app's certificate (spec.tls) chosen by SNI; empty turns TLS off.")
+	fs.StringVar(&i.TLSDefaultSecret, "tls-default-secret", "", "kubernetes.io/tls Secret (name in --namespace, or namespace/name) for server names no app's certificate serves; empty fails those handshakes.")
 	fs.StringVar(&i.Zone, "zone", "", "This replica's zone; empty reads the topology.kubernetes.io/zone label of the node named by NODE_NAME.")
 	fs.StringVar(&i.NodeName, "node-name", "", "Node this replica runs on (env NODE_NAME).")
 	fs.BoolVar(&i.ZoneAware, "zone-aware", true, "Prefer endpoints in this replica's zone (per-app override in the HTTPScaledObject).")
@@ -106,6 +121,23 @@ func (i *Interceptor) Validate() error {
 	if i.Namespace == "" {
 		errs = append(errs, errors.New("--namespace must not be empty"))
 	}
+	if i.TLSAddr != "" {
+		errs = append(errs, validateAddr("tls-bind-address", i.TLSAddr))
+		if i.Standalone != "" {
+			errs = append(errs, errors.New("--tls-bind-address works with Kubernetes only (certificates come from Secrets); drop it or --standalone"))
+		}
+	}
+	if i.TLSDefaultSecret != "" {
+		if i.TLSAddr == "" {
+			errs = append(errs, errors.New("--tls-default-secret needs --tls-bind-address"))
+		}
+		if _, err := i.TLSDefaultSecretKey(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if i.TableName == "" {
+		errs = append(errs, errors.New("--routing-table-name must not be empty"))
+	}
 	if i.MaxConnsPerEndpoint < 1 {
 		errs = append(errs, fmt.Errorf("--max-conns-per-endpoint %d: want at least 1", i.MaxConnsPerEndpoint))
 	}
@@ -136,4 +168,23 @@ func (i *Interceptor) Validate() error {
 		errs = append(errs, fmt.Errorf("--retry-after %s: want at least 1s (Retry-After is sent in whole seconds; 0 would ask clients to retry at once)", i.RetryAfter))
 	}
 	return errors.Join(errs...)
+}
+
+// TLSDefaultSecretKey returns --tls-default-secret as "namespace/name" (a bare name is in
+// --namespace), "" when unset.
+func (i *Interceptor) TLSDefaultSecretKey() (string, error) {
+	if i.TLSDefaultSecret == "" {
+		return "", nil
+	}
+	ns, name, found := strings.Cut(i.TLSDefaultSecret, "/")
+	if !found {
+		ns, name = i.Namespace, i.TLSDefaultSecret
+	}
+	if errs := validation.IsDNS1123Label(ns); ns == "" || len(errs) > 0 {
+		return "", fmt.Errorf("--tls-default-secret %q: the namespace must be a DNS label", i.TLSDefaultSecret)
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return "", fmt.Errorf("--tls-default-secret %q: the Secret name must be a DNS subdomain: %s", i.TLSDefaultSecret, strings.Join(errs, "; "))
+	}
+	return ns + "/" + name, nil
 }

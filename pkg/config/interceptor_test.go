@@ -45,3 +45,30 @@ func TestInterceptorValidateReportsEveryProblem(t *testing.T) {
 		}
 	}
 }
+
+func TestInterceptorTLSFlags(t *testing.T) {
+	c, err := parseInterceptor(t, "--namespace=edge", "--tls-bind-address=:8443", "--tls-default-secret=fleet-tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key, err := c.TLSDefaultSecretKey(); err != nil || key != "edge/fleet-tls" {
+		t.Errorf("default Secret %q, %v; want edge/fleet-tls (a bare name is in --namespace)", key, err)
+	}
+	c, err = parseInterceptor(t, "--tls-bind-address=:8443", "--tls-default-secret=certs/fleet-tls")
+	if key, _ := c.TLSDefaultSecretKey(); err != nil || key != "certs/fleet-tls" {
+		t.Errorf("default Secret %q, %v; want certs/fleet-tls", key, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-default-secret=fleet-tls"}, "--tls-default-secret needs --tls-bind-address"},
+		{[]string{"--tls-bind-address=:8443", "--tls-default-secret=Fleet_TLS"}, "the Secret name must be a DNS subdomain"},
+		{[]string{"--tls-bind-address=8443"}, "--tls-bind-address"},
+		{[]string{"--tls-bind-address=:8443", "--standalone=routes.yaml"}, "works with Kubernetes only"},
+	} {
+		if _, err := parseInterceptor(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error mentioning %q", tc.args, err, tc.want)
+		}
+	}
+}

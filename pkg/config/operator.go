@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -15,6 +16,9 @@ type Operator struct {
 	LeaderElect bool
 	// Namespace is where the operator is installed and writes the routing table.
 	Namespace string
+	// Fleet is the fleet this operator serves: the HTTPScaledObjects whose spec.fleet names it (empty
+	// spec.fleet is "default").
+	Fleet string
 	// WatchNamespaces limits the namespaces whose HTTPScaledObjects are reconciled; empty means all.
 	WatchNamespaces []string
 	// TableName is the routing table's head ConfigMap.
@@ -36,6 +40,9 @@ type Operator struct {
 	// InterceptorProxyPort is the interceptors' proxy port on their pods, the target of Serve mode's
 	// redirect slices.
 	InterceptorProxyPort int
+	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace; the operator lets it
+	// read exactly the Secrets HTTPScaledObjects name in spec.tls. Empty grants nothing.
+	InterceptorServiceAccount string
 	// Webhook configures the validating admission webhook and its certificate.
 	Webhook Webhook
 	// Schedules configures scheduled scaling.
@@ -47,6 +54,7 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	o.bind(fs, ":8081", ":8080")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "Elect one active operator replica.")
 	fs.StringVar(&o.Namespace, "namespace", "httpscale-system", "Namespace the operator is installed in; the routing table is written here.")
+	fs.StringVar(&o.Fleet, "fleet", "default", "Fleet this operator serves: the HTTPScaledObjects whose spec.fleet names it (an empty spec.fleet is \"default\").")
 	fs.Func("watch-namespaces", "Comma-separated namespaces whose HTTPScaledObjects are reconciled (default: all).", func(s string) error {
 		o.WatchNamespaces = splitList(s)
 		return nil
@@ -62,6 +70,7 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel reconciles.")
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "The cluster's DNS domain; Serve mode routes <service>.<namespace>.svc.<domain>.")
 	fs.IntVar(&o.InterceptorProxyPort, "interceptor-proxy-port", 8080, "The interceptors' proxy port on their pods, where Serve mode redirects an app's Service while the app is at zero.")
+	fs.StringVar(&o.InterceptorServiceAccount, "interceptor-service-account", "httpscale-interceptor", "The interceptor's ServiceAccount in --namespace, granted get/list/watch on exactly the Secrets HTTPScaledObjects name in spec.tls (a Role per namespace); empty grants nothing.")
 	o.Webhook.Bind(fs)
 	o.Schedules.Bind(fs)
 	o.loadEnv(fs)
@@ -72,6 +81,9 @@ func (o *Operator) Validate() error {
 	errs := []error{o.validate()}
 	if o.Namespace == "" {
 		errs = append(errs, errors.New("--namespace must not be empty"))
+	}
+	if !fleetName.MatchString(o.Fleet) || len(o.Fleet) > 30 {
+		errs = append(errs, fmt.Errorf("--fleet %q: want a lower-case DNS label of at most 30 characters (as spec.fleet)", o.Fleet))
 	}
 	if o.TableName == "" {
 		errs = append(errs, errors.New("--routing-table-name must not be empty"))
@@ -99,6 +111,9 @@ func (o *Operator) Validate() error {
 	errs = append(errs, o.Webhook.Validate(), o.Schedules.Validate())
 	return errors.Join(errs...)
 }
+
+// fleetName is the pattern of spec.fleet.
+var fleetName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 func splitList(s string) []string {
 	var out []string

@@ -25,8 +25,8 @@ func TestOperatorDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults do not validate: %v", err)
 	}
-	got := []any{o.Namespace, o.TableName, o.TableDebounce, o.TableMaxDelay, o.MaxConcurrentReconciles, o.LeaderElect, o.InterceptorAdminPort}
-	want := []any{"httpscale-system", "httpscale-routing-table", 250 * time.Millisecond, 2 * time.Second, 4, true, "admin"}
+	got := []any{o.Fleet, o.Namespace, o.TableName, o.TableDebounce, o.TableMaxDelay, o.MaxConcurrentReconciles, o.LeaderElect, o.InterceptorAdminPort}
+	want := []any{"default", "httpscale-system", "httpscale-routing-table", 250 * time.Millisecond, 2 * time.Second, 4, true, "admin"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}
@@ -48,11 +48,11 @@ func TestOperatorEnvironmentThenFlags(t *testing.T) {
 
 func TestOperatorValidateReportsEverything(t *testing.T) {
 	_, err := parseOperator(t, "--routing-table-max-delay=0s", "--max-concurrent-reconciles=0",
-		"--interceptor-admin-selector=a in (", "--namespace=")
+		"--interceptor-admin-selector=a in (", "--namespace=", "--fleet=Blue")
 	if err == nil {
 		t.Fatal("invalid settings validated")
 	}
-	for _, want := range []string{"--routing-table-max-delay", "--max-concurrent-reconciles", "--interceptor-admin-selector", "--namespace"} {
+	for _, want := range []string{"--routing-table-max-delay", "--max-concurrent-reconciles", "--interceptor-admin-selector", "--namespace", "--fleet"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}

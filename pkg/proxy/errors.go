@@ -18,6 +18,9 @@ var (
 	// ErrReadinessTimeout: the app got no ready endpoint within its readiness timeout and has neither
 	// fallback nor placeholder.
 	ErrReadinessTimeout = errors.New("no ready endpoint within the readiness timeout")
+	// ErrIdle: a request to one of the app's ignored paths while the app has no ready endpoint; it
+	// is not held and does not wake the app.
+	ErrIdle = errors.New("app is idle and this path does not wake it")
 )
 
 // Errors of the engine (see pkg/proxy/engine).
@@ -48,6 +51,8 @@ func statusFor(err error) (code int, reason string) {
 		return http.StatusNotFound, "no_route"
 	case errors.Is(err, ErrQueueFull):
 		return http.StatusServiceUnavailable, "queue_full"
+	case errors.Is(err, ErrIdle):
+		return http.StatusServiceUnavailable, "app_idle"
 	case errors.Is(err, ErrReadinessTimeout):
 		return http.StatusGatewayTimeout, "readiness_timeout"
 	case errors.Is(err, ErrResponseHeaderTimeout):

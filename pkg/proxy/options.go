@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/proxy/engine"
@@ -34,6 +35,9 @@ type Options struct {
 	// Metrics may be nil (metrics are then kept in a private registry).
 	Metrics *Metrics
 	Log     logr.Logger
+	// Tracer, when not nil, traces every routed request (see trace.go); nil turns tracing off at
+	// no cost on the request path.
+	Tracer trace.Tracer
 
 	// Zone is this replica's zone; "" disables zone preference.
 	Zone string

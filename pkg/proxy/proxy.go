@@ -30,6 +30,9 @@ const (
 	HeaderColdStartWait = "X-Httpscale-Cold-Start-Wait"
 )
 
+// HeaderIdle ("true") marks the 503 answering a request to an ignored path of an app at zero.
+const HeaderIdle = "X-Httpscale-Idle"
+
 // Proxy is the interceptor's request logic (it implements engine.Logic) with the engine that serves it;
 // it is an http.Handler. It is safe for concurrent use.
 type Proxy struct {
@@ -83,13 +86,19 @@ func (p *Proxy) WaitUpgrades(ctx context.Context) error { return p.eng.WaitUpgra
 // Route implements Logic: the exchange of the app the routing table matches.
 func (p *Proxy) Route(host, path string, h engine.Header) engine.Exchange {
 	rt := p.current()
-	e, ok := rt.table.Match(host, path, h)
+	r, ok := rt.table.MatchRoute(host, path, h)
 	if !ok {
 		return nil
 	}
 	x := exchangePool.Get().(*exchange)
-	a := rt.apps[e]
-	*x = exchange{p: p, app: a, backend: a.target}
+	a := rt.apps[r.Entry]
+	*x = exchange{p: p, app: a, backend: a.target, kind: r.Kind, static: r.Static}
+	if r.Kind == routing.RouteStatic && r.Static.Backend != nil {
+		x.backend = a.static[r.Static]
+	}
+	if p.opts.Tracer != nil {
+		x.hdr = h // for Trace, which reads the caller's trace context
+	}
 	return x
 }
 
@@ -102,9 +111,18 @@ func (p *Proxy) Unrouted(h http.Header) engine.Reply {
 var _ engine.Logic = (*Proxy)(nil)
 
 // exchange is one request's progress through the steps (it implements engine.Exchange).
+//
+// Only a request to one of the app's path prefixes (kind routing.RouteApp) is counted, held and a
+// reason to wake the app. One to an ignored path is forwarded when the app is ready and answered
+// ErrIdle at once otherwise; one to a static route is answered with its response (Ready is false,
+// Wait returns errStatic, Fail writes it) or forwarded to its Service's address. Every engine path
+// (fast path, event loops, net/http) counts only through Begin and Forwarding, so the rule holds
+// on all of them.
 type exchange struct {
 	p       *Proxy
 	app     *app
+	kind    routing.RouteKind
+	static  *routing.StaticRoute       // for routing.RouteStatic
 	backend *backend                   // the target, or the fallback after a readiness timeout
 	set     *endpoints.Set             // nil until Ready or Wait
 	cand    *candidate                 // the endpoint picked last
@@ -114,7 +132,9 @@ type exchange struct {
 	cold    bool
 	waited  time.Duration
 	code    int
-	done    func() // ends the in-flight count; nil until Forwarding
+	done    func()        // ends the in-flight count; nil until Forwarding
+	hdr     engine.Header // the request's header view until Trace; nil when tracing is off
+	tr      *traced       // nil unless the request is traced (trace.go)
 }
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
@@ -123,27 +143,42 @@ func (x *exchange) Plan() engine.Plan {
 	a := x.app
 	return engine.Plan{
 		H2C:                   x.backend.protocol == routing.ProtocolH2C,
-		ViaService:            a.entry.ViaService,
+		ViaService:            a.entry.ViaService || x.kind == routing.RouteStatic,
 		RequestTimeout:        a.request,
 		ResponseHeaderTimeout: a.responseHeader,
 	}
 }
 
 func (x *exchange) Ready() bool {
+	if x.kind == routing.RouteStatic {
+		return x.static.Backend != nil // a Service's address is always there; a response is written by Fail
+	}
 	x.set = x.p.opts.Endpoints.Ready(x.backend.key)
 	return x.set.Len() > 0
 }
 
 func (x *exchange) Begin() {
 	x.start = x.p.opts.Now()
-	x.app.counts.Received()
+	if x.kind == routing.RouteApp {
+		x.app.counts.Received()
+	}
 }
+
+// errStatic is what Wait returns for a static route answered by the interceptor: Fail turns it
+// into the route's response.
+var errStatic = errors.New("static response")
 
 // Wait holds the request until the app has a ready endpoint. The request is counted as held (the
 // scaler's signal) and a wake event is published before it blocks. When the readiness timeout
 // passes and the app has a fallback Service, the request goes there.
 func (x *exchange) Wait(ctx context.Context) error {
 	a, p := x.app, x.p
+	switch x.kind {
+	case routing.RouteStatic:
+		return errStatic
+	case routing.RouteIgnored:
+		return fmt.Errorf("%s: %w", a.key, ErrIdle) // neither held nor a wake
+	}
 	x.cold = true
 	a.series().coldStarts.Inc()
 	if !a.counts.TryHold(a.queueLimit) {
@@ -185,6 +220,9 @@ func (x *exchange) Wait(ctx context.Context) error {
 // Forwarding counts the request as in flight before it is no longer held, so that the app's
 // concurrency never dips to zero.
 func (x *exchange) Forwarding() {
+	if x.kind != routing.RouteApp {
+		return
+	}
 	x.done = x.app.counts.StartForward()
 	if x.holding {
 		x.app.counts.Unhold()
@@ -194,7 +232,9 @@ func (x *exchange) Forwarding() {
 
 // direct reports whether the request goes to the Service's address: asked for, or a fallback
 // without known endpoints.
-func (x *exchange) direct() bool { return x.app.entry.ViaService || x.set.Len() == 0 }
+func (x *exchange) direct() bool {
+	return x.app.entry.ViaService || x.kind == routing.RouteStatic || x.set.Len() == 0
+}
 
 // Pick returns the endpoint for attempt: round robin over the zone's candidates (all endpoints once
 // those all failed), skipping the endpoints of the earlier attempts and, while others remain, those
@@ -229,6 +269,9 @@ func (x *exchange) Pick(attempt int) (string, bool) {
 // Refused marks addr bad for BadEndpointFor when another endpoint may be tried: up to
 // MaxDialAttempts endpoints.
 func (x *exchange) Refused(addr string, attempt int, err error) bool {
+	if x.tr != nil {
+		x.tr.attempt(attempt, addr, "refused", err)
+	}
 	if x.direct() {
 		return false
 	}
@@ -244,6 +287,9 @@ func (x *exchange) Refused(addr string, attempt int, err error) bool {
 }
 
 func (x *exchange) Forwarded(addr string) {
+	if x.tr != nil {
+		x.tr.forwarded(x, addr)
+	}
 	if c := x.cand; c != nil && c.addr == addr {
 		countCrossZone(x.app, x.p.appZone(x.app), c)
 	}
@@ -260,22 +306,19 @@ func (x *exchange) Responded(code int, h http.Header) {
 // placeholder after a readiness timeout.
 func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 	a, p := x.app, x.p
+	if errors.Is(err, errStatic) {
+		return x.fixed(x.static.Response, http.StatusOK, h)
+	}
+	if errors.Is(err, errWaitingPage) {
+		return x.waitingPage(h)
+	}
+	if x.tr != nil {
+		x.tr.failed(x, err)
+	}
 	if ph := a.entry.ColdStart.Placeholder; ph != nil && errors.Is(err, ErrReadinessTimeout) {
-		code := int(ph.StatusCode)
-		if code == 0 {
-			code = http.StatusServiceUnavailable
-		}
-		for k, v := range ph.Headers {
-			h.Set(k, v)
-		}
-		if h.Get("Content-Type") == "" {
-			h.Set("Content-Type", "text/plain; charset=utf-8")
-		}
+		rep := x.fixed(ph, http.StatusServiceUnavailable, h)
 		x.coldHeaders(h)
-		h.Set("Content-Length", strconv.Itoa(len(ph.Body)))
-		h.Set("Cache-Control", "no-store")
-		x.code = code
-		return engine.Reply{Code: code, Body: ph.Body}
+		return rep
 	}
 	code, reason := statusFor(err)
 	x.code = code
@@ -283,19 +326,41 @@ func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 		p.log.V(1).Info("client went away", "app", a.key, "status", code, "error", err.Error())
 		return engine.Reply{Code: code, Abort: true} // nobody to answer
 	}
-	if code >= 500 && reason != "queue_full" {
+	expected := reason == "queue_full" || reason == "app_idle" // answers by design, not upstream failures
+	if code >= 500 && !expected {
 		p.opts.Metrics.upstreamErrs.WithLabelValues(a.key, reason).Inc()
 	}
 	log := p.log
-	if reason == "queue_full" {
-		log = log.V(1) // a flood of rejections would drown the log; the metric counts them
+	if expected {
+		log = log.V(1) // a flood of rejections or health checks would drown the log
 	}
 	log.Info("request failed", "app", a.key, "status", code, "reason", reason, "error", err.Error())
 	x.coldHeaders(h)
-	if errors.Is(err, ErrQueueFull) {
+	if errors.Is(err, ErrQueueFull) || errors.Is(err, ErrIdle) {
 		h.Set("Retry-After", strconv.Itoa(int((p.opts.RetryAfter+time.Second-1)/time.Second)))
 	}
+	if errors.Is(err, ErrIdle) {
+		h.Set(HeaderIdle, "true")
+	}
 	return errorReply(h, code, reason)
+}
+
+// fixed is the answer of a configured response (a placeholder or a static route's response);
+// code is used when it sets none.
+func (x *exchange) fixed(ph *routing.Placeholder, code int, h http.Header) engine.Reply {
+	if ph.StatusCode != 0 {
+		code = int(ph.StatusCode)
+	}
+	for k, v := range ph.Headers {
+		h.Set(k, v)
+	}
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(ph.Body)))
+	h.Set("Cache-Control", "no-store")
+	x.code = code
+	return engine.Reply{Code: code, Body: ph.Body}
 }
 
 // errorReply is the answer of an error: its status text and reason.
@@ -332,6 +397,9 @@ func (x *exchange) End() {
 	}
 	a.series().codes[codeIndex(codeClass(code))].Inc()
 	a.series().duration.Observe(x.p.opts.Now().Sub(x.start).Seconds())
+	if x.tr != nil {
+		x.tr.end(x, code)
+	}
 	x.Release()
 }
 

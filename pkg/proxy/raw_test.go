@@ -114,35 +114,43 @@ func (b *rawBackend) accept() {
 	}
 }
 
+// readHead reads one request head, up to and including its empty line, exactly as sent.
+func readHead(br *bufio.Reader) (string, error) {
+	var head strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		head.WriteString(line)
+		if line == "\r\n" {
+			return head.String(), nil
+		}
+	}
+}
+
 func (b *rawBackend) serve(c net.Conn, n int) {
 	defer b.wg.Done()
 	defer c.Close()
 	br := bufio.NewReader(c)
 	for {
-		var head strings.Builder
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			head.WriteString(line)
-			if line == "\r\n" {
-				break
-			}
+		head, err := readHead(br)
+		if err != nil {
+			return
 		}
-		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(head.String())))
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(head)))
 		if err != nil {
 			_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 			return
 		}
-		tp := textproto.NewReader(bufio.NewReader(strings.NewReader(head.String())))
+		tp := textproto.NewReader(bufio.NewReader(strings.NewReader(head)))
 		_, _ = tp.ReadLine()
 		wire, _ := tp.ReadMIMEHeader()
 		b.mu.Lock()
 		i := len(b.seen)
 		b.seen = append(b.seen, seenRequest{
 			Conn: n, Method: req.Method, RequestURI: req.RequestURI, Proto: req.Proto, Host: req.Host,
-			Header: req.Header, Wire: http.Header(wire), head: head.String(),
+			Header: req.Header, Wire: http.Header(wire), head: head,
 		})
 		b.mu.Unlock()
 		r := b.reply(i, req)

@@ -26,7 +26,8 @@ type app struct {
 	metrics        *Metrics
 	m              atomic.Pointer[appMetrics] // nil until the app's first request, see series
 	target         *backend
-	fallback       *backend // nil without a fallback
+	fallback       *backend                          // nil without a fallback
+	static         map[*routing.StaticRoute]*backend // the static routes forwarded to a Service
 	zoneAware      bool
 	readiness      time.Duration
 	request        time.Duration
@@ -188,6 +189,15 @@ func (p *Proxy) newApp(e *routing.Entry, old *routes) *app {
 	a.target = p.newBackend(e.Namespace, e.Target(), prev, func(o *app) *backend { return o.target })
 	if fb := e.ColdStart.Fallback; fb != nil {
 		a.fallback = p.newBackend(e.Namespace, *fb, prev, func(o *app) *backend { return o.fallback })
+	}
+	for i := range e.Static {
+		if sr := &e.Static[i]; sr.Backend != nil {
+			if a.static == nil {
+				a.static = map[*routing.StaticRoute]*backend{}
+			}
+			// Forwarded to the Service's address: no endpoint state to carry over.
+			a.static[sr] = p.newBackend(e.Namespace, *sr.Backend, nil, nil)
+		}
 	}
 	return a
 }

@@ -3,7 +3,7 @@ package routing
 import "fmt"
 
 // Conflict reports an entry that claims a route another entry already holds: the same host, path
-// prefix and header set (compared after canonicalisation, so "Shop.example.com" and "shop.example.com",
+// prefix (of any kind: path prefix, ignored path or static route) and header set (compared after canonicalisation, so "Shop.example.com" and "shop.example.com",
 // "/api/" and "/api", or no prefix and "/" are the same).
 type Conflict struct {
 	// Loser is the key ("namespace/name") of the entry that should be left out of the table.
@@ -48,10 +48,10 @@ func Conflicts(entries []Entry) []Conflict {
 		var lost *Conflict
 	routes:
 		for _, host := range e.Hosts {
-			for _, prefix := range routePrefixes(&e) {
-				rk := routeKey(host, prefix, e.Headers)
+			for r := range entryRoutes(&e) {
+				rk := routeKey(host, r.prefix, e.Headers)
 				if winner, ok := claimed[rk]; ok {
-					lost = &Conflict{Loser: e.Key(), Winner: winner, Host: host, PathPrefix: prefix, Headers: e.Headers}
+					lost = &Conflict{Loser: e.Key(), Winner: winner, Host: host, PathPrefix: r.prefix, Headers: e.Headers}
 					break routes
 				}
 				keys = append(keys, rk)
@@ -74,8 +74,8 @@ func Conflicts(entries []Entry) []Conflict {
 func RouteKeys(e *Entry) []string {
 	var out []string
 	for _, host := range e.Hosts {
-		for _, prefix := range routePrefixes(e) {
-			out = append(out, routeKey(host, prefix, e.Headers))
+		for r := range entryRoutes(e) {
+			out = append(out, routeKey(host, r.prefix, e.Headers))
 		}
 	}
 	return out

@@ -43,6 +43,12 @@ type Entry struct {
 	PathPrefixes []string `json:"p,omitempty"`
 	// Headers must all match. Names are case-insensitive (stored in canonical MIME form).
 	Headers []HeaderMatch `json:"hd,omitempty"`
+	// Ignored are path prefixes (stored like PathPrefixes, each inside one of them) routed to the app
+	// on its hosts and headers whose requests never count and never wake it (RouteIgnored).
+	Ignored []string `json:"ig,omitempty"`
+	// Static are path prefixes on the entry's hosts and headers answered without the app
+	// (RouteStatic), sorted by prefix.
+	Static []StaticRoute `json:"st,omitempty"`
 
 	// Service, in Namespace, that receives the traffic.
 	Service string `json:"svc"`
@@ -64,6 +70,10 @@ type Entry struct {
 	ZoneAware *bool `json:"za,omitempty"`
 	// ViaService forwards through the Service's ClusterIP instead of to pod IPs.
 	ViaService bool `json:"vs,omitempty"`
+
+	// TLSSecret names a kubernetes.io/tls Secret in Namespace whose certificate the interceptors
+	// present for Hosts on their TLS port; empty means none (spec.tls unset).
+	TLSSecret string `json:"tls,omitempty"`
 }
 
 // HeaderMatch matches one request header.
@@ -72,6 +82,14 @@ type HeaderMatch struct {
 	Name string `json:"n"`
 	// Value must equal one of the header's values exactly; nil only requires the header to be present.
 	Value *string `json:"v,omitempty"`
+}
+
+// StaticRoute is a path prefix answered without the app: by Response, or forwarded to Backend
+// through its Service address. Exactly one of them is set.
+type StaticRoute struct {
+	PathPrefix string       `json:"p"`
+	Response   *Placeholder `json:"r,omitempty"`
+	Backend    *Backend     `json:"b,omitempty"`
 }
 
 // Backend is a Service port that requests can be forwarded to.
@@ -103,7 +121,21 @@ type ColdStart struct {
 	// Placeholder is a static answer for held requests once the readiness timeout expires (used when
 	// Fallback is nil).
 	Placeholder *Placeholder `json:"ph,omitempty"`
+	// WaitingPage, when set, answers browser navigations at once while the app is cold instead of
+	// holding them. Readers that predate it ignore the key and hold them.
+	WaitingPage *WaitingPage `json:"wp,omitempty"`
 }
+
+// WaitingPage is the self-refreshing page browsers get while the app wakes.
+type WaitingPage struct {
+	// Refresh is the seconds between reloads; 0 uses DefaultWaitingPageRefresh.
+	Refresh int32 `json:"rs,omitempty"`
+	// HTML replaces the built-in page when not empty.
+	HTML string `json:"html,omitempty"`
+}
+
+// DefaultWaitingPageRefresh is the reload interval of a waiting page that sets none, in seconds.
+const DefaultWaitingPageRefresh = 2
 
 // Placeholder is a static response.
 type Placeholder struct {
@@ -132,14 +164,27 @@ func (e *Entry) Clone() Entry {
 			c.Headers[i] = HeaderMatch{Name: h.Name, Value: clonePtr(h.Value)}
 		}
 	}
+	c.Ignored = slices.Clone(e.Ignored)
+	if e.Static != nil {
+		c.Static = make([]StaticRoute, len(e.Static))
+		for i, sr := range e.Static {
+			c.Static[i] = StaticRoute{PathPrefix: sr.PathPrefix, Response: sr.Response.clone(), Backend: clonePtr(sr.Backend)}
+		}
+	}
 	c.ZoneAware = clonePtr(e.ZoneAware)
 	c.ColdStart.Fallback = clonePtr(e.ColdStart.Fallback)
-	if p := e.ColdStart.Placeholder; p != nil {
-		cp := *p
-		cp.Headers = maps.Clone(p.Headers)
-		c.ColdStart.Placeholder = &cp
-	}
+	c.ColdStart.Placeholder = e.ColdStart.Placeholder.clone()
+	c.ColdStart.WaitingPage = clonePtr(e.ColdStart.WaitingPage)
 	return c
+}
+
+func (p *Placeholder) clone() *Placeholder {
+	if p == nil {
+		return nil
+	}
+	cp := *p
+	cp.Headers = maps.Clone(p.Headers)
+	return &cp
 }
 
 // Validate reports whether NewTable would accept e. The returned error wraps ErrInvalidEntry and names

@@ -28,6 +28,8 @@ func FuzzMatch(f *testing.F) {
 		entry("base/wild", []string{"*.example.com"}, hdr("X-Beta=1")),
 		entry("base/nested", []string{"*.b.example.com"}, paths("/a", "/b/c")),
 		entry("base/star", []string{"*"}, paths("/static")),
+		entry("base/kinds", []string{"shop.example.com", "*.b.example.com"}, withRoutes([]string{"/app", "/b"}, []string{"/app/health", "/b"},
+			StaticRoute{PathPrefix: "/ping", Response: &Placeholder{StatusCode: 200}})),
 	}
 	baseTable := mustTable(f, base...)
 	f.Fuzz(func(t *testing.T, routeHost, routePath, reqHost, reqPath, hdrName, hdrValue string) {

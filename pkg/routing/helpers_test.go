@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,6 +74,7 @@ func fullEntry(key string) Entry {
 				Fallback:   &Backend{Service: "fallback", Port: 80, PortName: "web", TargetPort: 8000, Protocol: ProtocolHTTP},
 				Placeholder: &Placeholder{StatusCode: 503, Headers: map[string]string{"Retry-After": "5", "Content-Type": "text/html"},
 					Body: "<h1>Waking up… ☕</h1>"},
+				WaitingPage: &WaitingPage{Refresh: 3, HTML: "<p>Starting… ☕</p>"},
 			}
 			e.ZoneAware = ptr(false)
 			e.ViaService = true
@@ -165,7 +167,12 @@ func referenceMatch(tbl *Table, host, path string, header http.Header) string {
 			if level < 0 {
 				continue
 			}
-			for _, p := range routePrefixes(e) {
+			// Ignored paths and static routes are prefixes like the others.
+			prefixes := append(slices.Clone(routePrefixes(e)), e.Ignored...)
+			for _, sr := range e.Static {
+				prefixes = append(prefixes, sr.PathPrefix)
+			}
+			for _, p := range prefixes {
 				if p != "/" && path != p && !strings.HasPrefix(path, p+"/") {
 					continue
 				}

@@ -29,6 +29,8 @@ type prefixRoutes struct {
 type rule struct {
 	headers []headerMatch
 	entry   *Entry
+	kind    RouteKind
+	static  *StaticRoute // for RouteStatic
 }
 
 // Header is what Match reads of a request's headers: the values of one header, looked up by its
@@ -97,15 +99,35 @@ func newHostRoutes(byPrefix map[string][]rule) *hostRoutes {
 // Precedence: the exact host, then wildcards from the most specific (*.b.example.com before
 // *.example.com for a.b.example.com), then "*". Within one host level the longest matching path prefix
 // wins, then the route with the most header matches, then the entry first in namespace/name order. If
-// nothing on a level matches the path and headers, the next less specific level is tried.
+// nothing on a level matches the path and headers, the next less specific level is tried. An
+// entry's ignored paths and static routes are path prefixes like the others (see MatchRoute).
 //
 // Cost: independent of the number of entries — one map lookup for the exact host, one per remaining
 // label for wildcards (skipped when the table has none), then a walk over that host's routes for
 // the request's path segments. No allocation unless host contains upper-case letters. Safe for
 // concurrent use. The returned entry is shared and must not be modified.
 func (t *Table) Match(host, path string, header Header) (*Entry, bool) {
-	if t == nil {
+	r := t.match(host, path, header)
+	if r == nil {
 		return nil, false
+	}
+	return r.entry, true
+}
+
+// MatchRoute is Match that also tells which kind of route matched (the app's path prefix, an ignored
+// path or a static route; see RouteKind). Ignored paths and static routes are routes like path
+// prefixes: the longest matching prefix wins, whatever its kind. Same cost as Match.
+func (t *Table) MatchRoute(host, path string, header Header) (Route, bool) {
+	r := t.match(host, path, header)
+	if r == nil {
+		return Route{}, false
+	}
+	return Route{Entry: r.entry, Kind: r.kind, Static: r.static}, true
+}
+
+func (t *Table) match(host, path string, header Header) *rule {
+	if t == nil {
+		return nil
 	}
 	if path == "" {
 		path = "/"
@@ -113,8 +135,8 @@ func (t *Table) Match(host, path string, header Header) (*Entry, bool) {
 	name, ipLiteral := normalizeHost(host)
 	if !ipLiteral {
 		if hr := t.exact[name]; hr != nil {
-			if e := hr.match(path, header); e != nil {
-				return e, true
+			if r := hr.match(path, header); r != nil {
+				return r
 			}
 		}
 		if len(t.wildcard) > 0 {
@@ -122,8 +144,8 @@ func (t *Table) Match(host, path string, header Header) (*Entry, bool) {
 			// leftmost label must be non-empty: "*.example.com" does not match ".example.com".
 			for i := strings.IndexByte(name, '.'); i > 0; {
 				if hr := t.wildcard[name[i+1:]]; hr != nil {
-					if e := hr.match(path, header); e != nil {
-						return e, true
+					if r := hr.match(path, header); r != nil {
+						return r
 					}
 				}
 				next := strings.IndexByte(name[i+1:], '.')
@@ -135,14 +157,14 @@ func (t *Table) Match(host, path string, header Header) (*Entry, bool) {
 		}
 	}
 	if t.any != nil {
-		if e := t.any.match(path, header); e != nil {
-			return e, true
+		if r := t.any.match(path, header); r != nil {
+			return r
 		}
 	}
-	return nil, false
+	return nil
 }
 
-func (hr *hostRoutes) match(path string, header Header) *Entry {
+func (hr *hostRoutes) match(path string, header Header) *rule {
 	if hr.byPrefix == nil {
 		for i := range hr.linear {
 			pr := &hr.linear[i]
@@ -176,10 +198,10 @@ func (hr *hostRoutes) match(path string, header Header) *Entry {
 	return nil
 }
 
-func (pr *prefixRoutes) match(header Header) *Entry {
+func (pr *prefixRoutes) match(header Header) *rule {
 	for i := range pr.rules {
 		if headersMatch(pr.rules[i].headers, header) {
-			return pr.rules[i].entry
+			return &pr.rules[i]
 		}
 	}
 	return nil

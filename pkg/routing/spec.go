@@ -7,10 +7,10 @@ import (
 )
 
 // EntryFromSpec turns an HTTPScaledObject and its resolved backends into the Entry the interceptors
-// route with. It copies the routing fields (hosts, path prefixes, headers, timeouts, cold start,
-// forwarding) and shares no memory with hso. Durations are expected to be valid (the API server
-// validated them); an unparsable one is left zero, which means the interceptor's default. The result
-// is not validated: NewTable does that.
+// route with. It copies the routing fields (hosts, path prefixes, headers, ignored paths, static
+// routes, timeouts, cold start, forwarding) and shares no memory with hso. Durations are expected to
+// be valid (the API server validated them); an unparsable one is left zero, which means the
+// interceptor's default. The result is not validated: NewTable does that.
 func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) Entry {
 	e := Entry{
 		Namespace:  hso.Namespace,
@@ -31,6 +31,23 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 	for _, h := range hso.Spec.Headers {
 		e.Headers = append(e.Headers, HeaderMatch{Name: h.Name, Value: clonePtr(h.Value)})
 	}
+	for _, p := range hso.Spec.IgnoredPaths {
+		e.Ignored = append(e.Ignored, string(p))
+	}
+	for _, sr := range hso.Spec.StaticRoutes {
+		r := StaticRoute{PathPrefix: string(sr.PathPrefix)}
+		if resp := sr.Response; resp != nil {
+			code := resp.StatusCode
+			if code == 0 {
+				code = 200 // the API's default, for objects read without defaulting
+			}
+			r.Response = (&Placeholder{StatusCode: code, Headers: resp.Headers, Body: resp.Body}).clone()
+		}
+		if svc := sr.Service; svc != nil {
+			r.Backend = &Backend{Service: svc.Name, Port: svc.Port, Protocol: ProtocolHTTP}
+		}
+		e.Static = append(e.Static, r)
+	}
 	if t := hso.Spec.Timeouts; t != nil {
 		e.Timeouts = Timeouts{
 			Readiness:      t.Readiness.Parsed(),
@@ -46,6 +63,12 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 		if p := cs.Placeholder; p != nil {
 			e.ColdStart.Placeholder = &Placeholder{StatusCode: p.StatusCode, Headers: p.Headers, Body: p.Body}
 		}
+		if w := cs.WaitingPage; w != nil && w.Enabled {
+			e.ColdStart.WaitingPage = &WaitingPage{Refresh: w.RefreshSeconds, HTML: w.HTML}
+		}
+	}
+	if t := hso.Spec.TLS; t != nil {
+		e.TLSSecret = t.SecretName
 	}
 	if f := hso.Spec.Forwarding; f != nil {
 		e.ZoneAware = clonePtr(f.ZoneAware)

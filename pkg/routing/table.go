@@ -202,15 +202,15 @@ func newHostRoutesFor(host string, entries []*Entry) *hostRoutes {
 	}
 	for _, e := range entries {
 		headers := compileHeaders(e.Headers)
-		for _, prefix := range routePrefixes(e) {
+		for r := range entryRoutes(e) {
 			if claimed != nil {
-				rk := routeKey(host, prefix, e.Headers)
+				rk := routeKey(host, r.prefix, e.Headers)
 				if _, dup := claimed[rk]; dup {
 					continue
 				}
 				claimed[rk] = struct{}{}
 			}
-			byPrefix[prefix] = append(byPrefix[prefix], rule{headers: headers, entry: e})
+			byPrefix[r.prefix] = append(byPrefix[r.prefix], rule{headers: headers, entry: e, kind: r.kind, static: r.static})
 		}
 	}
 	return newHostRoutes(byPrefix)

@@ -58,6 +58,9 @@ func (e *Entry) canonicalize() error {
 		e.PathPrefixes[i] = trimPrefixSlash(p)
 	}
 	e.PathPrefixes = sortedSet(e.PathPrefixes)
+	if err := e.canonicalizeExtraRoutes(); err != nil {
+		return err
+	}
 	for i := range e.Headers {
 		h := &e.Headers[i]
 		if err := validateHeaderName(h.Name); err != nil {
@@ -87,6 +90,9 @@ func (e *Entry) canonicalize() error {
 	if e.Timeouts.Readiness < 0 || e.Timeouts.Request < 0 || e.Timeouts.ResponseHeader < 0 {
 		return fmt.Errorf("timeouts must not be negative")
 	}
+	if e.TLSSecret != "" && !isDNSSubdomain(e.TLSSecret) {
+		return fmt.Errorf("TLS Secret name %q is not a DNS subdomain", e.TLSSecret)
+	}
 	cs := &e.ColdStart
 	if cs.QueueLimit < 0 {
 		return fmt.Errorf("queue limit %d is negative", cs.QueueLimit)
@@ -100,6 +106,28 @@ func (e *Entry) canonicalize() error {
 		if err := cs.Placeholder.canonicalize(); err != nil {
 			return fmt.Errorf("placeholder: %w", err)
 		}
+	}
+	if w := cs.WaitingPage; w != nil {
+		if err := w.validate(); err != nil {
+			return fmt.Errorf("waiting page: %w", err)
+		}
+	}
+	return nil
+}
+
+// maxWaitingPageRefresh bounds a waiting page's reload interval (the API allows 1-60 s).
+const maxWaitingPageRefresh = 3600
+
+func (w *WaitingPage) validate() error {
+	if w.Refresh < 0 || w.Refresh > maxWaitingPageRefresh {
+		return fmt.Errorf("refresh %d s is not in 0-%d", w.Refresh, maxWaitingPageRefresh)
+	}
+	// The API bounds the page in characters (16384); this bound in bytes admits any of them.
+	if len(w.HTML) > maxBodyLen {
+		return fmt.Errorf("html is %d bytes, more than %d", len(w.HTML), maxBodyLen)
+	}
+	if !utf8.ValidString(w.HTML) {
+		return fmt.Errorf("html is not valid UTF-8")
 	}
 	return nil
 }

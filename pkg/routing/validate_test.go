@@ -78,6 +78,9 @@ func TestValidate(t *testing.T) {
 		{name: "fallback without port", mutate: func(e *Entry) { e.ColdStart.Fallback = &Backend{Service: "fb"} }, wantErr: "fallback"},
 		{name: "placeholder status", mutate: func(e *Entry) { e.ColdStart.Placeholder = &Placeholder{StatusCode: 99} }, wantErr: "status code"},
 		{name: "placeholder header name", mutate: func(e *Entry) { e.ColdStart.Placeholder = &Placeholder{Headers: map[string]string{"a b": ""}} }, wantErr: "placeholder"},
+		{name: "waiting page refresh negative", mutate: func(e *Entry) { e.ColdStart.WaitingPage = &WaitingPage{Refresh: -1} }, wantErr: "waiting page: refresh"},
+		{name: "waiting page html too long", mutate: func(e *Entry) { e.ColdStart.WaitingPage = &WaitingPage{HTML: strings.Repeat("a", 64<<10+1)} }, wantErr: "waiting page: html is 65537 bytes"},
+		{name: "waiting page html not utf-8", mutate: func(e *Entry) { e.ColdStart.WaitingPage = &WaitingPage{HTML: "\xc3"} }, wantErr: "waiting page: html is not valid UTF-8"},
 		{name: "placeholder body not utf-8", mutate: func(e *Entry) { e.ColdStart.Placeholder = &Placeholder{Body: "\xc3"} }, wantErr: "UTF-8"},
 	}
 	for _, tc := range tests {

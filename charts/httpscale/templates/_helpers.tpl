@@ -1,6 +1,11 @@
 {{/*
-Names are fixed: the components find each other by them (see values.yaml).
+Names are fixed per fleet: the components find each other by them (see values.yaml). Every name starts
+with "httpscale-" for the default fleet and "httpscale-<fleet>-" for any other, so that releases of
+different fleets never collide, in the cluster or in a shared namespace.
 */}}
+{{- define "httpscale.prefix" -}}
+{{- if eq .Values.fleet "default" }}httpscale{{ else }}httpscale-{{ .Values.fleet }}{{ end }}
+{{- end }}
 
 {{- define "httpscale.chart" -}}
 {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
@@ -42,7 +47,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- if .Values.scaler.address -}}
 {{ .Values.scaler.address }}
 {{- else -}}
-httpscale-scaler.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:{{ .Values.scaler.grpcPort }}
+{{ include "httpscale.prefix" . }}-scaler.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:{{ .Values.scaler.grpcPort }}
 {{- end }}
 {{- end }}
 

@@ -47,6 +47,11 @@ func FuzzEventLoopRelay(f *testing.F) {
 		"HTTP/1.1 200 OK\r\nX: "+strings.Repeat("a", 9000)+"\r\nContent-Length: 2\r\n\r\nok",
 		"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n",
 		"garbage\r\n\r\n",
+		// Bodies larger than the upstream buffer, which the loop reads straight into its body buffer.
+		"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"+strings.Repeat("b", 100000),
+		"HTTP/1.1 200 OK\r\nContent-Length: 16384\r\n\r\n"+strings.Repeat("b", 16384)+"EVIL",
+		"HTTP/1.1 200 OK\r\nContent-Length: 70000\r\n\r\n"+strings.Repeat("b", 70000)+"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nEVIL",
+		"HTTP/1.1 200 OK\r\nContent-Length: 20000\r\n\r\n"+strings.Repeat("b", 12000),
 	) {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)

@@ -28,8 +28,9 @@ import (
 // drained, so an exchange is four socket calls (see docs/benchmarks/interceptor.md).
 //
 // The loops are an accelerator for the common request, not a second implementation: a loop only
-// reads request heads, forwards the screened body-less requests to warm apps over its own pooled
-// upstream connections, and passes on Content-Length responses. Everything else goes, with the
+// reads request heads, forwards the screened requests (body-less, or with a body of one
+// Content-Length, see pumpBody) to warm apps over its own pooled upstream connections, and passes
+// on Content-Length responses. Everything else goes, with the
 // bytes read so far, to the goroutine-per-connection path (h1ServerConn):
 //   - a request the raw path declines (fastRequest, rawRoute): before anything is counted or sent;
 //   - a new upstream connection that could not be made: with another endpoint to try, the endpoint
@@ -54,9 +55,13 @@ type evLoops struct {
 
 // evClientBuffer is the request head buffer (as h1ReadBuffer); evUpBuffer the response buffer, as
 // large as h1Conn's reader so that a head the loop saw whole fits there when handed over.
+// evBodyBuffer is the loop's one body buffer (see relayBody): the most of a response body read by
+// one system call, and so the most a client that does not keep up holds in its output buffer.
 const (
 	evClientBuffer = h1ReadBuffer
 	evUpBuffer     = h1ConnBuffer
+	evBodyBuffer   = 64 << 10
+	evCopyMax      = 2 << 10 // body bytes flushOutv copies after the head rather than write with writev
 	evSweepEvery   = time.Second
 )
 
@@ -197,6 +202,7 @@ type evLoop struct {
 
 	fds      []evSlot // by descriptor
 	free     [][]byte // request buffers not in use (see releaseIn)
+	body     []byte   // response body bytes on their way from an upstream to a client (see relayBody)
 	gen      int32
 	clients  int
 	dialing  int
@@ -226,7 +232,8 @@ func newEvLoop(ls *evLoops) (*evLoop, error) {
 		_ = unix.Close(wakefd)
 		return nil, fmt.Errorf("setting up the epoll descriptor: %w", err)
 	}
-	return &evLoop{ls: ls, e: ls.e, epfd: epfd, epf: os.NewFile(uintptr(epfd), "epoll"), wakefd: wakefd, idle: map[string][]*evUp{}}, nil
+	return &evLoop{ls: ls, e: ls.e, epfd: epfd, epf: os.NewFile(uintptr(epfd), "epoll"), wakefd: wakefd,
+		idle: map[string][]*evUp{}, body: make([]byte, evBodyBuffer)}, nil
 }
 
 // post queues m for the loop and wakes it. A loop that has ended no longer reads its inbox: what
@@ -492,6 +499,7 @@ type evClient struct {
 	attempts   int
 	res        rawResponse
 	remaining  int64
+	bodyLeft   int64 // request body bytes not yet read from the client (see pumpBody)
 	closeAfter bool
 }
 
@@ -588,7 +596,7 @@ func (l *evLoop) endRequest(c *evClient) {
 		c.x.Release()
 	}
 	c.rq, c.x, c.addr, c.counted, c.up = nil, nil, "", false, nil
-	c.attempts, c.res, c.remaining = 0, rawResponse{}, 0
+	c.attempts, c.res, c.remaining, c.bodyLeft = 0, rawResponse{}, 0, 0
 }
 
 func (l *evLoop) clientEvent(c *evClient, ev uint32) {
@@ -618,6 +626,12 @@ func (l *evLoop) clientEvent(c *evClient, ev uint32) {
 	if !l.flushClient(c) {
 		return
 	}
+	if c.bodyLeft > 0 && c.up != nil {
+		l.pumpBody(c) // more of the request body arrived
+		if c.closed {
+			return
+		}
+	}
 	switch {
 	case !c.busy():
 		l.serveNext(c)
@@ -634,6 +648,9 @@ func (l *evLoop) clientEvent(c *evClient, ev uint32) {
 func (l *evLoop) hungUp(c *evClient) {
 	if len(c.in) > c.headLen {
 		return // it sent its next request: it is still there (as the client watch assumes)
+	}
+	if c.bodyLeft > 0 {
+		return // the rest of the body is read first (pumpBody): its end, or the end of the stream
 	}
 	after := l.ls.s.watchAfter
 	ran := time.Since(c.begun)
@@ -663,28 +680,35 @@ func (l *evLoop) flushClient(c *evClient) bool {
 // readable is cleared, and the next arrival is reported again.
 func fill(fd int, buf *[]byte, readable, hup *bool) (got, eof bool, err error) {
 	b := *buf
+	n, eof, err := readInto(fd, b[len(b):cap(b)], readable, hup)
+	*buf = b[:len(b)+n]
+	return n > 0, eof, err
+}
+
+// readInto reads once into p (not empty), with fill's rules: n bytes arrived; eof at the end of the
+// stream or on an error; a short read clears readable.
+func readInto(fd int, p []byte, readable, hup *bool) (n int, eof bool, err error) {
 	for {
-		n, err := sysRead(fd, b[len(b):cap(b)])
+		n, err := sysRead(fd, p)
 		switch {
 		case n > 0:
-			*buf = b[:len(b)+n]
-			if len(b)+n < cap(b) {
+			if n < len(p) {
 				*readable = false
 			}
-			return true, false, nil
+			return n, false, nil
 		case n == 0 && err == nil:
 			*readable = false
-			return false, true, nil
+			return 0, true, nil
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.EAGAIN):
 			// Nothing to read, not even the end: whatever reported a hang-up, the stream has not
 			// ended (waiting for an arrival is right, reading again is not).
 			*readable, *hup = false, false
-			return false, false, nil
+			return 0, false, nil
 		default:
 			*readable = false
-			return false, true, err
+			return 0, true, err
 		}
 	}
 }
@@ -748,29 +772,32 @@ func (l *evLoop) serveNext(c *evClient) {
 			l.closeClient(c) // as the goroutine path does with a request that comes after the drain began
 			return
 		}
-		if !fastRequest(c.in[:end]) {
+		n, ok := screenRequest(c.in[:end])
+		if !ok {
 			l.handOff(c, false, nil) // the goroutine path serves it
 			return
 		}
-		l.startRequest(c, end)
+		l.startRequest(c, end, n)
 	}
 }
 
-// startRequest routes a screened request head (the first end bytes of c.in).
-func (l *evLoop) startRequest(c *evClient, end int) {
+// startRequest routes a screened request head (the first end bytes of c.in), with a body of
+// bodyLen bytes after it.
+func (l *evLoop) startRequest(c *evClient, end int, bodyLen int64) {
 	rq := rawRequests.Get().(*rawRequest)
 	if !rq.parse(string(c.in[:end])) {
 		rq.release()
 		l.handOff(c, false, nil)
 		return
 	}
+	rq.bodyLen = bodyLen
 	x := l.e.rawRoute(rq)
 	if x == nil {
 		rq.release()
 		l.handOff(c, false, nil)
 		return
 	}
-	c.rq, c.headLen, c.x = rq, end, x
+	c.rq, c.headLen, c.x, c.bodyLeft = rq, end, x, bodyLen
 	c.reqID++
 	c.begun = l.now
 	if c.hup {
@@ -896,13 +923,65 @@ func (l *evLoop) dialed(m evMsg) {
 	l.send(c, up)
 }
 
-// send counts the request (the first time) and writes its head to up.
+// send counts the request (the first time) and writes its head to up, with the part of its body
+// read with the head; pumpBody sends the rest.
 func (l *evLoop) send(c *evClient, up *evUp) {
 	c.up, up.c = up, c
 	l.count(c)
 	up.out.Reset()
 	c.rq.write(&up.out, c.ip)
+	if k := min(int64(len(c.in)-c.headLen), c.bodyLeft); k > 0 {
+		_, _ = up.out.Write(c.in[c.headLen : c.headLen+int(k)])
+		c.headLen += int(k) // consumed with the head
+		c.bodyLeft -= k
+	}
+	if c.bodyLeft > 0 {
+		l.pumpBody(c) // the head goes out with the next part of the body
+		return
+	}
 	l.flushUp(up)
+}
+
+// pumpBody relays the request body from the client to the upstream connection, as far as the
+// sockets allow: read into the loop's body buffer (never past the body: what follows is the next
+// request) and written from there, what the upstream's socket does not take waiting in up.out. A
+// client that ends its stream before the whole body is gone: the upstream connection is closed
+// and nothing is answered. A request with a body is never replayed; a failure, or a response that
+// comes before the whole body was read, closes the client connection after its answer.
+func (l *evLoop) pumpBody(c *evClient) {
+	up := c.up
+	for c.up == up && !c.closed && c.bodyLeft > 0 {
+		if !up.writable {
+			return // the upstream's socket is full: on once it is writable
+		}
+		if !c.readable && !c.hup {
+			l.flushUp(up) // what is pending (the head, with the body bytes read with it)
+			return
+		}
+		n, eof, err := readInto(c.fd, l.body[:min(c.bodyLeft, int64(len(l.body)))], &c.readable, &c.hup)
+		if eof {
+			c.eof = true
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			l.e.log.V(1).Info("reading the request body failed; closing the connection", "host", c.rq.host, "error", err.Error())
+			l.clientGone(c)
+			return
+		}
+		if n == 0 {
+			l.flushUp(up) // nothing more yet: what is pending goes
+			return
+		}
+		c.bodyLeft -= int64(n)
+		// Written after what is pending in up.out, in one writev.
+		if err := flushOutv(up.fd, &up.out, &up.writable, l.body[:n], nil); err != nil {
+			l.upWriteFailed(up, err)
+			return
+		}
+	}
+	if c.up == up && !c.closed && c.bodyLeft == 0 && c.hup && !c.relaying() {
+		l.hungUp(c) // closed its side after the body: as for a request without one
+	}
 }
 
 // count counts c's request once (see serveRaw).
@@ -917,12 +996,17 @@ func (l *evLoop) count(c *evClient) {
 // flushUp writes up's pending request bytes.
 func (l *evLoop) flushUp(up *evUp) {
 	if err := flushOut(up.fd, &up.out, &up.writable); err != nil {
-		if c := up.c; c.relaying() { // answered already (before the whole request was read)
-			c.closeAfter = true
-			l.finish(c)
-		} else {
-			l.upFailed(c, staleConnError{fmt.Errorf("writing request: %w", err)})
-		}
+		l.upWriteFailed(up, err)
+	}
+}
+
+// upWriteFailed handles a failed write of the request to up.
+func (l *evLoop) upWriteFailed(up *evUp, err error) {
+	if c := up.c; c.relaying() { // answered already (before the whole request was read)
+		c.closeAfter = true
+		l.finish(c)
+	} else {
+		l.upFailed(c, staleConnError{fmt.Errorf("writing request: %w", err)})
 	}
 }
 
@@ -943,6 +1027,48 @@ func flushOut(fd int, out *bytes.Buffer, writable *bool) error {
 		}
 	}
 	return nil
+}
+
+// flushOutv writes out, then a and b, in one system call while the socket takes them (writev); what
+// it does not take is copied to out, which flushOut writes on.
+func flushOutv(fd int, out *bytes.Buffer, writable *bool, a, b []byte) error {
+	// A few bytes cost less to copy than the vector (a tiny answer's body after its head).
+	if *writable && len(a)+len(b) > evCopyMax {
+		var iov [3]unix.Iovec
+		n := 0
+		for _, p := range [3][]byte{out.Bytes(), a, b} {
+			if len(p) > 0 {
+				iov[n].Base = &p[0]
+				iov[n].SetLen(len(p))
+				n++
+			}
+		}
+		var wrote int
+		var err error
+		for {
+			wrote, err = sysWritev(fd, iov[:n])
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, unix.EAGAIN):
+			*writable = false
+		default:
+			return err
+		}
+		skip := min(wrote, out.Len())
+		out.Next(skip)
+		wrote -= skip
+		skip = min(wrote, len(a))
+		a = a[skip:]
+		wrote -= skip
+		b = b[wrote:]
+	}
+	_, _ = out.Write(a)
+	_, _ = out.Write(b)
+	return flushOut(fd, out, writable)
 }
 
 func (l *evLoop) upEvent(up *evUp, ev uint32) {
@@ -969,6 +1095,12 @@ func (l *evLoop) upEvent(up *evUp, ev uint32) {
 			return
 		}
 	}
+	if c.bodyLeft > 0 {
+		l.pumpBody(c)
+		if up.c != c {
+			return
+		}
+	}
 	l.relay(c)
 }
 
@@ -976,28 +1108,17 @@ func (l *evLoop) upEvent(up *evUp, ev uint32) {
 func (l *evLoop) relay(c *evClient) {
 	up := c.up
 	for c.up == up && !c.closed {
-		if !c.relaying() {
-			if i := bytes.Index(up.in, crlfcrlf); i >= 0 {
-				l.passHead(c, i+4)
-				continue
-			}
-			if len(up.in) == cap(up.in) || bareLF(up.in) {
-				l.handOffRelay(c, 0) // too large or bare LF: net/http's parser reads it
-				return
-			}
-		} else {
-			if take := min(int64(len(up.in)), c.remaining); take > 0 {
-				_, _ = c.out.Write(up.in[:take])
-				up.in = up.in[:copy(up.in, up.in[take:])]
-				c.remaining -= take
-			}
-			if c.remaining == 0 {
-				l.finish(c)
-				return
-			}
-			if !l.flushClient(c) || c.out.Len() > 0 {
-				return // the client's socket is full: read on once it is writable
-			}
+		if c.relaying() {
+			l.relayBody(c)
+			return
+		}
+		if i := bytes.Index(up.in, crlfcrlf); i >= 0 {
+			l.passHead(c, i+4)
+			continue
+		}
+		if len(up.in) == cap(up.in) || bareLF(up.in) {
+			l.handOffRelay(c, 0) // too large or bare LF: net/http's parser reads it
+			return
 		}
 		if !up.readable && !up.hup { // after a hang-up, read on to the end of the stream
 			return
@@ -1010,18 +1131,63 @@ func (l *evLoop) relay(c *evClient) {
 		if err == nil {
 			err = io.ErrUnexpectedEOF
 		}
-		switch {
-		case c.relaying():
-			// The upstream broke off the body: the client must not take a short body for a whole one.
-			l.e.log.V(1).Info("copying the response body failed; aborting the response", "host", c.rq.host, "error", err.Error())
-			c.closeAfter = true
-			l.finish(c)
-		case had == 0 && len(up.in) == 0:
+		if had == 0 && len(up.in) == 0 {
 			l.upFailed(c, staleConnError{fmt.Errorf("reading response: %w", err)})
-		default:
+		} else {
 			l.upFailed(c, fmt.Errorf("reading response: %w", err))
 		}
 		return
+	}
+}
+
+// relayBody passes on the body of a response whose head is written (to c.out), as far as the
+// sockets allow. The body bytes that came with the head (in up.in) and what the next read brings go
+// out with the pending head in one write (writev), and the rest of the body is read straight into
+// the loop's body buffer and written from there: a body is copied only when the client's socket does
+// not take all of it (the rest waits in c.out), where it used to be copied into c.out in 8 KiB reads.
+// A read asks for at most one byte more than the body's remaining length, so that a short read tells
+// the connection is drained and a byte more tells the upstream sent more than it announced.
+func (l *evLoop) relayBody(c *evClient) {
+	up := c.up
+	for {
+		take := min(int64(len(up.in)), c.remaining)
+		over := int64(len(up.in)) > take // bytes after the body: the connection is not reused
+		var direct []byte
+		eof, err := false, error(nil)
+		if !over && c.remaining > take && (up.readable || up.hup) && c.writable {
+			want := min(c.remaining-take+1, int64(len(l.body)))
+			var n int
+			n, eof, err = readInto(up.fd, l.body[:want], &up.readable, &up.hup)
+			if rest := c.remaining - take; int64(n) > rest {
+				over, n = true, int(rest)
+			}
+			direct = l.body[:n]
+		}
+		c.remaining -= take + int64(len(direct))
+		if c.remaining == 0 || eof {
+			if eof && c.remaining > 0 {
+				// The upstream broke off the body: the client must not take a short body for a
+				// whole one.
+				if err == nil {
+					err = io.ErrUnexpectedEOF
+				}
+				l.e.log.V(1).Info("copying the response body failed; aborting the response", "host", c.rq.host, "error", err.Error())
+				c.closeAfter = true
+			}
+			// Recorded before it is sent (see finish): the parts go out with the flush there.
+			part := up.in[:take]
+			up.in = up.in[:0]
+			l.finishWith(c, over, part, direct)
+			return
+		}
+		if err := flushOutv(c.fd, &c.out, &c.writable, up.in[:take], direct); err != nil {
+			l.clientGone(c)
+			return
+		}
+		up.in = up.in[:copy(up.in, up.in[take:])]
+		if c.out.Len() > 0 || !c.writable || !up.readable && !up.hup {
+			return // the client's socket is full, or nothing more arrived: on at the next event
+		}
 	}
 }
 
@@ -1035,7 +1201,9 @@ func (l *evLoop) passHead(c *evClient, headLen int) {
 		return
 	}
 	c.x.Forwarded(c.addr)
-	c.closeAfter = c.rq.close || c.hup || l.ls.s.shuttingDown()
+	// An answer that comes before the whole request body was read ends the connection: what is
+	// left of the body must not be read as a request.
+	c.closeAfter = c.rq.close || c.hup || l.ls.s.shuttingDown() || c.bodyLeft > 0
 	writeRawResponseHead(&c.out, up.in[:headLen], res, c.closeAfter)
 	up.in = up.in[:copy(up.in, up.in[headLen:])]
 	c.res, c.remaining = res, res.length
@@ -1046,16 +1214,21 @@ func (l *evLoop) passHead(c *evClient, headLen int) {
 
 // finish ends a relayed response: the upstream connection goes back to the pool when it can carry
 // another request, the request is recorded, and then the response is sent.
-func (l *evLoop) finish(c *evClient) {
+func (l *evLoop) finish(c *evClient) { l.finishWith(c, false, nil, nil) }
+
+// finishWith is finish with the last parts of the body, a and b, sent after c.out; over: the
+// upstream sent bytes after the body that are no longer in up.in.
+func (l *evLoop) finishWith(c *evClient, over bool, a, b []byte) {
 	up := c.up
 	c.up, up.c = nil, nil
 	// Bytes after the body would be read as the next request's response: not reusable. A socket
 	// not known to be empty (the last read filled the buffer, so no new arrival will be reported)
 	// is peeked at.
 	switch {
-	case c.remaining != 0 || !c.res.keep || up.hup:
+	case c.remaining != 0 || !c.res.keep || up.hup || c.bodyLeft > 0: // the upstream has part of a request
+		c.closeAfter = c.closeAfter || c.bodyLeft > 0
 		l.closeUp(up)
-	case len(up.in) > 0:
+	case len(up.in) > 0 || over:
 		l.e.fast.discarded.Leftover.Inc()
 		l.closeUp(up)
 	case up.readable:
@@ -1077,6 +1250,12 @@ func (l *evLoop) finish(c *evClient) {
 	l.releaseIn(c)
 	l.endRequest(c) // closeAfter stays: the connection closes once the response is out
 	c.since = l.now
+	if len(a)+len(b) > 0 {
+		if err := flushOutv(c.fd, &c.out, &c.writable, a, b); err != nil {
+			l.clientGone(c)
+			return
+		}
+	}
 	if !l.flushClient(c) {
 		return
 	}
@@ -1096,7 +1275,7 @@ func (l *evLoop) upFailed(c *evClient, err error) {
 	if up.reused && errors.As(err, &stale) {
 		l.dropIdle(up.addr)
 		l.e.fast.dropIdle(up.addr)
-		if replayable(c.rq.method, c.rq.idempotencyKey) && c.attempts < 2 {
+		if replayable(c.rq.method, c.rq.idempotencyKey) && c.attempts < 2 && c.rq.bodyLen == 0 {
 			c.attempts++
 			l.acquire(c)
 			return
@@ -1257,8 +1436,14 @@ func (cr *carried) drop(e *Engine) {
 // continueForward hands a counted request that has not been sent (a retry that could not get a
 // connection) to the goroutine path's forward, which tries the endpoints.
 func (l *evLoop) continueForward(c *evClient) {
+	if c.rq.bodyLen > 0 { // not reached: a request with a body is not replayed (upFailed)
+		l.handOffFailed(c, fmt.Errorf("forwarding to %s: %w", c.addr, errBodyNotReplayed))
+		return
+	}
 	l.handOffCounted(c, &carried{step: carryForward})
 }
+
+var errBodyNotReplayed = errors.New("a request body is not sent twice")
 
 // handOffFailed hands a counted request whose forward failed to rawFail.
 func (l *evLoop) handOffFailed(c *evClient, err error) {
@@ -1270,6 +1455,13 @@ func (l *evLoop) handOffFailed(c *evClient, err error) {
 func (l *evLoop) handOffRelay(c *evClient, headLen int) {
 	up := c.up
 	c.up, up.c = nil, nil
+	if c.bodyLeft > 0 {
+		// The upstream answers before it has the whole body, in a form the goroutine path reads:
+		// it would not send the rest. The connection is not reused and the client's is closed.
+		l.closeUp(up)
+		l.handOffFailed(c, fmt.Errorf("forwarding to %s: %w", up.addr, errEarlyAnswer))
+		return
+	}
 	pending := bytes.Clone(up.in)
 	fd := up.fd
 	up.fd = -1
@@ -1286,9 +1478,14 @@ func (l *evLoop) handOffRelay(c *evClient, headLen int) {
 	l.handOffCounted(c, &carried{step: carryRelay, pc: pc, headLen: headLen})
 }
 
+var errEarlyAnswer = errors.New("the upstream answered before the request body was sent")
+
 // handOffCounted hands c to the goroutine path with its counted request, which cr finishes there.
 func (l *evLoop) handOffCounted(c *evClient, cr *carried) {
 	cr.rq, cr.x = c.rq, c.x
+	if c.rq.bodyLen > 0 {
+		cr.rq.close = true // what is left of its body must not be read as a request: answered, then closed
+	}
 	c.in = c.in[:copy(c.in, c.in[c.headLen:])]
 	c.rq, c.x = nil, nil // carried on: endRequest neither releases nor ends them
 	l.endRequest(c)
@@ -1362,6 +1559,17 @@ func sysWrite(fd int, p []byte) (int, error) {
 	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	if e != 0 {
 		return -1, e
+	}
+	return int(n), nil
+}
+
+func sysWritev(fd int, iov []unix.Iovec) (int, error) {
+	if len(iov) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+	if e != 0 {
+		return 0, e
 	}
 	return int(n), nil
 }

@@ -72,16 +72,20 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, e.logic.Unrouted(w.Header()))
 		return
 	}
+	var set http.Header
+	if t, ok := x.(Traced); ok {
+		set = t.Trace(Request{Method: r.Method, Target: r.RequestURI, Host: r.Host, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor})
+	}
 	x.Begin()
 	defer x.End()
 	if !x.Ready() {
-		if err := x.Wait(r.Context()); err != nil {
+		if err := wait(x, r); err != nil {
 			writeReply(w, x.Fail(err, w.Header()))
 			return
 		}
 	}
 	x.Forwarding()
-	e.forward(w, r, x)
+	e.forward(w, r, x, set)
 }
 
 // writeReply sends an answer the logic chose.
@@ -112,6 +116,7 @@ func abortResponse(w http.ResponseWriter) {
 // ReverseProxy hooks in the request context.
 type call struct {
 	x       Exchange
+	set     http.Header // set on the forwarded request (see Traced)
 	client  context.Context
 	cancels []context.CancelFunc
 }
@@ -122,13 +127,13 @@ var callPool = sync.Pool{New: func() any { return new(call) }}
 
 // forward sends the request through the ReverseProxy, or, for a request the fast path read, to
 // an HTTP/1.1 backend without it (forwardDirect).
-func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange) {
+func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, set http.Header) {
 	if r.Header.Get("Upgrade") != "" {
 		e.upgrades.add(1)
 		defer e.upgrades.add(-1)
 	}
 	c := callPool.Get().(*call)
-	c.x, c.client = x, r.Context()
+	c.x, c.client, c.set = x, r.Context(), set
 	defer func() {
 		for _, cancel := range c.cancels {
 			cancel()
@@ -227,6 +232,9 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 		tr = e.h2c
 	case fastEligible(req):
 		tr = e.fast
+	}
+	for k, vs := range c.set { // req is the ReverseProxy's copy, or forwardDirect's own request
+		req.Header[k] = vs
 	}
 	var body *bodyGuard
 	if req.Body != nil && req.Body != http.NoBody {

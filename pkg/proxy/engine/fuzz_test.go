@@ -48,6 +48,7 @@ func addRequestSeeds(f *testing.F) {
 func FuzzFastRequest(f *testing.F) {
 	addRequestSeeds(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
+		checkBodyScreen(t, in)
 		block := fastHead(in)
 		if block == nil {
 			return // net/http reads it: nothing of ours to compare
@@ -97,6 +98,55 @@ func FuzzFastRequest(f *testing.F) {
 			t.Fatalf("rawRequest.parse(%q) differs from net/http (-net/http +raw):\n%s", block, d)
 		}
 	})
+}
+
+// checkBodyScreen: a head the event loop's screen (screenRequest) passes with a body is, for
+// net/http's server, an HTTP/1.1 request with that Content-Length and no Transfer-Encoding; the
+// head the raw path writes for it frames the same length; without its Content-Length lines it is
+// one fastRequest passes (the other rules are the same).
+func checkBodyScreen(t *testing.T, in []byte) {
+	end := headerEnd(in)
+	if end < 0 || end > h1ReadBuffer {
+		return
+	}
+	block := in[:end]
+	n, ok := screenRequest(block)
+	if !ok || n == 0 {
+		return
+	}
+	ref := refRequest(block)
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(block)))
+	if err != nil || ref == nil {
+		t.Fatalf("screenRequest passes %q with a %d-byte body; net/http rejects it (%v)", block, n, err)
+	}
+	if req.ContentLength != n || len(req.TransferEncoding) > 0 || req.ProtoMinor != 1 || req.ProtoMajor != 1 {
+		t.Fatalf("screenRequest reads a %d-byte body in %q; net/http reads %s, Content-Length %d, Transfer-Encoding %q",
+			n, block, req.Proto, req.ContentLength, req.TransferEncoding)
+	}
+	var stripped bytes.Buffer
+	for line := range bytes.Lines(block) {
+		if name, _, _ := bytes.Cut(line, []byte(":")); !asciiEqualFold(name, "Content-Length") {
+			stripped.Write(line)
+		}
+	}
+	if !fastRequest(stripped.Bytes()) {
+		t.Fatalf("screenRequest passes %q; fastRequest refuses it without its Content-Length", block)
+	}
+	rq := new(rawRequest)
+	if !rq.parse(string(block)) {
+		return // the general path serves it
+	}
+	rq.bodyLen = n
+	var out bytes.Buffer
+	rq.write(&out, fuzzClientIP)
+	written := out.String()
+	w, err := http.ReadRequest(bufio.NewReader(&out))
+	if err != nil {
+		t.Fatalf("the raw path writes %q for %q: %v", written, block, err)
+	}
+	if w.ContentLength != n || len(w.TransferEncoding) > 0 {
+		t.Fatalf("the raw path writes %q for %q: Content-Length %d, want %d", written, block, w.ContentLength, n)
+	}
 }
 
 // FuzzRawRequestWrite: the head the raw path writes upstream (rawRequest.write), read by
@@ -371,6 +421,11 @@ var requestSeeds = []string{
 	"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n",
 	"GET /a/b?c=d&e HTTP/1.1\r\nHost: example.com:8080\r\nUser-Agent: x\r\nConnection: close\r\n\r\n",
 	"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nX-Forwarded-For: 10.0.0.1\r\nTe: trailers\r\n\r\n",
+	"POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello",
+	"PUT /up HTTP/1.1\r\nHost: h\r\nContent-Length: 05\r\n\r\nhello",
+	"POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+	"POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: +5\r\n\r\nhello",
+	"GET /up HTTP/1.1\r\nHost: h\r\nContent-Length: 123456789012345678\r\n\r\n",
 }
 
 var responseSeeds = []string{

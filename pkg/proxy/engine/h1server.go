@@ -442,20 +442,31 @@ func headerEnd(buf []byte) int {
 // fastRequest reports whether the header block (request line and headers, CRLF ends) is a request
 // the fast path serves exactly like net/http would.
 func fastRequest(block []byte) bool {
+	n, ok := screenRequest(block)
+	return ok && n == 0
+}
+
+// screenRequest is fastRequest for a request that may have a body framed by one Content-Length
+// (the event loops relay it, see evLoop.pumpBody): it returns the body's length. A length
+// net/http reads otherwise than this does (signs, spaces, leading zeros, more than 18 digits, the
+// header repeated) is refused, and the request goes to net/http.
+func screenRequest(block []byte) (int64, bool) {
 	line, rest, _ := bytes.Cut(block, []byte("\r\n"))
 	method, rest1, ok := bytes.Cut(line, []byte(" "))
 	if !ok || len(method) == 0 || !isToken(method) {
-		return false
+		return 0, false
 	}
 	target, proto, ok := bytes.Cut(rest1, []byte(" "))
 	if !ok || len(target) == 0 || target[0] != '/' || string(proto) != "HTTP/1.1" {
-		return false
+		return 0, false
 	}
 	for _, b := range target {
 		if b <= ' ' || b == 0x7f {
-			return false
+			return 0, false
 		}
 	}
+	var length int64
+	lengths := 0
 	hosts := 0
 	for len(rest) > 0 {
 		var l []byte
@@ -464,36 +475,49 @@ func fastRequest(block []byte) bool {
 			break // the empty line ending the block
 		}
 		if bytes.IndexByte(l, '\n') >= 0 || bytes.IndexByte(l, '\r') >= 0 {
-			return false // bare LF or CR
+			return 0, false // bare LF or CR
 		}
 		name, value, ok := bytes.Cut(l, []byte(":"))
 		if !ok || len(name) == 0 || !isToken(name) {
-			return false // includes obsolete line folding (leading space)
+			return 0, false // includes obsolete line folding (leading space)
 		}
 		value = bytes.Trim(value, " \t")
 		if !fieldValue(value) {
-			return false
+			return 0, false
 		}
 		switch {
 		case asciiEqualFold(name, "Host"):
 			hosts++
 			if !validHost(value) {
-				return false
+				return 0, false
 			}
 		case asciiEqualFold(name, "Content-Length"):
-			if string(value) != "0" {
-				return false
+			lengths++
+			if string(value) == "0" {
+				continue // net/http takes repeated zeros as one
+			}
+			if len(value) == 0 || len(value) > 18 || value[0] == '0' {
+				return 0, false
+			}
+			for _, c := range value {
+				if c < '0' || c > '9' {
+					return 0, false
+				}
+				length = length*10 + int64(c-'0')
 			}
 		case asciiEqualFold(name, "Connection"):
 			if !connectionPlain(value) {
-				return false
+				return 0, false
 			}
 		case asciiEqualFold(name, "Transfer-Encoding"), asciiEqualFold(name, "Upgrade"),
 			asciiEqualFold(name, "Expect"), asciiEqualFold(name, "HTTP2-Settings"):
-			return false
+			return 0, false
 		}
 	}
-	return hosts == 1
+	if length > 0 && lengths > 1 {
+		return 0, false
+	}
+	return length, hosts == 1
 }
 
 // connectionPlain reports whether a Connection header only says keep-alive or close.

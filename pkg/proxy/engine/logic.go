@@ -79,6 +79,26 @@ type Exchange interface {
 	Release()
 }
 
+// Traced is an Exchange that follows its request further (pkg/proxy's, which traces requests when
+// tracing is on). The engine calls Trace once it has decided to serve the request on its path: after
+// Route and before Begin (Release may still follow, when a fast path leaves the request to the
+// general one after all). The header fields Trace returns are set on the forwarded request on every
+// path, replacing the request's own fields of the same names (a name without values removes them);
+// nil sets nothing. Trace must return at once and cheaply when the exchange traces nothing.
+type Traced interface {
+	Trace(r Request) http.Header
+}
+
+// Request is what the engine tells a Traced exchange about its request.
+type Request struct {
+	// Method and Target are the request line's, the target as the client sent it (path and query).
+	Method, Target string
+	// Host is the request's Host (its port included when it has one).
+	Host string
+	// ProtoMajor and ProtoMinor are the client's HTTP version (1.1, 2).
+	ProtoMajor, ProtoMinor int
+}
+
 // Reply is an answer the logic chose (an error, a placeholder).
 type Reply struct {
 	Code int

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,8 +50,10 @@ type rawFields struct {
 	hasXFHost, hasXFProto      bool
 	idempotencyKey             bool     // Idempotency-Key or X-Idempotency-Key: replayable (see replayable)
 	noCache                    bool     // "Pragma: no-cache" without Cache-Control: net/http adds "Cache-Control: no-cache"
+	bodyLen                    int64    // the Content-Length of a body the event loop relays (see screenRequest)
 	xff                        []string // prior X-Forwarded-For values
 	headers                    []rawHeader
+	set                        http.Header // header fields replacing the request's own (see Traced)
 }
 
 // reset forgets the last request, dropping its references into the head.
@@ -196,15 +199,25 @@ func (rq *rawRequest) write(bw headWriter, clientIP string) {
 			writeHeaderLine(bw, h.name, h.value)
 		}
 	}
+	for k, vs := range rq.set {
+		for _, v := range vs {
+			writeHeaderLine(bw, k, v)
+		}
+	}
 	if rq.teTrailers {
 		_, _ = bw.WriteString("Te: trailers\r\n")
 	}
 	if rq.noCache { // net/http's request parser adds it (fixPragmaCacheControl)
 		_, _ = bw.WriteString("Cache-Control: no-cache\r\n")
 	}
-	switch rq.method { // what Request.Write sends for a request without a body
-	case http.MethodPost, http.MethodPut, http.MethodPatch:
-		_, _ = bw.WriteString("Content-Length: 0\r\n")
+	switch {
+	case rq.bodyLen > 0: // as Request.Write frames a body of known length, whatever the method
+		var n [20]byte
+		_, _ = bw.WriteString("Content-Length: ")
+		_, _ = bw.Write(strconv.AppendInt(n[:0], rq.bodyLen, 10))
+		_, _ = bw.WriteString("\r\n")
+	case rq.method == http.MethodPost, rq.method == http.MethodPut, rq.method == http.MethodPatch:
+		_, _ = bw.WriteString("Content-Length: 0\r\n") // what Request.Write sends without a body
 	}
 	if clientIP != "" {
 		_, _ = bw.WriteString("X-Forwarded-For: ")
@@ -266,7 +279,25 @@ func (e *Engine) rawRoute(rq *rawRequest) Exchange {
 		x.Release()
 		return nil // the general path serves it (and holds a cold app's)
 	}
+	if t, ok := x.(Traced); ok {
+		rq.replace(t.Trace(Request{Method: rq.method, Target: rq.target, Host: rq.host, ProtoMajor: 1, ProtoMinor: 1}))
+	}
 	return x
+}
+
+// replace makes write send the fields of set instead of the request's own fields of those names.
+func (rq *rawRequest) replace(set http.Header) {
+	if len(set) == 0 {
+		return
+	}
+	rq.set = set
+	for i := range rq.headers {
+		for k := range set {
+			if asciiEqualFold(rq.headers[i].name, k) {
+				rq.headers[i].drop = true
+			}
+		}
+	}
 }
 
 // rawComplete runs forward for a counted request under the client watch, ends its exchange and

@@ -1,0 +1,165 @@
+package controller_test
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/operator/controller"
+	"github.com/httpscale/httpscale/pkg/routing"
+)
+
+// A second installation in the same API server: fleet "blue" in its own namespace, with its own table
+// and scaler, next to the suite's operator of the default fleet.
+const (
+	blueNS     = "blue-system"
+	blueTable  = "httpscale-blue-routing-table"
+	blueScaler = "httpscale-blue-scaler.blue-system.svc.cluster.local:9090"
+)
+
+var _ = Describe("Two fleets in one cluster", Ordered, func() {
+	var blue *operator
+
+	BeforeAll(func() {
+		Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: blueNS}}))).To(Succeed())
+		o := defaultOptions()
+		o.Fleet = "blue"
+		o.Namespace = blueNS
+		o.TableName = blueTable
+		o.ScalerAddress = blueScaler
+		o.InterceptorSelector = labels.SelectorFromSet(labels.Set{serviceName: "httpscale-blue-interceptor-admin"})
+		o.FleetLeaseInterval = time.Second
+		blue = startOperator(o)
+		DeferCleanup(func() { blue.stop() })
+	})
+
+	It("routes and scales each object only by the fleet it names, and moves it when the fleet changes", func() {
+		ns := newNamespace()
+		red := app(ns, "red", "red.example.com") // no fleet: the default one
+		Expect(k8s.Create(ctx, red)).To(Succeed())
+		bl := app(ns, "bl", "bl.example.com")
+		bl.Spec.Fleet = "blue"
+		Expect(k8s.Create(ctx, bl)).To(Succeed())
+
+		Eventually(entryOf(ns + "/red")).ShouldNot(BeNil())
+		Eventually(blueEntryOf(ns + "/bl")).ShouldNot(BeNil())
+		Eventually(scalerAddressOf(bl)).Should(Equal(blueScaler))
+		Eventually(scalerAddressOf(red)).Should(Equal(scalerAddr))
+		Consistently(func() []*routing.Entry { return []*routing.Entry{tableEntry(ns + "/bl"), blueEntry(ns + "/red")} }).
+			Should(HaveExactElements(BeNil(), BeNil()), "each fleet's table holds only its own objects")
+		Expect(current(red).Finalizers).To(ConsistOf(controller.Finalizer))
+		Expect(current(bl).Finalizers).To(ConsistOf(controller.FinalizerFor("blue")))
+
+		By("moving red to the blue fleet")
+		cur := current(red)
+		cur.Spec.Fleet = "blue"
+		Expect(k8s.Update(ctx, cur)).To(Succeed())
+		Eventually(blueEntryOf(ns + "/red")).ShouldNot(BeNil())
+		Eventually(entryOf(ns + "/red")).Should(BeNil())
+		Eventually(scalerAddressOf(red)).Should(Equal(blueScaler))
+		Eventually(func() []string { return current(red).Finalizers }).Should(ConsistOf(controller.FinalizerFor("blue")))
+		Consistently(scalerAddressOf(red)).Should(Equal(blueScaler), "the old fleet's operator leaves the ScaledObject alone")
+
+		By("moving it to a fleet nobody serves")
+		cur = current(red)
+		cur.Spec.Fleet = "green"
+		Expect(k8s.Update(ctx, cur)).To(Succeed())
+		Eventually(blueEntryOf(ns + "/red")).Should(BeNil())
+		Eventually(condition(red, v1.ConditionReady)).Should(And(haveCondition(False, controller.ReasonFleetNotServed),
+			HaveField("Message", ContainSubstring(`fleet "green"`)), HaveField("Message", ContainSubstring("blue, default"))))
+		Eventually(func() []string { return current(red).Finalizers }).Should(BeEmpty())
+		Expect(current(red).Status.Routing).To(BeNil())
+
+		By("deleting objects of either fleet")
+		Expect(k8s.Delete(ctx, red)).To(Succeed())
+		Expect(k8s.Delete(ctx, bl)).To(Succeed())
+		Eventually(isNotFound(red)).Should(BeTrue())
+		Eventually(isNotFound(bl)).Should(BeTrue())
+		Eventually(blueEntryOf(ns + "/bl")).Should(BeNil())
+	})
+
+	It("says in the status of an object whose fleet no operator serves why nothing routes it, until one does", func() {
+		ns := newNamespace()
+		lost := app(ns, "lost", "lost.example.com")
+		lost.Spec.Fleet = "green"
+		Expect(k8s.Create(ctx, lost)).To(Succeed())
+
+		Eventually(condition(lost, v1.ConditionReady)).Should(haveCondition(False, controller.ReasonFleetNotServed))
+		Expect(condition(lost, v1.ConditionRoutingPropagated)()).To(haveCondition(False, controller.ReasonFleetNotServed))
+		Expect(current(lost).Finalizers).To(BeEmpty())
+		Expect(scaledObject(lost)()).To(BeNil())
+		Expect(tableEntry(ns + "/lost")).To(BeNil())
+		Expect(blueEntry(ns + "/lost")).To(BeNil())
+
+		By("installing an operator for fleet green")
+		Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "green-system"}}))).To(Succeed())
+		o := defaultOptions()
+		o.Fleet = "green"
+		o.Namespace = "green-system"
+		o.TableName = "httpscale-green-routing-table"
+		o.ScalerAddress = "httpscale-green-scaler.green-system.svc.cluster.local:9090"
+		o.InterceptorSelector = labels.SelectorFromSet(labels.Set{serviceName: "httpscale-green-interceptor-admin"})
+		o.FleetLeaseInterval = time.Second
+		green := startOperator(o)
+		DeferCleanup(func() { green.stop() })
+		// Green has no interceptors: its operator routes the object and says so.
+		Eventually(condition(lost, v1.ConditionRoutingPropagated)).Should(haveCondition(False, "NoInterceptors"))
+		Eventually(scalerAddressOf(lost)).Should(Equal(o.ScalerAddress))
+		Consistently(condition(lost, v1.ConditionReady)).ShouldNot(HaveField("Reason", controller.ReasonFleetNotServed))
+
+		Expect(k8s.Delete(ctx, lost)).To(Succeed())
+		Eventually(isNotFound(lost)).Should(BeTrue())
+	})
+})
+
+// blueEntry returns fleet blue's stored table entry for key, or nil.
+func blueEntry(key string) *routing.Entry {
+	GinkgoHelper()
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var list corev1.ConfigMapList
+	if err := k8s.List(c, &list, client.InNamespace(blueNS), client.MatchingLabels{routing.LabelTable: blueTable}); err != nil {
+		return nil
+	}
+	var head *corev1.ConfigMap
+	var shards []*corev1.ConfigMap
+	for i := range list.Items {
+		if list.Items[i].Name == blueTable {
+			head = &list.Items[i]
+		} else {
+			shards = append(shards, &list.Items[i])
+		}
+	}
+	t, err := routing.FromConfigMaps(head, shards)
+	if err != nil {
+		return nil
+	}
+	e, ok := t.Lookup(key)
+	if !ok {
+		return nil
+	}
+	out := e.Clone()
+	return &out
+}
+
+func blueEntryOf(key string) func() *routing.Entry {
+	return func() *routing.Entry { return blueEntry(key) }
+}
+
+// scalerAddressOf yields the scaler address in the trigger of h's ScaledObject ("" without one).
+func scalerAddressOf(h *v1.HTTPScaledObject) func() string {
+	return func() string {
+		so := scaledObject(h)()
+		if so == nil || len(so.Spec.Triggers) == 0 {
+			return ""
+		}
+		return so.Spec.Triggers[0].Metadata["scalerAddress"]
+	}
+}
