@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
+	"slices"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -18,6 +18,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,37 +28,46 @@ import (
 	"github.com/httpscale/httpscale/pkg/admin"
 )
 
-// Serve mode: callers use the app's own Service (cluster IP, through kube-proxy on the real nodes).
+// Serve mode: callers use the app's own Service (its cluster IP and DNS name, through kube-proxy and
+// the cluster's DNS on the real nodes). The app's KEDA trigger for warm traffic is a metrics-api
+// trigger on the sample app's own count of the requests of the last 10 s (admin port, /stats).
 var _ = Describe("Serve mode", Ordered, func() {
+	const scaledown = 20 // seconds
 	var (
 		h    *framework.HTTPScale
 		ns   string
 		hso  *httpscalev1alpha1.HTTPScaledObject
 		svc  corev1.Service
 		fqdn string
-		// direct dials a new connection per request, so kube-proxy picks an endpoint every time.
+		// direct dials a new connection per request from the cluster's network namespace, so
+		// kube-proxy picks an endpoint (pod or interceptor) every time.
 		direct *http.Client
 	)
 
 	BeforeAll(func(ctx SpecContext) {
 		var host string
 		h, ns, host = scenario(ctx, "serve")
+		fqdn = "app." + ns + ".svc." + localcluster.ClusterDomain
 		hso = routedApp(ctx, ns, "app", 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
 			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
 			s.Mode = httpscalev1alpha1.ModeServe
-			s.ScaledownPeriod = ptr.To[int32](600)
-			// Admission wants a trigger that sees warm traffic at min 0; this one is never active
-			// (1 January, 00:00-00:01), so only the interceptor's trigger scales here.
-			s.Scaling = &httpscalev1alpha1.Scaling{Triggers: []httpscalev1alpha1.ScalingTrigger{{Type: "cron", Metadata: map[string]string{
-				"timezone": "Etc/UTC", "start": "0 0 1 1 *", "end": "1 0 1 1 *", "desiredReplicas": "1",
-			}}}}
+			s.ScaledownPeriod = ptr.To[int32](scaledown)
+			s.Scaling = &httpscalev1alpha1.Scaling{Triggers: []httpscalev1alpha1.ScalingTrigger{{
+				Type: "metrics-api", Name: "recent-requests", Metadata: map[string]string{
+					"url":           fmt.Sprintf("http://%s:%d/stats", fqdn, framework.SampleAppAdmin),
+					"valueLocation": "recent", "targetValue": "1000", "activationTargetValue": "0",
+				},
+			}}}
 		})
+		// The trigger reads the pods' admin port through the Service: a second port, never redirected.
 		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, &svc)).To(Succeed())
-		fqdn = "app." + ns + ".svc.cluster.local"
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "admin", Port: framework.SampleAppAdmin, TargetPort: intstr.FromInt32(framework.SampleAppAdmin)})
+		Expect(f.Client.Update(ctx, &svc)).To(Succeed())
 		direct = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
 			DialContext: localcluster.DialContext(f.Cluster.NetNS), DisableKeepAlives: true}}
 	})
 
+	// get sends GET path to the Service's cluster IP with the given Host ("" keeps the IP).
 	get := func(ctx context.Context, host, path string) (answer, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s%s", svc.Spec.ClusterIP, path), nil)
 		if err != nil {
@@ -88,6 +98,7 @@ var _ = Describe("Serve mode", Ordered, func() {
 	}
 	// interceptorRequests sums the interceptors' request counters of the app.
 	interceptorRequests := func(ctx context.Context) uint64 {
+		GinkgoHelper()
 		var sum uint64
 		for _, ic := range h.Interceptors {
 			resp, err := f.Get(ctx, fmt.Sprintf("http://%s:%d%s?since=0", ic.IP, localcluster.InterceptorAdmin, admin.PathCounts), "")
@@ -104,33 +115,47 @@ var _ = Describe("Serve mode", Ordered, func() {
 		}
 		return sum
 	}
+	// latency returns the median of n sequential GETs of path through client.
+	latency := func(ctx context.Context, n int, do func() (answer, error)) time.Duration {
+		GinkgoHelper()
+		d := make([]time.Duration, n)
+		for i := range n {
+			start := time.Now()
+			a, err := do()
+			d[i] = time.Since(start)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(a.Status).To(Equal(http.StatusOK))
+		}
+		slices.Sort(d)
+		return d[n/2]
+	}
 
-	It("answers a burst sent to the Service's cluster IP and DNS name at zero, each request once, then leaves the path", func(ctx SpecContext) {
+	It("answers a client pod's burst to the Service's cluster IP and DNS name at zero, each request once, then leaves the path", func(ctx SpecContext) {
 		Eventually(func() string { return serving(ctx) }).WithContext(ctx).Should(Equal("False Proxying"))
 		Expect(redirect(ctx)).To(BeTrue())
 		Expect(replicas(ctx, ns, "app")).To(BeEquivalentTo(0))
 
 		const n = 200
-		start := time.Now()
-		errs := make([]error, n)
-		answers := make([]answer, n)
-		var wg sync.WaitGroup
+		args := []string{"--parallel", "--timeout=2m"}
+		urls := make([]string, n)
 		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				host := "" // the cluster IP itself
-				if i%2 == 1 {
-					host = fqdn
-				}
-				answers[i], errs[i] = get(ctx, host, fmt.Sprintf("/serve?rid=%d", i))
-			}()
+			target := svc.Spec.ClusterIP // even: the cluster IP, odd: the Service's DNS name
+			if i%2 == 1 {
+				target = fqdn
+			}
+			urls[i] = fmt.Sprintf("http://%s/serve?rid=%d", target, i)
+			args = append(args, "--get="+urls[i])
 		}
-		wg.Wait()
-		answered := time.Since(start)
-		for i := range n {
-			Expect(errs[i]).NotTo(HaveOccurred(), "request %d", i)
-			Expect(answers[i].Status).To(Equal(http.StatusOK), "request %d", i)
+		res := runProbe(ctx, ns, "burst", 4*time.Minute, args...)
+		for i, u := range urls {
+			r, ok := res["get "+u]
+			Expect(ok).To(BeTrue(), "no result for request %d", i)
+			Expect(r.Err).To(BeEmpty(), "request %d (%s)", i, u)
+			Expect(r.Status).To(Equal(http.StatusOK), "request %d (%s): %s", i, u, r.Body)
+			var a answer
+			Expect(json.Unmarshal([]byte(r.Body), &a)).To(Succeed(), r.Body)
+			// Held and forwarded by an interceptor, which adds the caller's address.
+			Expect(a.Headers).To(HaveKey("X-Forwarded-For"), "request %d", i)
 		}
 		counts := requestCounts(ctx, ns, "app")
 		Expect(counts).To(HaveLen(n), "requests that reached the app")
@@ -138,28 +163,80 @@ var _ = Describe("Serve mode", Ordered, func() {
 			Expect(c).To(BeEquivalentTo(1), "request %s reached the app %d times", rid, c)
 		}
 		Expect(replicas(ctx, ns, "app")).To(BeNumerically(">=", 1))
-		AddReportEntry("serve mode: 200 requests at zero through the Service answered after", answered.String())
 
 		// The redirect goes once the pod is ready and nothing is held.
 		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(time.Minute).Should(Equal("True Direct"))
 		removedAt := time.Now()
 		Expect(redirect(ctx)).To(BeFalse())
 
-		// Once kube-proxy has the change, requests reach the pods without the interceptor: no
+		// Once kube-proxy has the change, requests reach the pod without the interceptor: no
 		// X-Forwarded-For from it, and its request counter stops.
 		Eventually(func(g Gomega) {
 			a, err := get(ctx, fqdn, "/direct")
 			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(a.Status).To(Equal(http.StatusOK))
 			g.Expect(a.Headers).NotTo(HaveKey("X-Forwarded-For"))
 		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 		AddReportEntry("serve mode: redirect removed -> first direct answer", time.Since(removedAt).String())
 		before := interceptorRequests(ctx)
-		for i := range 50 {
-			a, err := get(ctx, "", fmt.Sprintf("/direct?i=%d", i))
-			Expect(err).NotTo(HaveOccurred())
-			Expect(a.Status).To(Equal(http.StatusOK))
+		viaService := latency(ctx, 50, func() (answer, error) { return get(ctx, "", "/direct") })
+		Expect(interceptorRequests(ctx)).To(Equal(before), "the interceptors saw none of 50 warm requests to the Service")
+		viaInterceptor := latency(ctx, 50, func() (answer, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, proxyURL(h, 0, "/proxied"), nil)
+			if err != nil {
+				return answer{}, err
+			}
+			req.Host = string(hso.Spec.Hosts[0])
+			resp, err := direct.Do(req)
+			if err != nil {
+				return answer{}, err
+			}
+			return readAnswer(resp)
+		})
+		Expect(interceptorRequests(ctx)).To(BeNumerically(">=", before+50), "the interceptors still proxy the app's hosts")
+		AddReportEntry("serve mode: median warm GET (new connection each)", fmt.Sprintf("app Service %s, through an interceptor %s", viaService, viaInterceptor))
+	})
+
+	It("keeps the app up while callers use the Service directly, and takes it to zero after the idle period once they stop", func(ctx SpecContext) {
+		// Longer than the scaledown period plus KEDA's 30 s polling: with only the interceptor's
+		// trigger, which sees none of this traffic, the app would go to zero meanwhile.
+		before := interceptorRequests(ctx)
+		end := time.Now().Add(scaledown*time.Second + 50*time.Second)
+		for i := 0; time.Now().Before(end); i++ {
+			a, err := get(ctx, "", fmt.Sprintf("/warm?i=%d", i))
+			Expect(err).NotTo(HaveOccurred(), "warm request %d", i)
+			Expect(a.Status).To(Equal(http.StatusOK), "warm request %d", i)
+			Expect(replicas(ctx, ns, "app")).To(BeNumerically(">=", 1), "replicas after warm request %d", i)
+			time.Sleep(500 * time.Millisecond)
 		}
-		Expect(interceptorRequests(ctx)).To(Equal(before), "the interceptors saw none of 50 warm requests")
+		Expect(interceptorRequests(ctx)).To(Equal(before), "the interceptors saw none of the warm traffic")
+		Expect(serving(ctx)).To(Equal("True Direct"))
+
+		// Traffic stops: the app's count drains within 10 s, KEDA sees it inactive at its next poll
+		// and scales to zero after the scaledown period; the redirect is back before the pod is gone.
+		stopped := time.Now()
+		Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).WithContext(ctx).
+			WithTimeout(3 * time.Minute).WithPolling(100 * time.Millisecond).Should(BeZero())
+		scaled := time.Now()
+		AddReportEntry("serve mode: last direct request -> replicas 0", scaled.Sub(stopped).String())
+		Eventually(func() bool { return redirect(ctx) }).WithContext(ctx).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).Should(BeTrue())
+		redirected := time.Now()
+		Eventually(func() []string { return podIPs(ctx, ns, "app") }).WithContext(ctx).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(BeEmpty())
+		AddReportEntry("serve mode: replicas 0 -> redirect in place; redirect -> last pod object gone",
+			fmt.Sprintf("%s; %s", redirected.Sub(scaled), time.Since(redirected)))
+		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(10 * time.Second).Should(Equal("False Proxying"))
+	})
+
+	It("wakes the app again on the next call to the Service", func(ctx SpecContext) {
+		Expect(podIPs(ctx, ns, "app")).To(BeEmpty())
+		start := time.Now()
+		a, err := get(ctx, fqdn, "/again?rid=again")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(a.Status).To(Equal(http.StatusOK))
+		Expect(a.Headers).To(HaveKey("X-Forwarded-For"), "held by an interceptor")
+		AddReportEntry("serve mode: cold call through the Service answered after", time.Since(start).String())
+		Expect(replicas(ctx, ns, "app")).To(BeNumerically(">=", 1))
+		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(time.Minute).Should(Equal("True Direct"))
 	})
 
 	It("restores the Service when the object is deleted", func(ctx SpecContext) {
@@ -168,9 +245,18 @@ var _ = Describe("Serve mode", Ordered, func() {
 		updateDeployment(ctx, ns, "app", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) })
 		Eventually(func() bool { return redirect(ctx) }).WithContext(ctx).WithTimeout(30 * time.Second).Should(BeTrue())
 		Expect(f.Client.Delete(ctx, hso)).To(Succeed())
-		Eventually(func() bool { return redirect(ctx) }).WithContext(ctx).WithTimeout(30 * time.Second).Should(BeFalse())
 		Eventually(func() bool {
 			return apierrors.IsNotFound(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), hso))
 		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(BeTrue())
+		var slices discoveryv1.EndpointSliceList
+		Expect(f.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelManagedBy: "serve-redirect.httpscale.dev"})).To(Succeed())
+		Expect(slices.Items).To(BeEmpty(), "redirect slices left behind")
+		// The Service is the user's again: at zero nothing answers on it (as without httpscale).
+		Eventually(func() error {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, err := get(cctx, fqdn, "/restored")
+			return err
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(HaveOccurred())
 	})
 })
