@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"slices"
 	"time"
 
@@ -18,7 +20,9 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -238,6 +242,54 @@ var _ = Describe("Serve mode", Ordered, func() {
 		Expect(replicas(ctx, ns, "app")).To(BeNumerically(">=", 1))
 		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(time.Minute).Should(Equal("True Direct"))
 	})
+
+	if os.Getenv("HTTPSCALE_E2E_SERVE_BENCH") != "" {
+		// Warm throughput and p99 with wrk from the cluster's network namespace, under the machine's
+		// bench lock (flock /tmp/bench.lock, nice -n -10): the app's Service in Serve mode (direct),
+		// a second Service selecting the same pod without httpscale, and an interceptor pod (the Proxy
+		// mode path), interleaved twice. One replica (max 1), so every target reaches the same pod.
+		It("measures warm throughput through the Service against the Service without httpscale and the interceptor", func(ctx SpecContext) {
+			update := func(change func(*httpscalev1alpha1.HTTPScaledObject)) {
+				Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					cur := &httpscalev1alpha1.HTTPScaledObject{}
+					if err := f.Client.Get(ctx, client.ObjectKeyFromObject(hso), cur); err != nil {
+						return err
+					}
+					change(cur)
+					return f.Client.Update(ctx, cur)
+				})).To(Succeed())
+			}
+			update(func(o *httpscalev1alpha1.HTTPScaledObject) { o.Spec.Replicas.Max = ptr.To[int32](1) })
+			plain := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "app-plain", Namespace: ns}, Spec: corev1.ServiceSpec{
+				Selector: svc.Spec.Selector, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(framework.SampleAppPort)}},
+			}}
+			Expect(f.Client.Create(ctx, plain)).To(Succeed())
+			Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(time.Minute).Should(Equal("True Direct"))
+			Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).WithContext(ctx).Should(BeEquivalentTo(1))
+			targets := []struct{ name, url, host string }{
+				{"serve", fmt.Sprintf("http://%s/bench", svc.Spec.ClusterIP), fqdn},
+				{"plain", fmt.Sprintf("http://%s/bench", plain.Spec.ClusterIP), "app-plain." + ns},
+				{"proxy", proxyURL(h, 0, "/bench"), string(hso.Spec.Hosts[0])},
+			}
+			script := "uptime\n"
+			for range 2 {
+				for _, t := range targets {
+					script += fmt.Sprintf("echo '== %s'\nip netns exec %s wrk -t2 -c32 -d10s --latency -H 'Host: %s' %s\n", t.name, f.Cluster.NetNS, t.host, t.url)
+				}
+			}
+			script += "uptime\n"
+			before := interceptorRequests(ctx)
+			out, err := exec.CommandContext(ctx, "flock", "/tmp/bench.lock", "nice", "-n", "-10", "sh", "-c", script).CombinedOutput()
+			Expect(err).NotTo(HaveOccurred(), string(out))
+			GinkgoWriter.Printf("%s\n", out)
+			AddReportEntry("serve mode bench (wrk -t2 -c32 -d10s, twice each)", string(out))
+			Expect(string(out)).NotTo(ContainSubstring("Non-2xx"))
+			Expect(string(out)).NotTo(ContainSubstring("Socket errors"))
+			Expect(interceptorRequests(ctx)).To(BeNumerically(">", before), "the proxy target passed the interceptor")
+			Expect(f.Client.Delete(ctx, plain)).To(Succeed())
+			update(func(o *httpscalev1alpha1.HTTPScaledObject) { o.Spec.Replicas.Max = ptr.To[int32](4) })
+		})
+	}
 
 	It("restores the Service when the object is deleted", func(ctx SpecContext) {
 		Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), hso)).To(Succeed())

@@ -111,6 +111,12 @@ var _ = Describe("Two fleets in one cluster", Ordered, func() {
 		Eventually(entryOf(key), timeout).Should(HaveField("Hosts", ContainElement("tide."+ns+".svc")))
 		Eventually(blueEntryOf(key), timeout).Should(BeNil())
 
+		By("moving it to a fleet nobody serves")
+		update(h, func(o *v1.HTTPScaledObject) { o.Spec.Fleet = "violet" })
+		Eventually(condition(h, v1.ConditionReady), timeout).Should(haveCondition(False, controller.ReasonFleetNotServed))
+		Eventually(redirect(ns, "tide"), timeout).Should(BeNil(), "nothing routes the app: the Service is given back")
+		Eventually(condition(h, v1.ConditionServing), timeout).Should(Equal(metav1.Condition{}))
+
 		Expect(k8s.Delete(ctx, current(h))).To(Succeed())
 		Eventually(redirect(ns, "tide"), timeout).Should(BeNil())
 		Eventually(isNotFound(h), timeout).Should(BeTrue())
