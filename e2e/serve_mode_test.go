@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -140,7 +141,7 @@ var _ = Describe("Serve mode", Ordered, func() {
 		Expect(replicas(ctx, ns, "app")).To(BeEquivalentTo(0))
 
 		const n = 200
-		args := []string{"--parallel", "--timeout=2m"}
+		args := []string{"--parallel", "--timeout=4m"}
 		urls := make([]string, n)
 		for i := range n {
 			target := svc.Spec.ClusterIP // even: the cluster IP, odd: the Service's DNS name
@@ -150,16 +151,37 @@ var _ = Describe("Serve mode", Ordered, func() {
 			urls[i] = fmt.Sprintf("http://%s/serve?rid=%d", target, i)
 			args = append(args, "--get="+urls[i])
 		}
-		res := runProbe(ctx, ns, "burst", 4*time.Minute, args...)
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		woken := watchReplicas(wctx, ns, "app", 1)
+		res := runProbe(ctx, ns, "burst", 6*time.Minute, args...)
+		select {
+		case at := <-woken:
+			AddReportEntry("serve mode: replicas >= 1 at", at.UTC().Format(time.RFC3339Nano))
+		default:
+		}
+		var failed []string
 		for i, u := range urls {
 			r, ok := res["get "+u]
-			Expect(ok).To(BeTrue(), "no result for request %d", i)
-			Expect(r.Err).To(BeEmpty(), "request %d (%s)", i, u)
-			Expect(r.Status).To(Equal(http.StatusOK), "request %d (%s): %s", i, u, r.Body)
 			var a answer
-			Expect(json.Unmarshal([]byte(r.Body), &a)).To(Succeed(), r.Body)
-			// Held and forwarded by an interceptor, which adds the caller's address.
-			Expect(a.Headers).To(HaveKey("X-Forwarded-For"), "request %d", i)
+			switch {
+			case !ok:
+				failed = append(failed, fmt.Sprintf("%d %s: no result", i, u))
+			case r.Err != "" || r.Status != http.StatusOK:
+				failed = append(failed, fmt.Sprintf("%d %s: %d %s %.200s", i, u, r.Status, r.Err, r.Body))
+			case json.Unmarshal([]byte(r.Body), &a) != nil:
+				failed = append(failed, fmt.Sprintf("%d %s: body %.200s", i, u, r.Body))
+			case a.Headers["X-Forwarded-For"] == "":
+				// Held and forwarded by an interceptor, which adds the caller's address.
+				failed = append(failed, fmt.Sprintf("%d %s: answered without an interceptor", i, u))
+			}
+		}
+		if len(failed) > 0 {
+			pods, _ := f.Cluster.KubectlRun(ctx, "", "-n", ns, "get", "pods,endpointslices", "-o", "wide")
+			cur := &httpscalev1alpha1.HTTPScaledObject{}
+			_ = f.Client.Get(ctx, client.ObjectKeyFromObject(hso), cur)
+			Fail(fmt.Sprintf("%d of %d requests failed:\n%s\n%s\nconditions: %+v", len(failed), n,
+				strings.Join(failed[:min(len(failed), 20)], "\n"), pods, cur.Status.Conditions))
 		}
 		counts := requestCounts(ctx, ns, "app")
 		Expect(counts).To(HaveLen(n), "requests that reached the app")
