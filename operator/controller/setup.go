@@ -264,6 +264,9 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 			Named(name).
 			For(&v1.HTTPScaledObject{}, builder.WithPredicates(objects)).
 			Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexServices, nil, nil))).
+			// Serve mode: a redirect's owner is the oldest Serve-mode object on its Service, and only
+			// the owner's routing entry carries the Service's names: both controllers follow a change.
+			Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient()))).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: workers,
 				// controller-runtime v0.24.1's priority queue can deadlock at shutdown when many keys are
@@ -292,9 +295,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	b.Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).WatchesRawSource(keys).
 		// A TLS Secret created, changed or deleted re-evaluates TLSReady of the objects naming it;
 		// only metadata is cached (the content is read when needed).
-		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTLSSecret, nil, nil))).
-		// Serve mode: a redirect's owner is the oldest Serve-mode object on its Service.
-		Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient())))
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTLSSecret, nil, nil)))
 	// Serve mode: a workload's spec change (KEDA scaling it to zero) puts the redirect in place before
 	// its pods are gone.
 	for _, kind := range watchedTargets {
