@@ -25,7 +25,7 @@ import (
 // trigger (admission requires one at min 0).
 func serveApp(ns, name string) *v1.HTTPScaledObject {
 	GinkgoHelper()
-	h := app(ns, name, name+".example.com")
+	h := app(ns, name, name+"."+ns+".example.com") // per namespace: other specs route web.example.com and the like
 	h.Spec.Mode = v1.ModeServe
 	h.Spec.Scaling = &v1.Scaling{Triggers: []v1.ScalingTrigger{{Type: "metrics-api", Metadata: map[string]string{
 		"url": "http://" + name + "." + ns + ".svc/stats", "valueLocation": "inflight", "targetValue": "10",
@@ -128,7 +128,7 @@ var _ = Describe("Serve mode", func() {
 				return e.Hosts
 			}
 			return nil
-		}, timeout).Should(ConsistOf("shop.example.com", "shop."+ns, "shop."+ns+".svc", "shop."+ns+".svc.cluster.local", svc.Spec.ClusterIP))
+		}, timeout).Should(ConsistOf("shop."+ns+".example.com", "shop."+ns, "shop."+ns+".svc", "shop."+ns+".svc.cluster.local", svc.Spec.ClusterIP))
 		Expect(scaledObject(h)().Spec.Triggers).To(HaveLen(2), "the interceptor's trigger and the extra metrics-api one")
 
 		// An interceptor leaves: the redirect follows.
@@ -164,7 +164,7 @@ var _ = Describe("Serve mode", func() {
 				return e.Hosts
 			}
 			return nil
-		}, timeout).Should(Equal([]string{"shop.example.com"}))
+		}, timeout).Should(Equal([]string{"shop." + ns + ".example.com"}))
 
 		// Back to Serve, then deleted: the Service is restored and the object goes.
 		update(h, func(o *v1.HTTPScaledObject) {
@@ -210,7 +210,7 @@ var _ = Describe("Serve mode", func() {
 		first := serveApp(ns, "web")
 		Expect(k8s.Create(ctx, first)).To(Succeed())
 		Eventually(redirect(ns, "web"), timeout).ShouldNot(BeNil())
-		second := hso(ns, "web-two", "two.example.com")
+		second := hso(ns, "web-two", "two."+ns+".example.com")
 		second.Spec.ScaleTargetRef = first.Spec.ScaleTargetRef
 		second.Spec.Mode = v1.ModeServe
 		second.Spec.Replicas = &v1.ReplicaBounds{Min: ptr.To[int32](1)}
@@ -221,7 +221,7 @@ var _ = Describe("Serve mode", func() {
 		Eventually(events(second), eventWait).Should(ContainElement("Warning ServingFalse"))
 		Expect(redirect(ns, "web")().Labels).To(HaveKeyWithValue("httpscale.dev/redirect-for", "web"))
 		// Still routed by its own hosts, without the Service's names.
-		Eventually(entryOf(ns+"/web-two"), timeout).Should(HaveField("Hosts", Equal([]string{"two.example.com"})))
+		Eventually(entryOf(ns+"/web-two"), timeout).Should(HaveField("Hosts", Equal([]string{"two." + ns + ".example.com"})))
 		// Ready needs every listed interceptor to serve the table: allow for a fleet change of another spec.
 		Eventually(condition(first, v1.ConditionReady), 2*time.Minute).Should(haveCondition(True, "Ready"))
 
