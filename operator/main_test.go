@@ -34,23 +34,49 @@ func TestPprofServedOnlyWhenAsked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pprofAddr := testenv.FreeAddr(t)
 	// Its own process: a second run in this test process would register the controllers' names twice.
+	op := startOperatorBinary(t, "--kubeconfig="+kubeconfig, "--leader-elect=false", "--namespace=default",
+		"--webhook-bind-address=0", "--metrics-bind-address=0", "--health-probe-bind-address="+testenv.FreeAddr(t),
+		"--pprof-bind-address="+pprofAddr, "--zap-log-level=error")
+
+	var code int
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && code != http.StatusOK; {
+		if resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/"); err == nil {
+			code = resp.StatusCode
+			resp.Body.Close()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code != http.StatusOK {
+		t.Errorf("GET /debug/pprof/ on --pprof-bind-address: %d, want 200\n%s", code, op.stderr.String())
+	}
+
+	var cfg config.Operator
+	fs := flag.NewFlagSet("operator", flag.ContinueOnError)
+	cfg.Bind(fs)
+	if err := fs.Parse(nil); err != nil || cfg.PprofAddr != "" {
+		t.Errorf("default --pprof-bind-address = %q (%v), want off", cfg.PprofAddr, err)
+	}
+}
+
+// startOperatorBinary builds the operator and runs it with args in a process of its own until the test
+// ends, then stops it with SIGTERM and fails the test unless it exits cleanly within 30 s.
+func startOperatorBinary(t *testing.T, args ...string) *operatorProcess {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "operator")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	pprofAddr := testenv.FreeAddr(t)
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--leader-elect=false", "--namespace=default",
-		"--webhook-bind-address=0", "--metrics-bind-address=0", "--health-probe-bind-address="+testenv.FreeAddr(t),
-		"--pprof-bind-address="+pprofAddr, "--zap-log-level=error")
-	cmd.Stderr = &stderr
+	op := &operatorProcess{stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = op.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
+	stderr, done := op.stderr, op.done
 	go func() { done <- cmd.Wait() }()
-	defer func() {
+	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-done:
@@ -62,24 +88,12 @@ func TestPprofServedOnlyWhenAsked(t *testing.T) {
 			<-done
 			t.Errorf("operator did not stop within 30s of SIGTERM")
 		}
-	}()
+	})
+	return op
+}
 
-	var code int
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && code != http.StatusOK; {
-		if resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/"); err == nil {
-			code = resp.StatusCode
-			resp.Body.Close()
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if code != http.StatusOK {
-		t.Errorf("GET /debug/pprof/ on --pprof-bind-address: %d, want 200\n%s", code, stderr.String())
-	}
-
-	var cfg config.Operator
-	fs := flag.NewFlagSet("operator", flag.ContinueOnError)
-	cfg.Bind(fs)
-	if err := fs.Parse(nil); err != nil || cfg.PprofAddr != "" {
-		t.Errorf("default --pprof-bind-address = %q (%v), want off", cfg.PprofAddr, err)
-	}
+// operatorProcess is an operator started by startOperatorBinary.
+type operatorProcess struct {
+	stderr *bytes.Buffer // its standard error, for failure messages
+	done   chan error    // receives its exit; a receiver that is not the cleanup must send it back
 }

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -65,34 +61,10 @@ func TestBurstIsRoutedWithoutClientThrottling(t *testing.T) {
 
 	// The built binary in its own process, as the local cluster runs it (a second run in this test
 	// process would register the controller's name twice).
-	bin := filepath.Join(t.TempDir(), "operator")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	// No --kube-api-qps/--kube-api-burst: the binary's defaults (or HTTPSCALE_KUBE_API_* if set).
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--leader-elect=false", "--namespace=httpscale-system",
+	op := startOperatorBinary(t, "--kubeconfig="+kubeconfig, "--leader-elect=false", "--namespace=httpscale-system",
 		"--webhook-bind-address=0", "--metrics-bind-address=0", "--health-probe-bind-address="+testenv.FreeAddr(t),
 		"--zap-log-level=error")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("operator exited with %v after SIGTERM:\n%s", err, stderr.String())
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("operator did not stop within 30s of SIGTERM")
-		}
-	})
 
 	start := time.Now()
 	work := make(chan int)
@@ -127,9 +99,9 @@ func TestBurstIsRoutedWithoutClientThrottling(t *testing.T) {
 	routed := 0
 	for time.Since(start) < routeBound {
 		select {
-		case err := <-done:
-			done <- err // for the cleanup
-			t.Fatalf("operator stopped: %v\n%s", err, stderr.String())
+		case err := <-op.done:
+			op.done <- err // for the cleanup
+			t.Fatalf("operator stopped: %v\n%s", err, op.stderr.String())
 		case <-time.After(200 * time.Millisecond):
 		}
 		var list v1.HTTPScaledObjectList

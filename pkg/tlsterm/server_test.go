@@ -1,7 +1,6 @@
 package tlsterm_test
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -9,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr/testr"
 
 	"github.com/httpscale/httpscale/pkg/routing"
 	"github.com/httpscale/httpscale/pkg/tlsterm"
@@ -23,18 +20,7 @@ func serve(t *testing.T, store *tlsterm.Store) string {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%s %s %s", r.Proto, r.Host, r.Header.Get("X-Forwarded-Proto"))
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	srv := &tlsterm.Server{Addr: "127.0.0.1:0", Store: store, Handler: h, DrainTimeout: 5 * time.Second, Drained: make(chan struct{}), Log: testr.New(t)}
-	go func() { _ = srv.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-srv.Drained })
-	deadline := time.Now().Add(5 * time.Second)
-	for srv.ListenAddr() == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("TLS server did not start")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return srv.ListenAddr()
+	return serveHandler(t, store, h, 0)
 }
 
 // handshake connects with SNI name and returns the serial of the certificate the server presented.
