@@ -382,12 +382,7 @@ func TestHopByHopHeadersAreRemovedOnTheFastPath(t *testing.T) {
 	})
 	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
 	h.src.Set(key("app"), ep)
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	c := h.dial(t, 30*time.Second)
 	br := bufio.NewReader(c)
 	for i := range 2 { // twice on one keep-alive connection
 		_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: app.example.com\r\nConnection: keep-alive\r\nKeep-Alive: timeout=9\r\n"+
@@ -433,12 +428,7 @@ func TestFastPathForwardingMatchesReverseProxy(t *testing.T) {
 	})
 	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
 	h.src.Set(key("app"), ep)
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	c := h.dial(t, 30*time.Second)
 	br := bufio.NewReader(c)
 	_, _ = io.WriteString(c, "GET /s?a=1&b=2 HTTP/1.1\r\nHost: app.example.com\r\nForwarded: for=1.2.3.4\r\nTe: trailers\r\n\r\n")
 	resp, err := http.ReadResponse(br, nil)
