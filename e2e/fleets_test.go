@@ -27,21 +27,15 @@ var _ = Describe("Two fleets", Ordered, func() {
 		blueRelease = "blue"
 		blueNS      = "httpscale-blue"
 	)
-	var (
-		h      *framework.HTTPScale
-		ns     string
-		host   string
-		blueIC []string // the blue fleet's interceptor pod IPs
-	)
+	var blueIC []string // the blue fleet's interceptor pod IPs
 
-	BeforeAll(func(ctx SpecContext) {
-		h, ns, host = scenario(ctx, "fleets")
+	sc := setUpScenario("fleets", func(ctx SpecContext, e *scenarioEnv) {
 		DeferCleanup(func(ctx SpecContext) {
 			// The blue fleet's objects carry its operator's finalizer: delete them while it runs.
-			Expect(f.Client.DeleteAllOf(ctx, &httpscalev1alpha1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed())
+			Expect(f.Client.DeleteAllOf(ctx, &httpscalev1alpha1.HTTPScaledObject{}, client.InNamespace(e.ns))).To(Succeed())
 			Eventually(func(g Gomega) {
 				var list httpscalev1alpha1.HTTPScaledObjectList
-				g.Expect(f.Client.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+				g.Expect(f.Client.List(ctx, &list, client.InNamespace(e.ns))).To(Succeed())
 				g.Expect(list.Items).To(BeEmpty())
 			}).WithContext(ctx).Should(Succeed())
 			_, err := f.Cluster.HelmRun(ctx, GinkgoWriter, "uninstall", blueRelease, "-n", blueNS, "--wait", "--timeout=3m")
@@ -85,19 +79,19 @@ var _ = Describe("Two fleets", Ordered, func() {
 	}
 
 	It("routes each app only through the interceptors of the fleet it names", func(ctx SpecContext) {
-		redHost, blueHost := "red."+host, "blue."+host
-		routedApp(ctx, ns, "red", 1, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+		redHost, blueHost := "red."+sc.host, "blue."+sc.host
+		routedApp(ctx, sc.ns, "red", 1, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
 			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(redHost)}
 			s.Replicas.Min = ptr.To[int32](1)
 		})
 		// routedApp waits for as many routing interceptors as there are real nodes: blue has as many.
-		routedApp(ctx, ns, "blue", 1, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+		routedApp(ctx, sc.ns, "blue", 1, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
 			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(blueHost)}
 			s.Replicas.Min = ptr.To[int32](1)
 			s.Fleet = "blue"
 		})
 		var defaultIC []string
-		for _, ic := range h.Interceptors {
+		for _, ic := range sc.h.Interceptors {
 			defaultIC = append(defaultIC, ic.IP)
 		}
 		for fleet, c := range map[string]struct {
@@ -113,7 +107,7 @@ var _ = Describe("Two fleets", Ordered, func() {
 					a, err := through(ctx, ip, c.routed)
 					g.Expect(err).NotTo(HaveOccurred())
 					g.Expect(a.Status).To(Equal(http.StatusOK))
-					g.Expect(podIPs(ctx, ns, c.app)).To(ContainElement(a.PodIP))
+					g.Expect(podIPs(ctx, sc.ns, c.app)).To(ContainElement(a.PodIP))
 				}).WithContext(ctx).Should(Succeed(), "fleet %s interceptor %s routes %s", fleet, ip, c.routed)
 				a, err := through(ctx, ip, c.absent)
 				Expect(err).NotTo(HaveOccurred())
@@ -123,13 +117,13 @@ var _ = Describe("Two fleets", Ordered, func() {
 	})
 
 	It("says in the status of an object naming a fleet no release serves why nothing routes it", func(ctx SpecContext) {
-		dep, svc := f.SampleApp(ns, "lost", 0)
+		dep, svc := f.SampleApp(sc.ns, "lost", 0)
 		Expect(f.Client.Create(ctx, dep)).To(Succeed())
 		Expect(f.Client.Create(ctx, svc)).To(Succeed())
 		lost := &httpscalev1alpha1.HTTPScaledObject{
-			ObjectMeta: metav1.ObjectMeta{Name: "lost", Namespace: ns},
+			ObjectMeta: metav1.ObjectMeta{Name: "lost", Namespace: sc.ns},
 			Spec: httpscalev1alpha1.HTTPScaledObjectSpec{
-				Hosts:          []httpscalev1alpha1.Host{httpscalev1alpha1.Host("lost." + host)},
+				Hosts:          []httpscalev1alpha1.Host{httpscalev1alpha1.Host("lost." + sc.host)},
 				ScaleTargetRef: httpscalev1alpha1.ScaleTargetRef{Name: "lost", Service: "lost", Port: ptr.To[int32](80)},
 				Fleet:          "green",
 			},

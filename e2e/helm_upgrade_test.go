@@ -14,7 +14,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
@@ -23,19 +22,9 @@ import (
 // as users' traffic arrives: not one request may fail.
 var _ = Describe("helm upgrade under steady traffic", Ordered, func() {
 	const rate = 40 // requests per second
-	var (
-		h    *framework.HTTPScale
-		ns   string
-		host string
-	)
-
-	BeforeAll(func(ctx SpecContext) {
-		h, ns, host = scenario(ctx, "upgrade")
-		routedApp(ctx, ns, "app", 1, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
-			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
-			s.Replicas = &httpscalev1alpha1.ReplicaBounds{Min: ptr.To[int32](1), Max: ptr.To[int32](4)}
-		})
-	})
+	sc := setUpScenario("upgrade", hostApp("app", 1, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+		s.Replicas = &httpscalev1alpha1.ReplicaBounds{Min: ptr.To[int32](1), Max: ptr.To[int32](4)}
+	}))
 
 	It("rolls every component and loses no request", func(ctx SpecContext) {
 		before := map[string][]localcluster.Pod{}
@@ -44,12 +33,12 @@ var _ = Describe("helm upgrade under steady traffic", Ordered, func() {
 			Expect(err).NotTo(HaveOccurred())
 			before[c] = pods
 		}
-		url := fmt.Sprintf("http://%s:%d/upgrade?sleep=100ms", h.InterceptorService, localcluster.ProxyPort)
+		url := fmt.Sprintf("http://%s:%d/upgrade?sleep=100ms", sc.h.InterceptorService, localcluster.ProxyPort)
 		// A new connection per request: each goes through kube-proxy's current choice of endpoint.
 		hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 			DialContext: localcluster.DialContext(f.Cluster.NetNS), DisableKeepAlives: true}}
 		Eventually(func() (int, error) {
-			resp, err := localcluster.Get(ctx, hc, url, host)
+			resp, err := localcluster.Get(ctx, hc, url, sc.host)
 			return resp, err
 		}).WithContext(ctx).Should(Equal(http.StatusOK))
 
@@ -77,7 +66,7 @@ var _ = Describe("helm upgrade under steady traffic", Ordered, func() {
 					go func() {
 						defer wg.Done()
 						at := time.Now()
-						code, err := localcluster.Get(context.WithoutCancel(loadCtx), hc, url, host)
+						code, err := localcluster.Get(context.WithoutCancel(loadCtx), hc, url, sc.host)
 						mu.Lock()
 						defer mu.Unlock()
 						total++

@@ -10,32 +10,14 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
 var _ = Describe("Scaling 1->N through KEDA and the HPA", Ordered, func() {
 	const scaledown = 15 * time.Second
-	var (
-		h    *framework.HTTPScale
-		ns   string
-		host string
-	)
-
-	BeforeAll(func(ctx SpecContext) {
-		h, ns, host = scenario(ctx, "busy")
-		routedApp(ctx, ns, "app", 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
-			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
-			s.ScaledownPeriod = ptr.To(int32(scaledown.Seconds()))
-			s.ScalingMetric = &httpscalev1alpha1.ScalingMetric{
-				Concurrency: &httpscalev1alpha1.ConcurrencyMetric{TargetValue: 5},
-			}
-		})
-	})
+	sc := setUpScenario("busy", hostApp("app", 0, scaledownAfter(scaledown), concurrencyTarget(5)))
 
 	It("scales out under sustained concurrency and back to zero when it stops", func(ctx SpecContext) {
 		// 40 requests in flight (each held 1s by the app) against a target of 5 per replica: the
@@ -44,15 +26,15 @@ var _ = Describe("Scaling 1->N through KEDA and the HPA", Ordered, func() {
 		done := make(chan localcluster.LoadResult, 1)
 		go func() {
 			defer GinkgoRecover()
-			done <- f.Cluster.Load(loadCtx, proxyURL(h, 0, "/busy?sleep=1s"), host, 40, 40*90, 2*time.Minute)
+			done <- f.Cluster.Load(loadCtx, proxyURL(sc.h, 0, "/busy?sleep=1s"), sc.host, 40, 40*90, 2*time.Minute)
 		}()
 		start := time.Now()
-		Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).
+		Eventually(func() (int32, error) { return replicas(ctx, sc.ns, "app") }).
 			WithTimeout(80 * time.Second).WithPolling(time.Second).Should(BeNumerically(">=", 3))
 		AddReportEntry("1->N: load start to replicas >= 3", time.Since(start).String())
 
 		var hpas autoscalingv2.HorizontalPodAutoscalerList
-		Expect(f.Client.List(ctx, &hpas, client.InNamespace(ns))).To(Succeed())
+		Expect(f.Client.List(ctx, &hpas, client.InNamespace(sc.ns))).To(Succeed())
 		Expect(hpas.Items).To(HaveLen(1))
 		Expect(hpas.Items[0].Status.CurrentMetrics).NotTo(BeEmpty(), "the HPA read no metric from the adapter")
 		stop()
@@ -66,7 +48,7 @@ var _ = Describe("Scaling 1->N through KEDA and the HPA", Ordered, func() {
 		}
 
 		last := time.Now()
-		Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).
+		Eventually(func() (int32, error) { return replicas(ctx, sc.ns, "app") }).
 			WithTimeout(scaledown + 2*time.Minute).WithPolling(time.Second).Should(BeEquivalentTo(0))
 		AddReportEntry("N->0: last request to replicas 0", time.Since(last).String())
 	})

@@ -11,10 +11,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/utils/ptr"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/scaling"
 )
@@ -23,25 +21,15 @@ import (
 // from returning to zero; a static route is answered whatever the app's state.
 var _ = Describe("Ignored paths and static routes", Ordered, func() {
 	const scaledown = 20 * time.Second
-	var (
-		h    *framework.HTTPScale
-		ns   string
-		host string
-	)
-
-	BeforeAll(func(ctx SpecContext) {
-		h, ns, _ = scenario(ctx, "ignored")
-		host = "hc." + ns + ".example"
-		routedApp(ctx, ns, "hc", 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
-			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
-			s.ScaledownPeriod = ptr.To(int32(scaledown.Seconds()))
+	sc := setUpScenario("ignored",
+		func(_ SpecContext, e *scenarioEnv) { e.host = "hc." + e.ns + ".example" },
+		hostApp("hc", 0, scaledownAfter(scaledown), func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
 			s.IgnoredPaths = []httpscalev1alpha1.PathPrefix{"/healthz"}
 			s.StaticRoutes = []httpscalev1alpha1.StaticRoute{{PathPrefix: "/ping", Response: &httpscalev1alpha1.StaticResponse{Body: "pong"}}}
-		})
-	})
+		}))
 
 	get := func(ctx context.Context, path string) (int, string, http.Header) {
-		resp, err := f.Get(ctx, proxyURL(h, 0, path), host)
+		resp, err := f.Get(ctx, proxyURL(sc.h, 0, path), sc.host)
 		Expect(err).NotTo(HaveOccurred())
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
@@ -62,7 +50,7 @@ var _ = Describe("Ignored paths and static routes", Ordered, func() {
 			Expect(body).To(Equal("pong"))
 			time.Sleep(500 * time.Millisecond)
 		}
-		Consistently(func() (int32, error) { return replicas(ctx, ns, "hc") }).
+		Consistently(func() (int32, error) { return replicas(ctx, sc.ns, "hc") }).
 			WithTimeout(kedaPollingInterval / 3).WithPolling(time.Second).Should(BeEquivalentTo(0))
 
 		By("a health check every 500 ms from now on")
@@ -75,7 +63,7 @@ var _ = Describe("Ignored paths and static routes", Ordered, func() {
 			defer GinkgoRecover()
 			defer wg.Done()
 			for hcCtx.Err() == nil {
-				if resp, err := f.Get(hcCtx, proxyURL(h, 0, "/healthz"), host); err == nil {
+				if resp, err := f.Get(hcCtx, proxyURL(sc.h, 0, "/healthz"), sc.host); err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 					mu.Lock()
@@ -100,10 +88,10 @@ var _ = Describe("Ignored paths and static routes", Ordered, func() {
 		last := time.Now()
 
 		By("staying up for the scaledown period, then reaching zero within KEDA's polling interval despite the health checks")
-		Consistently(func() (int32, error) { return replicas(ctx, ns, "hc") }).
+		Consistently(func() (int32, error) { return replicas(ctx, sc.ns, "hc") }).
 			WithTimeout(scaledown - time.Since(last)).WithPolling(500 * time.Millisecond).
 			Should(BeNumerically(">=", 1))
-		Eventually(func() (int32, error) { return replicas(ctx, ns, "hc") }).
+		Eventually(func() (int32, error) { return replicas(ctx, sc.ns, "hc") }).
 			WithTimeout(scaledown + scaling.DefaultActiveHold + kedaPollingInterval + slack - time.Since(last)).
 			WithPolling(250 * time.Millisecond).Should(BeEquivalentTo(0))
 		took := time.Since(last)

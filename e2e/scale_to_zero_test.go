@@ -11,10 +11,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/utils/ptr"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/pkg/scaling"
 )
 
@@ -31,10 +29,6 @@ const (
 
 var _ = Describe("Scale to zero", Ordered, func() {
 	const scaledown = 20 * time.Second
-	var (
-		h  *framework.HTTPScale
-		ns string
-	)
 	apps := []struct {
 		name   string
 		metric *httpscalev1alpha1.ScalingMetric
@@ -44,12 +38,11 @@ var _ = Describe("Scale to zero", Ordered, func() {
 		{"rate", &httpscalev1alpha1.ScalingMetric{RequestRate: &httpscalev1alpha1.RequestRateMetric{TargetValue: 10, Window: "1m", Granularity: "1s"}}},
 	}
 
-	BeforeAll(func(ctx SpecContext) {
-		h, ns, _ = scenario(ctx, "idle")
+	sc := setUpScenario("idle", func(ctx SpecContext, e *scenarioEnv) {
 		for _, a := range apps {
-			routedApp(ctx, ns, a.name, 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
-				s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(a.name + "." + ns + ".example")}
-				s.ScaledownPeriod = ptr.To(int32(scaledown.Seconds()))
+			routedApp(ctx, e.ns, a.name, 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+				s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(a.name + "." + e.ns + ".example")}
+				scaledownAfter(scaledown)(s)
 				s.ScalingMetric = a.metric
 			})
 		}
@@ -57,7 +50,7 @@ var _ = Describe("Scale to zero", Ordered, func() {
 
 	It("keeps each app for the scaledown period after its last request, then scales it to zero within KEDA's polling interval", func(ctx SpecContext) {
 		get := func(ctx context.Context, app, path string) {
-			resp, err := f.Get(ctx, proxyURL(h, 0, path), app+"."+ns+".example")
+			resp, err := f.Get(ctx, proxyURL(sc.h, 0, path), app+"."+sc.ns+".example")
 			Expect(err).NotTo(HaveOccurred())
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -74,15 +67,15 @@ var _ = Describe("Scale to zero", Ordered, func() {
 				time.Sleep(wakeHold + time.Second)
 				get(ctx, a.name, "/last")
 				last := time.Now()
-				Expect(replicas(ctx, ns, a.name)).To(BeNumerically(">=", 1))
+				Expect(replicas(ctx, sc.ns, a.name)).To(BeNumerically(">=", 1))
 
 				By(a.name + ": staying up for the whole scaledown period")
-				Consistently(func() (int32, error) { return replicas(ctx, ns, a.name) }).
+				Consistently(func() (int32, error) { return replicas(ctx, sc.ns, a.name) }).
 					WithTimeout(scaledown - time.Since(last)).WithPolling(500 * time.Millisecond).
 					Should(BeNumerically(">=", 1))
 
 				By(a.name + ": reaching zero within KEDA's polling interval after it")
-				Eventually(func() (int32, error) { return replicas(ctx, ns, a.name) }).
+				Eventually(func() (int32, error) { return replicas(ctx, sc.ns, a.name) }).
 					WithTimeout(scaledown + scaling.DefaultActiveHold + kedaPollingInterval + slack - time.Since(last)).
 					WithPolling(250 * time.Millisecond).
 					Should(BeEquivalentTo(0))

@@ -9,40 +9,22 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/utils/ptr"
 
-	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
 var _ = Describe("Scaler restart under load", Ordered, func() {
 	const scaledown = 10 * time.Second
-	var (
-		h    *framework.HTTPScale
-		ns   string
-		host string
-	)
-
-	BeforeAll(func(ctx SpecContext) {
-		h, ns, host = scenario(ctx, "restart")
-		routedApp(ctx, ns, "app", 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
-			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
-			s.ScaledownPeriod = ptr.To(int32(scaledown.Seconds()))
-			s.ScalingMetric = &httpscalev1alpha1.ScalingMetric{
-				Concurrency: &httpscalev1alpha1.ConcurrencyMetric{TargetValue: 5},
-			}
-		})
-	})
+	sc := setUpScenario("restart", hostApp("app", 0, scaledownAfter(scaledown), concurrencyTarget(5)))
 
 	It("does not scale the app down while the scaler is away or just back", func(ctx SpecContext) {
 		loadCtx, stop := context.WithCancel(ctx)
 		defer stop()
 		go func() {
 			defer GinkgoRecover()
-			f.Cluster.Load(loadCtx, proxyURL(h, 0, "/steady?sleep=1s"), host, 20, 20*180, 2*time.Minute)
+			f.Cluster.Load(loadCtx, proxyURL(sc.h, 0, "/steady?sleep=1s"), sc.host, 20, 20*180, 2*time.Minute)
 		}()
-		Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).
+		Eventually(func() (int32, error) { return replicas(ctx, sc.ns, "app") }).
 			WithTimeout(80 * time.Second).WithPolling(time.Second).Should(BeNumerically(">=", 2))
 
 		By("scaling the scaler's Deployment to zero for longer than the scaledown period, then back to one")
@@ -58,18 +40,18 @@ var _ = Describe("Scaler restart under load", Ordered, func() {
 		Eventually(func() ([]localcluster.Pod, error) {
 			return f.Cluster.Pods(ctx, localcluster.Namespace, "app.kubernetes.io/component=scaler")
 		}).WithContext(ctx).Should(BeEmpty(), "no scaler pod left")
-		Consistently(func() (int32, error) { return replicas(ctx, ns, "app") }).
+		Consistently(func() (int32, error) { return replicas(ctx, sc.ns, "app") }).
 			WithTimeout(scaledown + 2*time.Second).WithPolling(500 * time.Millisecond).Should(BeNumerically(">=", 1))
 		scaleScaler(1)
 		Expect(f.Cluster.WaitChart(ctx)).To(Succeed())
-		Consistently(func() (int32, error) { return replicas(ctx, ns, "app") }).
+		Consistently(func() (int32, error) { return replicas(ctx, sc.ns, "app") }).
 			WithTimeout(scaledown + 10*time.Second).WithPolling(500 * time.Millisecond).Should(BeNumerically(">=", 1))
 
 		By("restarting the scaler with kubectl rollout restart")
 		_, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "rollout", "restart", "deployment/httpscale-scaler")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(f.Cluster.WaitChart(ctx)).To(Succeed())
-		Consistently(func() (int32, error) { return replicas(ctx, ns, "app") }).
+		Consistently(func() (int32, error) { return replicas(ctx, sc.ns, "app") }).
 			WithTimeout(scaledown + 10*time.Second).WithPolling(500 * time.Millisecond).Should(BeNumerically(">=", 1))
 	})
 })

@@ -31,21 +31,9 @@ SCENARIOS=${SCENARIOS:-tiny:64 16k:64 tiny:512}
 SECTIONS=${SECTIONS:-wrk rate cold}
 TARGETS=${TARGETS:-direct proxy proxy-g proxy-std nginx nginx-xf relay}
 
-work=$(mktemp -d /tmp/httpscale-bench.XXXXXX)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do
-		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$p" 2>/dev/null || true
-	done
-	rm -rf "$work"
-}
-trap cleanup EXIT
+source hack/bench/lib.sh
+bench_init httpscale-bench
 ulimit -n 65536 2>/dev/null || echo "warning: could not raise the open-file limit; the held-requests run may fail" >&2
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
 
 go build -o "$work/" ./hack/bench/backend ./hack/bench/proxy ./hack/bench/relay ./hack/bench/rate ./hack/bench/coldstart
 if [[ -n ${BEFORE:-} ]]; then
@@ -57,38 +45,20 @@ fi
 BE=$(free_port); PX=$(free_port); AD=$(free_port); NG=$(free_port); CB=$(free_port); RL=$(free_port)
 PS=$(free_port); AS=$(free_port); NX=$(free_port); PG=$(free_port); AG=$(free_port)
 
-"$work/backend" -listen "127.0.0.1:$BE" &
-backend_pid=$!; pids+=($backend_pid)
-"$work/proxy" -listen "127.0.0.1:$PX" -admin "127.0.0.1:$AD" -backend "127.0.0.1:$BE" -cold-backend "127.0.0.1:$CB" &
-proxy_pid=$!; pids+=($proxy_pid)
-"$work/proxy" -fast-http1=false -listen "127.0.0.1:$PS" -admin "127.0.0.1:$AS" -backend "127.0.0.1:$BE" &
-proxystd_pid=$!; pids+=($proxystd_pid)
-"$work/proxy" -event-loops=0 -listen "127.0.0.1:$PG" -admin "127.0.0.1:$AG" -backend "127.0.0.1:$BE" &
-proxyg_pid=$!; pids+=($proxyg_pid)
-"$work/relay" -listen "127.0.0.1:$RL" -backend "127.0.0.1:$BE" &
-relay_pid=$!; pids+=($relay_pid)
+spawn backend_pid "$work/backend" -listen "127.0.0.1:$BE"
+spawn proxy_pid "$work/proxy" -listen "127.0.0.1:$PX" -admin "127.0.0.1:$AD" -backend "127.0.0.1:$BE" -cold-backend "127.0.0.1:$CB"
+spawn proxystd_pid "$work/proxy" -fast-http1=false -listen "127.0.0.1:$PS" -admin "127.0.0.1:$AS" -backend "127.0.0.1:$BE"
+spawn proxyg_pid "$work/proxy" -event-loops=0 -listen "127.0.0.1:$PG" -admin "127.0.0.1:$AG" -backend "127.0.0.1:$BE"
+spawn relay_pid "$work/relay" -listen "127.0.0.1:$RL" -backend "127.0.0.1:$BE"
 PB=$(free_port); AB=$(free_port); before_pid=; waits=()
 if [[ -n ${BEFORE:-} ]]; then
-	"$work/proxy-before" -listen "127.0.0.1:$PB" -admin "127.0.0.1:$AB" -backend "127.0.0.1:$BE" &
-	before_pid=$!; pids+=($before_pid); waits=("$PB" "$AB")
+	spawn before_pid "$work/proxy-before" -listen "127.0.0.1:$PB" -admin "127.0.0.1:$AB" -backend "127.0.0.1:$BE"
+	waits=("$PB" "$AB")
 fi
-mkdir -p "$work/nginx/logs"
-cat >"$work/nginx/nginx.conf" <<CONF
-worker_processes 2;
-daemon off;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/logs/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
+nginx_conf <<CONF
   # Uploads are streamed to the backend as the proxy streams them (no temporary file), any size.
   client_max_body_size 0;
   proxy_request_buffering off;
-  client_body_temp_path $work/nginx/body;
-  proxy_temp_path $work/nginx/proxy;
-  fastcgi_temp_path $work/nginx/fastcgi;
-  uwsgi_temp_path $work/nginx/uwsgi;
-  scgi_temp_path $work/nginx/scgi;
   upstream backend { server 127.0.0.1:$BE; keepalive 512; }
   server {
     listen 127.0.0.1:$NG;
@@ -106,22 +76,9 @@ http {
   }
 }
 CONF
-nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/logs/error.log" &
-nginx_pid=$!; pids+=($nginx_pid)
+start_nginx
 for p in "$BE" "$PX" "$AD" "$NG" "$NX" "$RL" "$PS" "$AS" "$PG" "$AG" "${waits[@]}"; do wait_port "$p"; done
-
-# cpu_ticks PID...: user+system clock ticks used so far by the processes (and nginx's workers).
-cpu_ticks() {
-	local total=0 p
-	for p in "$@"; do
-		[[ -r /proc/$p/stat ]] || continue
-		total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-	done
-	echo "$total"
-}
-nginx_pids() { echo "$nginx_pid" $(ps --ppid "$nginx_pid" -o pid= 2>/dev/null); }
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-trap 'echo "load average at the end: $(cut -d" " -f1-3 /proc/loadavg)"; cleanup' EXIT
+report_load
 targets=$TARGETS
 # kib SIZE: a size such as 16k or 1m in KiB.
 kib() { case $1 in *k) echo "${1%k}" ;; *m) echo $(( ${1%m} * 1024 )) ;; *) echo "bad size $1" >&2; return 1 ;; esac; }
@@ -143,17 +100,7 @@ echo "== wrk -t2 -c$conns -d$DUR, $body body ($path${wrkargs[*]:+, POST}), $ROUN
 for r in $(seq "$ROUNDS"); do
 	for t in $targets; do
 		case $t in proxy) procs="$proxy_pid" ;; before) procs="$before_pid" ;; proxy-g) procs="$proxyg_pid" ;; proxy-std) procs="$proxystd_pid" ;; nginx | nginx-xf) procs=$(nginx_pids) ;; relay) procs="$relay_pid" ;; *) procs="$backend_pid" ;; esac
-		before=$(cpu_ticks $procs)
-		out=$(wrk -t2 -c"$conns" -d"$DUR" --latency "${wrkargs[@]}" "http://127.0.0.1:${port[$t]}$path")
-		used=$(( $(cpu_ticks $procs) - before ))
-		rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
-		n=$(awk '/requests in/ {print $1}' <<<"$out")
-		cpu[$t]=$(( ${cpu[$t]:-0} + used )); reqs[$t]=$(( ${reqs[$t]:-0} + n ))
-		p50=$(awk '$1=="50%" {print $2}' <<<"$out")
-		p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-		errs=$(awk '/Non-2xx|Socket errors/' <<<"$out")
-		printf 'round %d %-9s %10s req/s  p50 %-8s p99 %-8s %s\n' "$r" "$t" "$rps" "$p50" "$p99" "$errs"
-		sum[$t]=$(awk -v a="${sum[$t]:-0}" -v b="$rps" 'BEGIN {print a+b}')
+		wrk_round "$r" "$t" 9 "$procs" -t2 -c"$conns" -d"$DUR" --latency "${wrkargs[@]}" "http://127.0.0.1:${port[$t]}$path"
 	done
 done
 printf 'mean req/s:'
@@ -163,11 +110,7 @@ echo
 ratio() { [[ -n ${sum[$1]:-} && -n ${sum[$2]:-} ]] && awk -v a="${sum[$1]}" -v b="${sum[$2]}" -v n="$1/$2" 'BEGIN { if (b > 0) printf "%s %.2f  ", n, a/b }' || true; }
 { ratio proxy direct; ratio proxy nginx; ratio proxy before; ratio before nginx; ratio proxy nginx-xf; ratio proxy proxy-g; ratio proxy-g direct; ratio proxy-g nginx
   ratio proxy-std direct; ratio proxy-std nginx; ratio nginx direct; ratio relay nginx; echo; }
-tck=$(getconf CLK_TCK)
-for t in $targets; do
-	awk -v c="${cpu[$t]}" -v n="${reqs[$t]}" -v tck="$tck" -v t="$t" 'BEGIN {
-		printf "CPU per request (user+system, all rounds) %-9s %.1f us\n", t, c/tck*1e6/n }'
-done
+cpu_report "" 9 $targets
 unset sum cpu reqs
 done
 

@@ -22,49 +22,20 @@ ROUNDS=${ROUNDS:-3}
 HS_CONNS=${HS_CONNS:-32}
 KA_CONNS=${KA_CONNS:-64}
 
-work=$(mktemp -d /tmp/httpscale-tlsbench.XXXXXX)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do
-		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$p" 2>/dev/null || true
-	done
-	rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
+source hack/bench/lib.sh
+bench_init httpscale-tlsbench
 
 nice -n 19 go build -o "$work/" ./hack/bench/backend ./hack/bench/tlsproxy ./hack/bench/proxy
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=bench.example.com \
 	-addext subjectAltName=DNS:bench.example.com -keyout "$work/tls.key" -out "$work/tls.crt" 2>/dev/null
 BE=$(free_port); PX=$(free_port); NG=$(free_port); PF=$(free_port); NF=$(free_port); HP=$(free_port); HA=$(free_port); SP=$(free_port); SA=$(free_port); NH=$(free_port)
 
-"$work/backend" -listen "127.0.0.1:$BE" &
-backend_pid=$!; pids+=($backend_pid)
-"$work/tlsproxy" -listen "127.0.0.1:$PX" -backend "127.0.0.1:$BE" -cert "$work/tls.crt" -key "$work/tls.key" &
-proxy_pid=$!; pids+=($proxy_pid)
-"$work/tlsproxy" -no-resumption -listen "127.0.0.1:$PF" -backend "127.0.0.1:$BE" -cert "$work/tls.crt" -key "$work/tls.key" &
-full_pid=$!; pids+=($full_pid)
-"$work/proxy" -listen "127.0.0.1:$HP" -admin "127.0.0.1:$HA" -backend "127.0.0.1:$BE" &
-http_pid=$!; pids+=($http_pid)
-"$work/proxy" -fast-http1=false -listen "127.0.0.1:$SP" -admin "127.0.0.1:$SA" -backend "127.0.0.1:$BE" &
-std_pid=$!; pids+=($std_pid)
-mkdir -p "$work/nginx/logs"
-cat >"$work/nginx/nginx.conf" <<CONF
-worker_processes 2;
-daemon off;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/logs/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $work/nginx/body;
-  proxy_temp_path $work/nginx/proxy;
-  fastcgi_temp_path $work/nginx/fastcgi;
-  uwsgi_temp_path $work/nginx/uwsgi;
-  scgi_temp_path $work/nginx/scgi;
+spawn backend_pid "$work/backend" -listen "127.0.0.1:$BE"
+spawn proxy_pid "$work/tlsproxy" -listen "127.0.0.1:$PX" -backend "127.0.0.1:$BE" -cert "$work/tls.crt" -key "$work/tls.key"
+spawn full_pid "$work/tlsproxy" -no-resumption -listen "127.0.0.1:$PF" -backend "127.0.0.1:$BE" -cert "$work/tls.crt" -key "$work/tls.key"
+spawn http_pid "$work/proxy" -listen "127.0.0.1:$HP" -admin "127.0.0.1:$HA" -backend "127.0.0.1:$BE"
+spawn std_pid "$work/proxy" -fast-http1=false -listen "127.0.0.1:$SP" -admin "127.0.0.1:$SA" -backend "127.0.0.1:$BE"
+nginx_conf <<CONF
   upstream backend { server 127.0.0.1:$BE; keepalive 512; }
   server {
     listen 127.0.0.1:$NG ssl http2;
@@ -103,28 +74,16 @@ http {
   }
 }
 CONF
-nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/logs/error.log" &
-nginx_pid=$!; pids+=($nginx_pid)
+start_nginx
 for p in "$BE" "$PX" "$NG" "$PF" "$NF" "$HP" "$SP" "$NH"; do wait_port "$p"; done
 
-cpu_ticks() {
-	local total=0 p
-	for p in "$@"; do
-		[[ -r /proc/$p/stat ]] || continue
-		total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-	done
-	echo "$total"
-}
-nginx_pids() { echo "$nginx_pid" $(ps --ppid "$nginx_pid" -o pid= 2>/dev/null); }
 for t in proxy nginx; do
 	p=$PX; [[ $t == nginx ]] && p=$NG
 	printf '%s negotiates: %s\n' "$t" "$(openssl s_client -connect "127.0.0.1:$p" -servername bench.example.com </dev/null 2>/dev/null |
 		awk '/^New,/ {v=$2" "$5} /Server Temp Key/ {k=$4; sub(/,$/, "", k)} END {print v, k}')"
 done
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-trap 'echo "load average at the end: $(cut -d" " -f1-3 /proc/loadavg)"; cleanup' EXIT
+report_load
 declare -A port=([proxy]=$PX [nginx]=$NG [proxy-full]=$PF [nginx-full]=$NF [proxy-http]=$HP [proxy-std-http]=$SP [nginx-http]=$NH)
-tck=$(getconf CLK_TCK)
 for mode in handshake full-handshake keepalive; do
 	declare -A sum=() cpu=() reqs=()
 	args=(-t2 -c"$KA_CONNS"); targets="proxy nginx proxy-http proxy-std-http nginx-http"
@@ -135,25 +94,13 @@ for mode in handshake full-handshake keepalive; do
 		for t in $targets; do
 			case $t in proxy) procs=$proxy_pid ;; proxy-full) procs=$full_pid ;; proxy-http) procs=$http_pid ;; proxy-std-http) procs=$std_pid ;; *) procs=$(nginx_pids) ;; esac
 			scheme=https; [[ $t == *-http ]] && scheme=http
-			before=$(cpu_ticks $procs)
-			out=$(wrk "${args[@]}" -d"$DUR" --latency "$scheme://127.0.0.1:${port[$t]}/")
-			used=$(( $(cpu_ticks $procs) - before ))
-			rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
-			n=$(awk '/requests in/ {print $1}' <<<"$out")
-			cpu[$t]=$(( ${cpu[$t]:-0} + used )); reqs[$t]=$(( ${reqs[$t]:-0} + n ))
-			p50=$(awk '$1=="50%" {print $2}' <<<"$out"); p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-			errs=$(awk '/Non-2xx|Socket errors/' <<<"$out")
-			printf 'round %d %-14s %10s req/s  p50 %-8s p99 %-8s %s\n' "$r" "$t" "$rps" "$p50" "$p99" "$errs"
-			sum[$t]=$(awk -v a="${sum[$t]:-0}" -v b="$rps" 'BEGIN {print a+b}')
+			wrk_round "$r" "$t" 14 "$procs" "${args[@]}" -d"$DUR" --latency "$scheme://127.0.0.1:${port[$t]}/"
 		done
 	done
 	line="$mode mean req/s:"
 	for t in $targets; do line+=$(awk -v a="${sum[$t]}" -v r="$ROUNDS" -v t="$t" 'BEGIN {printf "  %s %.0f", t, a/r}'); done
 	a=proxy b=nginx; [[ $mode == full-handshake ]] && a=proxy-full b=nginx-full
 	echo "$line$(awk -v p="${sum[$a]}" -v n="${sum[$b]}" -v a="$a" -v b="$b" 'BEGIN {printf "  %s/%s %.2f", a, b, p/n}')"
-	for t in $targets; do
-		awk -v c="${cpu[$t]}" -v n="${reqs[$t]}" -v tck="$tck" -v t="$t" -v m="$mode" 'BEGIN {
-			printf "%s CPU per request (user+system, all rounds) %-14s %.1f us\n", m, t, c/tck*1e6/n }'
-	done
+	cpu_report "$mode " 14 $targets
 	unset sum cpu reqs
 done

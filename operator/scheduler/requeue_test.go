@@ -31,7 +31,7 @@ var _ = Describe("Wake-up at the next execution", func() {
 		key := client.ObjectKeyFromObject(hso)
 		s := &scheduler.Scheduler{Client: k8s, Now: now, Options: rules.Options{Location: time.UTC, StartingDeadline: time.Minute}, Log: logr.Discard()}
 
-		mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: k8s.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+		mgr, err := ctrl.NewManager(suite.Env.Config, ctrl.Options{Scheme: k8s.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 		Expect(err).NotTo(HaveOccurred())
 		// Like the operator's controller: status writes and ScaledObject changes do not trigger reconciles.
 		err = ctrl.NewControllerManagedBy(mgr).Named("schedule-test").

@@ -16,10 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/httpscale/httpscale/pkg/endpoints"
-	"github.com/httpscale/httpscale/pkg/testenv"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 func TestEndpoints(t *testing.T) {
@@ -28,25 +27,17 @@ func TestEndpoints(t *testing.T) {
 }
 
 var (
-	env     *envtest.Environment
 	restCfg *rest.Config
 	cs      kubernetes.Interface
 )
 
-var _ = BeforeSuite(func() {
-	var err error
-	env, restCfg, err = testenv.Start()
-	Expect(err).NotTo(HaveOccurred())
+var _ = ginkgoenv.ForSuite(func(cfg *rest.Config) {
 	// The test writes thousands of objects; lift client-go's default rate limit of 5/s.
-	restCfg.QPS, restCfg.Burst = 2000, 4000
-	cs, err = kubernetes.NewForConfig(restCfg)
+	cfg.QPS, cfg.Burst = 2000, 4000
+	restCfg = cfg
+	var err error
+	cs, err = kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
-})
-
-var _ = AfterSuite(func() {
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
-	}
 })
 
 func newNamespace(ctx context.Context) string {

@@ -109,12 +109,7 @@ func TestEventLoopsHalfClosedClientIsAnswered(t *testing.T) {
 	h := loopHarness(t, 1, nil)
 	be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("answered")} })
 	h.src.Set(key("app"), be.ep)
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := h.dial(t, 10*time.Second)
 	if _, err := io.WriteString(c, rawGet("/")); err != nil {
 		t.Fatal(err)
 	}

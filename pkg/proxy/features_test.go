@@ -85,11 +85,7 @@ func wsBackend(t *testing.T) *httptest.Server {
 // dialUpgrade opens a WebSocket-style upgrade through the proxy.
 func dialUpgrade(t *testing.T, h *harness, host string) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := h.dial(t, 0)
 	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", host)
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
@@ -272,11 +268,7 @@ func TestNeverDialsDestinationsOutsideTheTable(t *testing.T) {
 	h.src.Set(key("app"), ep)
 
 	// An absolute-form request naming another server, as sent to an open forward proxy.
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := h.dial(t, 0)
 	fmt.Fprintf(c, "GET %s/steal HTTP/1.1\r\nHost: app.example.com\r\n\r\n", canary.URL)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -317,11 +309,7 @@ func TestViaServiceDialsTheServiceName(t *testing.T) {
 func TestWebSocketHeldWhileColdThenUpgraded(t *testing.T) {
 	ws := wsBackend(t)
 	h := newHarness(t, []routing.Entry{entry("ws", "ws.example.com", "ws")}, nil)
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := h.dial(t, 0)
 	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: ws.example.com\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
 	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer stop()

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,6 +159,21 @@ func value(m *dto.Metric) float64 {
 		return float64(m.Histogram.GetSampleCount())
 	}
 	return 0
+}
+
+// dial opens a raw TCP connection to the proxy, closed when the test ends, with a deadline of
+// timeout from now unless timeout is 0.
+func (h *harness) dial(t *testing.T, timeout time.Duration) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if timeout > 0 {
+		_ = c.SetDeadline(time.Now().Add(timeout))
+	}
+	return c
 }
 
 func (h *harness) count(key string) (inFlight, held int64, requests uint64) {

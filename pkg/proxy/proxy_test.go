@@ -296,28 +296,63 @@ func TestTimeoutsAnswer504(t *testing.T) {
 	}
 }
 
-func TestClientCancelWhileHeldIs499NotUpstreamError(t *testing.T) {
-	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { _, _, _, err := h.get(ctx, "app.example.com", "/"); errc <- err }()
-	wctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
-	defer stop()
-	if err := h.src.WaitWaiting(wctx, key("app"), 1); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("client error %v, want context.Canceled", err)
-	}
-	eventually(t, "the 499 to be recorded", func() bool {
-		return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "499"}) == 1
-	})
-	if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {
-		t.Errorf("upstream errors = %v, want 0 for a client that went away", v)
-	}
-	if _, held, _ := h.count("ns/app"); held != 0 {
-		t.Errorf("held = %d, want 0", held)
+// A client that goes away while its request is held or forwarded is recorded as 499, not as an
+// upstream error, and leaves nothing counted behind.
+func TestClientCancelIs499NotUpstreamError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// setUp readies the app and returns a function that returns once the request got where
+		// the case wants it.
+		setUp func(t *testing.T, h *harness) (reached func())
+		// left is what must be back to zero once the client left.
+		left string
+	}{{
+		name: "while held",
+		setUp: func(t *testing.T, h *harness) func() {
+			return func() {
+				wctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+				defer stop()
+				if err := h.src.WaitWaiting(wctx, key("app"), 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		left: "held",
+	}, {
+		name: "while forwarded",
+		setUp: func(t *testing.T, h *harness) func() {
+			arrived := make(chan struct{}, 1)
+			_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+				arrived <- struct{}{}
+				<-r.Context().Done() // the proxy cancels the upstream request when the client goes away
+			})
+			h.src.Set(key("app"), ep)
+			return func() { <-arrived }
+		},
+		left: "in flight",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
+			reached := tc.setUp(t, h)
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() { _, _, _, err := h.get(ctx, "app.example.com", "/"); errc <- err }()
+			reached()
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Fatalf("client error %v, want context.Canceled", err)
+			}
+			eventually(t, "the 499 to be recorded", func() bool {
+				return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "499"}) == 1
+			})
+			if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {
+				t.Errorf("upstream errors = %v, want 0 for a client that went away", v)
+			}
+			in, held, _ := h.count("ns/app")
+			if n := map[string]int64{"held": held, "in flight": in}[tc.left]; n != 0 {
+				t.Errorf("%s = %d after the client left, want 0", tc.left, n)
+			}
+		})
 	}
 }
 
@@ -335,33 +370,6 @@ func TestRequestsOfRemovedAppsAreNotRoutedAndCountersReset(t *testing.T) {
 	}
 }
 
-func TestClientCancelWhileForwardedIs499NotUpstreamError(t *testing.T) {
-	arrived := make(chan struct{}, 1)
-	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
-		arrived <- struct{}{}
-		<-r.Context().Done() // the proxy cancels the upstream request when the client goes away
-	})
-	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
-	h.src.Set(key("app"), ep)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { _, _, _, err := h.get(ctx, "app.example.com", "/"); errc <- err }()
-	<-arrived
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("client error %v, want context.Canceled", err)
-	}
-	eventually(t, "the 499 to be recorded", func() bool {
-		return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "499"}) == 1
-	})
-	if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {
-		t.Errorf("upstream errors = %v, want 0", v)
-	}
-	if in, _, _ := h.count("ns/app"); in != 0 {
-		t.Errorf("in flight = %d after the client left, want 0", in)
-	}
-}
-
 func TestHopByHopHeadersAreRemovedOnTheFastPath(t *testing.T) {
 	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Seen-Keep-Alive", r.Header.Get("Keep-Alive"))
@@ -374,12 +382,7 @@ func TestHopByHopHeadersAreRemovedOnTheFastPath(t *testing.T) {
 	})
 	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
 	h.src.Set(key("app"), ep)
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	c := h.dial(t, 30*time.Second)
 	br := bufio.NewReader(c)
 	for i := range 2 { // twice on one keep-alive connection
 		_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: app.example.com\r\nConnection: keep-alive\r\nKeep-Alive: timeout=9\r\n"+
@@ -425,12 +428,7 @@ func TestFastPathForwardingMatchesReverseProxy(t *testing.T) {
 	})
 	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
 	h.src.Set(key("app"), ep)
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	c := h.dial(t, 30*time.Second)
 	br := bufio.NewReader(c)
 	_, _ = io.WriteString(c, "GET /s?a=1&b=2 HTTP/1.1\r\nHost: app.example.com\r\nForwarded: for=1.2.3.4\r\nTe: trailers\r\n\r\n")
 	resp, err := http.ReadResponse(br, nil)

@@ -228,12 +228,7 @@ func (r *recorder) Read(p []byte) (int, error) {
 
 func dialRaw(t *testing.T, h *harness) *rawClient {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+	c := h.dial(t, 15*time.Second)
 	rec := &recorder{r: c}
 	return &rawClient{t: t, c: c, rec: rec, br: bufio.NewReader(rec)}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -124,12 +123,7 @@ func TestWaitingPageLeavesOtherClientsHeld(t *testing.T) {
 func TestWaitingPageCustomHTMLAndHEAD(t *testing.T) {
 	const page = "<p>Our shop is opening… ☕</p>"
 	h := newHarness(t, []routing.Entry{waitingEntry(page)}, nil)
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := h.dial(t, 10*time.Second)
 	// HEAD then GET on one connection: a body after the HEAD answer would be read as the next head.
 	fmt.Fprintf(c, "HEAD / HTTP/1.1\r\nHost: app.example.com\r\nAccept: text/html\r\n\r\n"+
 		"GET / HTTP/1.1\r\nHost: app.example.com\r\nAccept: TEXT/HTML\r\n\r\n")

@@ -14,10 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/httpscale/httpscale/pkg/routing"
-	"github.com/httpscale/httpscale/pkg/testenv"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 func TestTableWatch(t *testing.T) {
@@ -26,23 +25,15 @@ func TestTableWatch(t *testing.T) {
 }
 
 var (
-	env     *envtest.Environment
 	restCfg *rest.Config
 	cs      kubernetes.Interface
 )
 
-var _ = BeforeSuite(func() {
+var _ = ginkgoenv.ForSuite(func(cfg *rest.Config) {
+	restCfg = cfg
 	var err error
-	env, restCfg, err = testenv.Start()
+	cs, err = kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
-	cs, err = kubernetes.NewForConfig(restCfg)
-	Expect(err).NotTo(HaveOccurred())
-})
-
-var _ = AfterSuite(func() {
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
-	}
 })
 
 // newNamespace creates a namespace of its own for one spec.

@@ -3,7 +3,6 @@ package tlsterm
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -11,10 +10,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/httpscale/httpscale/pkg/proxy/engine"
 )
 
 // Server is a controller-runtime Runnable serving Handler over TLS with the Store's certificates:
@@ -52,27 +52,17 @@ type Server struct {
 	Drained chan struct{}
 	Log     logr.Logger
 
-	draining atomic.Bool
-	addr     atomic.Pointer[string]
+	// Lifecycle gives the listener, ListenAddr, NeedLeaderElection and the drain, the same as the
+	// cleartext server's.
+	engine.Lifecycle
 }
-
-// NeedLeaderElection implements manager.LeaderElectionRunnable.
-func (s *Server) NeedLeaderElection() bool { return false }
 
 // Ready fails once the server drains.
 func (s *Server) Ready() error {
-	if s.draining.Load() {
-		return errors.New("tls: draining")
+	if err := s.Lifecycle.Ready(); err != nil {
+		return fmt.Errorf("tls: %w", err)
 	}
 	return nil
-}
-
-// ListenAddr returns the address listened on once serving, "" before.
-func (s *Server) ListenAddr() string {
-	if a := s.addr.Load(); a != nil {
-		return *a
-	}
-	return ""
 }
 
 // Start serves until ctx ends, then drains.
@@ -80,63 +70,25 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.Drained != nil {
 		defer close(s.Drained)
 	}
-	ln := s.Listener
-	if ln == nil {
-		var err error
-		if ln, err = net.Listen("tcp", s.Addr); err != nil {
-			return fmt.Errorf("tls: listening on %s: %w", s.Addr, err)
-		}
+	ln, err := s.Listen("tls", s.Listener, s.Addr)
+	if err != nil {
+		return err
 	}
-	a := ln.Addr().String()
-	s.addr.Store(&a)
 	hard, cut := context.WithCancel(context.Background())
 	defer cut()
-	headerTimeout := s.ReadHeaderTimeout
-	if headerTimeout <= 0 {
-		headerTimeout = 30 * time.Second
-	}
-	srv := &http.Server{
-		Handler:   httpsHandler{store: s.Store, h: s.Handler},
-		TLSConfig: s.config(),
-		// net/http bounds the handshake by the smallest of its read timeouts: this one.
-		ReadHeaderTimeout: headerTimeout,
-		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return hard },
-		// A failed handshake (a client asking for a name no certificate serves) is the client's
-		// business: debug level, not a log line per connection.
-		ErrorLog: log.New(debugWriter{s.Log.V(1)}, "", 0),
-	}
+	// net/http bounds the handshake by the smallest of its read timeouts: ReadHeaderTimeout.
+	srv := engine.NewHTTPServer(httpsHandler{store: s.Store, h: s.Handler}, s.ReadHeaderTimeout, hard)
+	srv.TLSConfig = s.config()
+	// A failed handshake (a client asking for a name no certificate serves) is the client's
+	// business: debug level, not a log line per connection.
+	srv.ErrorLog = log.New(debugWriter{s.Log.V(1)}, "", 0)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
-	s.Log.Info("serving", "server", "tls", "addr", a)
-	select {
-	case err := <-serveErr:
-		return fmt.Errorf("tls: serving on %s: %w", a, err)
-	case <-ctx.Done():
-	}
-	s.draining.Store(true)
-	s.Log.Info("draining", "server", "tls", "delay", s.DrainDelay, "timeout", s.DrainTimeout)
-	if s.DrainDelay > 0 {
-		t := time.NewTimer(s.DrainDelay)
-		select {
-		case <-t.C:
-		case err := <-serveErr:
-			t.Stop()
-			return fmt.Errorf("tls: serving on %s: %w", a, err)
-		}
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), s.DrainTimeout)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if err == nil && s.WaitIdle != nil {
-		err = s.WaitIdle(sctx)
-	}
-	if err != nil {
-		s.Log.Info("drain cut short", "server", "tls", "error", err.Error())
-		cut()
-		_ = srv.Close()
-	}
-	return nil
+	return s.Run(ctx, engine.Drain{Name: "tls", Log: s.Log, Delay: s.DrainDelay, Timeout: s.DrainTimeout, WaitIdle: s.WaitIdle},
+		engine.Serving{Errs: serveErr, Goroutines: 1, Shutdown: srv.Shutdown, Close: func() {
+			cut()
+			_ = srv.Close()
+		}})
 }
 
 func (s *Server) config() *tls.Config {

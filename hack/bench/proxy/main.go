@@ -7,21 +7,15 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"log"
-	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
-	"os/signal"
-	"runtime/debug"
-	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 
+	"github.com/httpscale/httpscale/hack/bench/internal/benchproxy"
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/proxy"
@@ -33,31 +27,17 @@ import (
 func main() {
 	listen := flag.String("listen", "127.0.0.1:18081", "proxy listen address")
 	adminAddr := flag.String("admin", "127.0.0.1:19091", "admin and control listen address")
-	backend := flag.String("backend", "127.0.0.1:18090", "backend host:port")
+	common := benchproxy.AddFlags()
 	coldBackend := flag.String("cold-backend", "", "host:port the cold app gets on /control/ready (default: -backend)")
 	queueLimit := flag.Int("queue-limit", 20000, "hold queue limit")
 	fast := flag.Bool("fast-http1", true, "serve simple HTTP/1.1 requests on the server-side fast path")
 	loops := flag.Int("event-loops", -1, "event loops serving the fast path's raw requests (0: none, -1: one per GOMAXPROCS)")
-	gcPercent := flag.Int("gc-percent", 400, "GC target, as the interceptor's --gc-percent (GOGC wins)")
 	flag.Parse()
 
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(*gcPercent)
-	}
-	host, port, err := net.SplitHostPort(*backend)
-	if err != nil {
-		log.Fatal(err)
-	}
-	p, _ := strconv.Atoi(port)
-	ep := endpoints.Endpoint{IP: host, Port: int32(p)}
+	ep := common.Apply()
 	coldEP := ep
 	if *coldBackend != "" {
-		h, cp, err := net.SplitHostPort(*coldBackend)
-		if err != nil {
-			log.Fatal(err)
-		}
-		n, _ := strconv.Atoi(cp)
-		coldEP = endpoints.Endpoint{IP: h, Port: int32(n)}
+		coldEP = benchproxy.Endpoint(*coldBackend)
 	}
 	table, err := routing.NewTable([]routing.Entry{
 		{Namespace: "bench", Name: "warm", Hosts: []string{"*"}, Service: "warm", Port: 80},
@@ -73,15 +53,7 @@ func main() {
 	src.Set(warm, ep)
 
 	reg := queue.NewRegistry(nil)
-	px, err := proxy.New(proxy.Options{
-		Tables: proxy.TableFunc(func() *routing.Table { return table }), Endpoints: src, Registry: reg,
-		Log: logr.Discard(), QueueLimit: *queueLimit,
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	px := benchproxy.NewProxy(table, src, reg, *queueLimit)
 
 	mux := http.NewServeMux()
 	mux.Handle("/", admin.NewHandler(admin.HandlerOptions{Counts: reg, Wake: reg}))
@@ -93,7 +65,5 @@ func main() {
 
 	srv := &proxy.Server{Name: "proxy", Addr: *listen, Engine: px.Engine(), H2C: true, FastHTTP1: *fast, EventLoops: *loops, DrainTimeout: 5 * time.Second,
 		WaitIdle: px.WaitUpgrades, Log: logr.Discard()}
-	if err := srv.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
+	benchproxy.Serve(srv)
 }

@@ -4,25 +4,19 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"flag"
 	"log"
-	"net"
 	"os"
-	"os/signal"
-	"runtime/debug"
-	"strconv"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/httpscale/httpscale/hack/bench/internal/benchproxy"
 	"github.com/httpscale/httpscale/pkg/endpoints"
-	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
 	"github.com/httpscale/httpscale/pkg/queue"
 	"github.com/httpscale/httpscale/pkg/routing"
@@ -31,21 +25,13 @@ import (
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:18443", "TLS listen address")
-	backend := flag.String("backend", "127.0.0.1:18090", "backend host:port")
+	common := benchproxy.AddFlags()
 	certFile := flag.String("cert", "", "PEM certificate chain")
 	keyFile := flag.String("key", "", "PEM private key")
 	noResume := flag.Bool("no-resumption", false, "turn TLS session resumption (tickets) off, so every handshake is a full one")
-	gcPercent := flag.Int("gc-percent", 400, "GC target, as the interceptor's --gc-percent (GOGC wins)")
 	flag.Parse()
 
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(*gcPercent)
-	}
-	host, port, err := net.SplitHostPort(*backend)
-	if err != nil {
-		log.Fatal(err)
-	}
-	p, _ := strconv.Atoi(port)
+	ep := common.Apply()
 	crt, err := os.ReadFile(*certFile)
 	if err != nil {
 		log.Fatal(err)
@@ -68,15 +54,8 @@ func main() {
 	store.SetTable(table)
 	store.SetCertificate("bench/bench-tls", cert)
 	src := proxytest.NewSource()
-	src.Set(endpoints.ServiceKey{Namespace: "bench", Service: "warm"}, endpoints.Endpoint{IP: host, Port: int32(p)})
-	px, err := proxy.New(proxy.Options{
-		Tables: proxy.TableFunc(func() *routing.Table { return table }), Endpoints: src, Registry: queue.NewRegistry(nil), Log: logr.Discard(),
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	src.Set(endpoints.ServiceKey{Namespace: "bench", Service: "warm"}, ep)
+	px := benchproxy.NewProxy(table, src, queue.NewRegistry(nil), 0)
 	cfg := store.Config()
 	cfg.SessionTicketsDisabled = *noResume
 	// Count full and resumed handshakes, reported on exit, to show which kind a run measured.
@@ -93,7 +72,5 @@ func main() {
 		log.Printf("tlsproxy %s: %d full handshakes, %d resumed", *listen, full.Load(), resumed.Load())
 	}()
 	srv := &tlsterm.Server{Addr: *listen, Store: store, Config: cfg, Handler: px.Engine(), DrainTimeout: 5 * time.Second, WaitIdle: px.WaitUpgrades, Log: logr.Discard()}
-	if err := srv.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
+	benchproxy.Serve(srv)
 }

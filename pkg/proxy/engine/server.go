@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,7 +17,8 @@ import (
 // context ends: Ready turns to an error at once, the server keeps serving for DrainDelay (so load
 // balancers notice the failing readiness probe and stop sending), then stops accepting and waits up
 // to DrainTimeout for in-flight and held requests and, when WaitIdle is set, for upgraded connections
-// (WebSockets). Whatever is still running then is cut off.
+// (WebSockets). Whatever is still running then is cut off. The listener, readiness and drain are
+// Lifecycle's, which it embeds.
 type Server struct {
 	// Name appears in logs.
 	Name string
@@ -63,9 +63,8 @@ type Server struct {
 	// Log receives lifecycle messages.
 	Log logr.Logger
 
-	draining atomic.Bool
-	addr     atomic.Pointer[string]
-	fast     atomic.Pointer[h1Server]
+	Lifecycle
+	fast atomic.Pointer[h1Server]
 }
 
 // FastConnections reports how many client connections the fast path serves on event loops and on
@@ -80,28 +79,6 @@ func (s *Server) FastConnections() (loops, goroutines int) {
 	return f.loopConns, len(f.conns)
 }
 
-// NeedLeaderElection is false: every replica serves.
-func (s *Server) NeedLeaderElection() bool { return false }
-
-// Ready returns an error once the drain began; wire it to the readiness probe.
-func (s *Server) Ready() error {
-	if s.draining.Load() {
-		return errors.New("draining")
-	}
-	return nil
-}
-
-// Draining reports whether the drain began.
-func (s *Server) Draining() bool { return s.draining.Load() }
-
-// ListenAddr returns the bound address once Start listens, else "".
-func (s *Server) ListenAddr() string {
-	if a := s.addr.Load(); a != nil {
-		return *a
-	}
-	return ""
-}
-
 // Start serves until ctx ends, then drains. It returns nil after a drain, even one cut short.
 func (s *Server) Start(ctx context.Context) error {
 	if s.Drained != nil {
@@ -113,31 +90,16 @@ func (s *Server) Start(ctx context.Context) error {
 	} else if s.Engine == nil {
 		return fmt.Errorf("%s: neither Handler nor Engine is set", s.Name)
 	}
-	ln := s.Listener
-	if ln == nil {
-		var err error
-		if ln, err = net.Listen("tcp", s.Addr); err != nil {
-			return fmt.Errorf("%s: listening on %s: %w", s.Name, s.Addr, err)
-		}
+	ln, err := s.Listen(s.Name, s.Listener, s.Addr)
+	if err != nil {
+		return err
 	}
-	a := ln.Addr().String()
-	s.addr.Store(&a)
 	// Requests derive from hard, which is cancelled when the drain deadline passes: held requests
 	// and WebSockets then end instead of keeping the process alive.
 	hard, cut := context.WithCancel(context.Background())
 	defer cut()
-	headerTimeout := s.ReadHeaderTimeout
-	if headerTimeout <= 0 {
-		headerTimeout = 30 * time.Second
-	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: headerTimeout,
-		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return hard },
-	}
 	// Every connection net/http serves is watched for requests with both lengths (see headwatch.go).
-	srv.Handler = closeAfterBothLengths{handler}
+	srv := NewHTTPServer(closeAfterBothLengths{handler}, s.ReadHeaderTimeout, hard)
 	srv.ConnContext = watchedContext
 	if s.H2C {
 		var p http.Protocols
@@ -146,13 +108,21 @@ func (s *Server) Start(ctx context.Context) error {
 		srv.Protocols = &p
 	}
 	serveErr := make(chan error, 2)
-	var fast *h1Server
+	run := Serving{
+		Errs:       serveErr,
+		Goroutines: 1,
+		Shutdown:   srv.Shutdown,
+		Close: func() {
+			cut()
+			_ = srv.Close()
+		},
+	}
 	if s.FastHTTP1 {
 		watch := s.WatchClientAfter
 		if watch == 0 {
 			watch = 50 * time.Millisecond
 		}
-		fast = &h1Server{handler: handler, engine: s.Engine, base: hard, srv: srv, handoff: newHandoffListener(ln.Addr()),
+		fast := &h1Server{handler: handler, engine: s.Engine, base: hard, srv: srv, handoff: newHandoffListener(ln.Addr()),
 			idleTimeout: srv.IdleTimeout, headerTimeout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log}
 		if s.Engine != nil && s.EventLoops != 0 {
 			n := s.EventLoops
@@ -169,73 +139,30 @@ func (s *Server) Start(ctx context.Context) error {
 		s.fast.Store(fast)
 		go func() { serveErr <- srv.Serve(fast.handoff) }()
 		go func() { serveErr <- fast.serve(ln) }()
-	} else {
-		go func() { serveErr <- srv.Serve(watchedListener{ln}) }()
-	}
-	serving := cap(serveErr)
-	if fast == nil {
-		serving = 1
-	}
-	s.Log.Info("serving", "server", s.Name, "addr", a)
-
-	select {
-	case err := <-serveErr:
-		if fast != nil {
+		run.Goroutines = 2
+		run.Shutdown = func(ctx context.Context) error {
+			_ = ln.Close() // the fast path owns the listener; net/http only sees handed-over connections
+			err := fast.shutdown(ctx)
+			if serr := srv.Shutdown(ctx); err == nil {
+				err = serr
+			}
+			return err
+		}
+		run.Close = func() {
+			cut()
+			_ = srv.Close()
+			fast.close()
+		}
+		run.Abort = func() {
 			fast.close()
 			_ = ln.Close()
 			_ = srv.Close()
 		}
-		return fmt.Errorf("%s: serving on %s: %w", s.Name, a, err)
-	case <-ctx.Done():
+	} else {
+		go func() { serveErr <- srv.Serve(watchedListener{ln}) }()
 	}
-	if s.After != nil {
-		<-s.After
-	}
-	s.draining.Store(true)
-	s.Log.Info("draining", "server", s.Name, "delay", s.DrainDelay, "timeout", s.DrainTimeout)
-	if s.DrainDelay > 0 {
-		t := time.NewTimer(s.DrainDelay)
-		select {
-		case <-t.C:
-		case err := <-serveErr:
-			t.Stop()
-			if fast != nil {
-				fast.close()
-				_ = ln.Close()
-				_ = srv.Close()
-			}
-			return fmt.Errorf("%s: serving on %s: %w", s.Name, a, err)
-		}
-	}
-	if s.OnShutdown != nil {
-		s.OnShutdown()
-	}
-	dctx, cancel := context.WithTimeout(context.Background(), s.DrainTimeout)
-	defer cancel()
-	var err error
-	if fast != nil {
-		_ = ln.Close() // the fast path owns the listener; net/http only sees handed-over connections
-		err = fast.shutdown(dctx)
-	}
-	if serr := srv.Shutdown(dctx); err == nil {
-		err = serr
-	}
-	if err == nil && s.WaitIdle != nil {
-		err = s.WaitIdle(dctx)
-	}
-	if err != nil {
-		s.Log.Info("drain timeout passed; cutting off remaining requests", "server", s.Name, "error", err.Error())
-		cut()
-		_ = srv.Close()
-		if fast != nil {
-			fast.close()
-		}
-	}
-	for range serving {
-		<-serveErr // http.ErrServerClosed, errFastClosed
-	}
-	s.Log.Info("stopped", "server", s.Name)
-	return nil
+	return s.Run(ctx, Drain{Name: s.Name, Log: s.Log, Delay: s.DrainDelay, Timeout: s.DrainTimeout,
+		WaitIdle: s.WaitIdle, After: s.After, OnShutdown: s.OnShutdown}, run)
 }
 
 // tracker counts active items and lets a caller wait for zero.
