@@ -78,7 +78,9 @@ verify-generated: ## Fail if regenerating code or manifests changes anything.
 	hack/verify-generated.sh $(GENERATED)
 
 .PHONY: vet
-vet: ## go vet every package (and the image builder's module).
+vet: ## gofmt check, then go vet every package (and the image builder's module).
+	@unformatted=$$("$$($(GO) env GOROOT)/bin/gofmt" -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) -C hack/images vet ./...
 

@@ -16,9 +16,9 @@ import (
 	"github.com/httpscale/httpscale/pkg/config"
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/queue"
+	"github.com/httpscale/httpscale/pkg/tlsterm"
 	"github.com/httpscale/httpscale/pkg/tracing"
 	"github.com/httpscale/httpscale/pkg/version"
-	"github.com/httpscale/httpscale/pkg/tlsterm"
 )
 
 // dialFunc dials upstream connections (net.Dialer.DialContext's signature).
