@@ -109,7 +109,7 @@ func Encode(t *Table, maxShardBytes int) (Manifest, []Shard, error) {
 	if err != nil {
 		return Manifest{}, nil, err
 	}
-	for _, e := range t.entries {
+	for _, e := range t.entries() {
 		line, err := json.Marshal(e)
 		if err != nil {
 			return Manifest{}, nil, fmt.Errorf("encoding routing entry %s: %w", e.Key(), err)
