@@ -10,6 +10,7 @@ package pmap
 import (
 	"hash/maphash"
 	"iter"
+	"maps"
 	"unsafe"
 )
 
@@ -93,10 +94,9 @@ func (b *Builder[K, V]) own(i int) map[K]V {
 		panic("pmap: Builder used after Map")
 	}
 	if b.owned[i/64]&(1<<(i%64)) == 0 {
-		old := b.m.p[i]
-		next := make(map[K]V, len(old)+1)
-		for k, v := range old {
-			next[k] = v
+		next := maps.Clone(b.m.p[i]) // copies the table's groups without hashing every key again
+		if next == nil {
+			next = map[K]V{}
 		}
 		b.m.p[i] = next
 		b.owned[i/64] |= 1 << (i % 64)
