@@ -2,12 +2,12 @@ package routing
 
 import (
 	"bytes"
-	"hash/maphash"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"slices"
 	"strconv"
