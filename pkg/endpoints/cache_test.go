@@ -20,6 +20,7 @@ import (
 
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/routing/routingtest"
 )
 
 var _ = Describe("Cache", func() {
@@ -291,22 +292,13 @@ var _ = Describe("Cache", func() {
 	})
 
 	It("follows tables derived from one another by their changes: Services of new entries tracked, of removed ones dropped, shared ones kept", func() {
-		enc, err := routing.NewEncoder(routing.DefaultMaxShardBytes, 4) // many small shards: one change is a small Diff
+		st, err := routingtest.New(4) // many small shards: one change is a small Diff
 		Expect(err).NotTo(HaveOccurred())
-		var r routing.Reader
 		put := func(name, svc string) {
-			_, line, err := routing.EncodeEntry(routing.Entry{Namespace: ns, Name: name, Hosts: []string{name + ".example.com"}, Service: svc, Port: 80})
-			Expect(err).NotTo(HaveOccurred())
-			enc.Put(ns+"/"+name, line)
+			Expect(st.Put(routing.Entry{Namespace: ns, Name: name, Hosts: []string{name + ".example.com"}, Service: svc, Port: 80})).To(Succeed())
 		}
 		next := func() *routing.Table {
-			m, shards, err := enc.Encode()
-			Expect(err).NotTo(HaveOccurred())
-			data := map[string][]byte{}
-			for _, s := range shards {
-				data[s.Name] = s.Data
-			}
-			t, err := r.Decode(m, data)
+			t, err := st.Next()
 			Expect(err).NotTo(HaveOccurred())
 			return t
 		}
@@ -327,8 +319,8 @@ var _ = Describe("Cache", func() {
 
 		// One version: a new entry on a new Service, the solo entry gone, one of the shared ones gone.
 		put("new", "fresh")
-		enc.Put(ns+"/solo", nil)
-		enc.Put(ns+"/app-7", nil)
+		st.Remove(ns + "/solo")
+		st.Remove(ns + "/app-7")
 		second := next()
 		_, _, derived := second.Diff(first)
 		Expect(derived).To(BeTrue(), "the test means to exercise a table derived from the one before")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/routing/routingtest"
 )
 
 // TestDerivedTablesCarryAppsAndDropRemovedOnes follows tables as the table watch produces them
@@ -16,28 +17,17 @@ import (
 // requests: apps the change does not touch keep their counters, a changed app keeps its counters
 // under its new route, a removed app is no longer routed and its counters go, a new one is routed.
 func TestDerivedTablesCarryAppsAndDropRemovedOnes(t *testing.T) {
-	enc, err := routing.NewEncoder(routing.DefaultMaxShardBytes, 4) // many small shards
+	st, err := routingtest.New(4) // many small shards: a one-app change is a small Diff
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r routing.Reader
 	put := func(e routing.Entry) {
-		_, line, err := routing.EncodeEntry(e)
-		if err != nil {
+		if err := st.Put(e); err != nil {
 			t.Fatal(err)
 		}
-		enc.Put(e.Key(), line)
 	}
 	next := func() *routing.Table {
-		m, shards, err := enc.Encode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data := map[string][]byte{}
-		for _, s := range shards {
-			data[s.Name] = s.Data
-		}
-		tb, err := r.Decode(m, data)
+		tb, err := st.Next()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +61,7 @@ func TestDerivedTablesCarryAppsAndDropRemovedOnes(t *testing.T) {
 	want("b.example.com", http.StatusOK)
 
 	put(entry("new", "new.example.com", "app"))
-	enc.Put("ns/b", nil)
+	st.Remove("ns/b")
 	put(entry("a", "moved.example.com", "app"))
 	tb := next()
 	if removed, added, ok := tb.Diff(prev); !ok || len(removed) == 0 || len(added) == 0 {
@@ -96,7 +86,7 @@ func TestDerivedTablesCarryAppsAndDropRemovedOnes(t *testing.T) {
 
 	// Removing every app but one, in one version, is a rebuild; the counters follow it too.
 	for _, n := range apps {
-		enc.Put("ns/"+n, nil)
+		st.Remove("ns/" + n)
 	}
 	serve(next())
 	want("new.example.com", http.StatusOK)

@@ -14,6 +14,7 @@ import (
 	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
 	"github.com/httpscale/httpscale/pkg/queue"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/routing/routingtest"
 )
 
 // BenchmarkTableChanged is the interceptor's whole per-version work when one app among n changes
@@ -29,7 +30,7 @@ func BenchmarkTableChanged(b *testing.B) {
 }
 
 func benchTableChanged(b *testing.B, n int) {
-	enc, err := routing.NewEncoder(routing.DefaultMaxShardBytes, routing.DefaultMaxShardEntries)
+	st, err := routingtest.New(routing.DefaultMaxShardEntries)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -38,26 +39,19 @@ func benchTableChanged(b *testing.B, n int) {
 			Hosts: []string{fmt.Sprintf("app-%d.example.com", i)}, Service: fmt.Sprintf("app-%d", i), Port: 80}
 	}
 	put := func(e routing.Entry) {
-		_, line, err := routing.EncodeEntry(e)
-		if err != nil {
+		if err := st.Put(e); err != nil {
 			b.Fatal(err)
 		}
-		enc.Put(e.Key(), line)
 	}
-	var r routing.Reader
 	encode := func() (routing.Manifest, map[string][]byte) {
-		m, shards, err := enc.Encode()
+		m, data, err := st.Encode()
 		if err != nil {
 			b.Fatal(err)
-		}
-		data := make(map[string][]byte, len(shards))
-		for _, s := range shards {
-			data[s.Name] = s.Data
 		}
 		return m, data
 	}
 	next := func(m routing.Manifest, data map[string][]byte) *routing.Table {
-		t, err := r.Decode(m, data)
+		t, err := st.Decode(m, data)
 		if err != nil {
 			b.Fatal(err)
 		}

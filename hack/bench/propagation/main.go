@@ -495,19 +495,9 @@ func saveHeaps(dir string, n int, targets map[string]string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	hc := &http.Client{Timeout: time.Minute}
 	for name, addr := range targets {
-		resp, err := hc.Get("http://" + addr + "/debug/pprof/heap?gc=1")
-		if err != nil {
-			return fmt.Errorf("heap profile of %s: %w", name, err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("heap profile of %s: %s %v", name, resp.Status, err)
-		}
 		f := filepath.Join(dir, fmt.Sprintf("heap-%s-%d.pb.gz", name, n))
-		if err := os.WriteFile(f, b, 0o644); err != nil {
+		if err := fetchProfile(addr, "heap?gc=1", time.Minute, "heap profile of "+name, f); err != nil {
 			return err
 		}
 		fmt.Printf("# heap profile of %s at %d objects: %s\n", name, n, f)
@@ -523,37 +513,38 @@ func saveCPU(dir string, n int, targets map[string]string, d time.Duration) func
 	}
 	secs := max(1, int(d.Seconds()+0.5))
 	var wg sync.WaitGroup
-	errs := make([]error, 0, len(targets))
-	var mu sync.Mutex
+	errs := make([]error, len(targets))
+	i := 0
 	for name, addr := range targets {
+		j := i
 		wg.Go(func() {
-			err := func() error {
-				hc := &http.Client{Timeout: time.Duration(secs)*time.Second + time.Minute}
-				resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
-				if err != nil {
-					return fmt.Errorf("CPU profile of %s: %w", name, err)
-				}
-				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err != nil || resp.StatusCode != http.StatusOK {
-					return fmt.Errorf("CPU profile of %s: %s %v", name, resp.Status, err)
-				}
-				f := filepath.Join(dir, fmt.Sprintf("cpu-%s-%d.pb.gz", name, n))
-				if err := os.WriteFile(f, b, 0o644); err != nil {
-					return err
-				}
+			f := filepath.Join(dir, fmt.Sprintf("cpu-%s-%d.pb.gz", name, n))
+			errs[j] = fetchProfile(addr, fmt.Sprintf("profile?seconds=%d", secs), time.Duration(secs)*time.Second+time.Minute, "CPU profile of "+name, f)
+			if errs[j] == nil {
 				fmt.Printf("# CPU profile of %s over %d s of samples at %d objects: %s\n", name, secs, n, f)
-				return nil
-			}()
-			mu.Lock()
-			errs = append(errs, err)
-			mu.Unlock()
+			}
 		})
+		i++
 	}
 	return func() error {
 		wg.Wait()
 		return errors.Join(errs...)
 	}
+}
+
+// fetchProfile saves the pprof endpoint path of addr ("heap?gc=1") as file.
+func fetchProfile(addr, path string, timeout time.Duration, what, file string) error {
+	hc := &http.Client{Timeout: timeout}
+	resp, err := hc.Get("http://" + addr + "/debug/pprof/" + path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s %v", what, resp.Status, err)
+	}
+	return os.WriteFile(file, b, 0o644)
 }
 
 // burstFloorNS holds the floor's objects; the operator does not watch it.
