@@ -43,9 +43,12 @@ type Table struct {
 	any      *hostRoutes                   // "*"
 
 	// sorted holds the entries in key order: set when built from scratch, else made on first use
-	// (All, Entries), so that a derived table does not copy the entry list of every version.
+	// (All, Entries), so that a derived table does not copy the entry list of every version. base is
+	// the sorted entries of the table it was derived from when those were made (nil otherwise): then
+	// the first use merges the change into them, O(n), instead of sorting, O(n log n).
 	sortOnce sync.Once
-	sorted   []*Entry
+	sorted   atomic.Pointer[[]*Entry]
+	base     []*Entry
 }
 
 // tableIDs numbers Tables for Diff.
@@ -145,20 +148,33 @@ func (t *Table) Entries() []Entry {
 	return out
 }
 
-// entries returns the entries sorted by key, sorting them on first use for a derived table.
+// entries returns the entries sorted by key, making them on first use for a derived table.
 func (t *Table) entries() []*Entry {
+	if p := t.sorted.Load(); p != nil {
+		return *p
+	}
 	t.sortOnce.Do(func() {
-		if t.sorted != nil {
+		if t.sorted.Load() != nil {
 			return
 		}
-		out := make([]*Entry, 0, t.byKey.Len())
-		for _, e := range t.byKey.All() {
-			out = append(out, e)
+		var out []*Entry
+		if t.base != nil {
+			gone := make(map[*Entry]struct{}, len(t.removed))
+			for _, e := range t.removed {
+				gone[e] = struct{}{}
+			}
+			out = mergeEntries(t.base, gone, t.added)
+			t.base = nil
+		} else {
+			out = make([]*Entry, 0, t.byKey.Len())
+			for _, e := range t.byKey.All() {
+				out = append(out, e)
+			}
+			slices.SortFunc(out, compareKeys)
 		}
-		slices.SortFunc(out, compareKeys)
-		t.sorted = out
+		t.sorted.Store(&out)
 	})
-	return t.sorted
+	return *t.sorted.Load()
 }
 
 // Diff returns what changed from prev to t when t was derived from prev by an incremental decode
@@ -198,13 +214,13 @@ func buildTable(version string, entries []*Entry) *Table {
 	t := &Table{
 		version:  version,
 		id:       tableIDs.Add(1),
-		sorted:   entries,
 		exact:    pmap.New[string, *hostRoutes](pmap.String),
 		wildcard: pmap.New[string, *hostRoutes](pmap.String),
 	}
 	if entries == nil {
-		t.sorted = []*Entry{}
+		entries = []*Entry{}
 	}
+	t.sorted.Store(&entries)
 	byKey := pmap.New[string, *Entry](pmap.String).Edit()
 	hosts := map[string][]*Entry{}
 	for _, e := range entries {
@@ -294,6 +310,9 @@ func (t *Table) withChanges(version string, removed, added []*Entry) *Table {
 		removed: removed,
 		added:   added,
 		any:     t.any,
+	}
+	if p := t.sorted.Load(); p != nil {
+		n.base = *p
 	}
 	byKey := t.byKey.Edit()
 	for _, e := range removed {
