@@ -57,11 +57,10 @@ type Cache struct {
 	active   map[watchKey]*sliceWatch // watches whose store is in use
 	pending  map[watchKey]*sliceWatch // replacements still listing
 	nsBucket map[string]uint32        // watches per namespace
-	// table is the routing table OnTable tracked last and refs, per key, how many of its entries
-	// route to it; with them a table derived from it changes only the keys its change touches. Both
-	// are nil after a Track.
+	// table is the routing table OnTable tracked last (nil after a Track); each tracked key's state
+	// counts the entries of it that route to the key, so a table derived from it changes only the
+	// keys its change touches.
 	table *routing.Table
-	refs  map[ServiceKey]int
 }
 
 // serviceName is a Service's namespace and name.
@@ -157,7 +156,7 @@ func (c *Cache) stateFor(k ServiceKey) *keyState {
 func (c *Cache) Track(keys []ServiceKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.table, c.refs = nil, nil
+	c.table = nil
 	c.track(keys)
 }
 
@@ -175,7 +174,7 @@ func (c *Cache) track(keys []ServiceKey) {
 	}
 
 	cur := c.keys.Load()
-	next := pmap.New[ServiceKey, *keyState](hashKey).Edit()
+	next := pmap.New[ServiceKey, *keyState](hashKey).EditSized(len(tracked))
 	var added []ServiceKey
 	for k := range tracked {
 		if ks, _ := cur.Get(k); ks != nil {
@@ -231,7 +230,7 @@ func hashKey(k ServiceKey) uint64 {
 func (c *Cache) OnTable(t *routing.Table) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if removed, added, ok := t.Diff(c.table); ok && c.refs != nil {
+	if removed, added, ok := t.Diff(c.table); ok {
 		c.table = t
 		c.applyDiff(removed, added)
 		return
@@ -247,34 +246,46 @@ func (c *Cache) OnTable(t *routing.Table) {
 		keys = append(keys, k)
 	}
 	c.track(keys)
-	c.table, c.refs = t, refs
+	cur := c.keys.Load()
+	for k, n := range refs {
+		if ks, _ := cur.Get(k); ks != nil {
+			ks.refs = n
+		}
+	}
+	c.table = t
 }
 
 // applyDiff tracks the keys that the added entries route to and no other entry did, and stops
 // tracking those that only the removed entries routed to. c.mu held.
 func (c *Cache) applyDiff(removed, added []*routing.Entry) {
+	next := c.keys.Load().Edit()
 	was := map[ServiceKey]bool{}
-	for _, e := range removed {
+	count := func(e *routing.Entry, d int) {
 		for _, k := range entryKeys(e) {
+			ks, _ := next.Get(k)
 			if _, seen := was[k]; !seen {
-				was[k] = c.refs[k] > 0
+				was[k] = ks != nil && ks.refs > 0
 			}
-			if c.refs[k]--; c.refs[k] <= 0 {
-				delete(c.refs, k)
+			if ks == nil {
+				if d < 0 {
+					continue
+				}
+				ks = newKeyState()
+				next.Set(k, ks)
 			}
+			ks.refs = max(0, ks.refs+d)
 		}
 	}
+	for _, e := range removed {
+		count(e, -1)
+	}
 	for _, e := range added {
-		for _, k := range entryKeys(e) {
-			if _, seen := was[k]; !seen {
-				was[k] = c.refs[k] > 0
-			}
-			c.refs[k]++
-		}
+		count(e, +1)
 	}
 	var fresh, gone []ServiceKey
 	for k, before := range was {
-		switch now := c.refs[k] > 0; {
+		ks, _ := next.Get(k)
+		switch now := ks != nil && ks.refs > 0; {
 		case now && !before:
 			fresh = append(fresh, k)
 		case before && !now:
@@ -284,12 +295,8 @@ func (c *Cache) applyDiff(removed, added []*routing.Entry) {
 	if len(fresh) == 0 && len(gone) == 0 {
 		return
 	}
-	next := c.keys.Load().Edit()
 	namespaces := map[string]struct{}{}
 	for _, k := range fresh {
-		if ks, _ := next.Get(k); ks == nil { // a key someone waits for keeps its state
-			next.Set(k, newKeyState())
-		}
 		sn := serviceName{k.Namespace, k.Service}
 		if len(c.ports[sn]) == 0 {
 			namespaces[k.Namespace] = struct{}{}
@@ -398,6 +405,8 @@ func (c *Cache) Start(ctx context.Context) error {
 // keyState is one key's readiness. Its state is replaced (under Cache.mu), never modified.
 type keyState struct {
 	state atomic.Pointer[readyState]
+	// refs counts the entries of Cache.table that route to the key. Cache.mu held.
+	refs int
 }
 
 // readyState is an immutable snapshot: set is nil exactly while ready is open. When the key gets its

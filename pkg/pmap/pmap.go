@@ -73,8 +73,16 @@ func (m Map[K, V]) All() iter.Seq2[K, V] {
 }
 
 // Edit returns a Builder that derives a new Map from m; m itself never changes.
-func (m Map[K, V]) Edit() *Builder[K, V] {
+func (m Map[K, V]) Edit() *Builder[K, V] { return m.EditSized(0) }
+
+// EditSized is Edit for a Builder that will hold about n keys: an empty part it creates is sized
+// for its share of them, so a Map built in one pass holds no spare room and leaves no garbage of
+// outgrown parts.
+func (m Map[K, V]) EditSized(n int) *Builder[K, V] {
 	b := &Builder[K, V]{m: Map[K, V]{hash: m.hash, n: m.n, p: new([parts]map[K]V)}}
+	if n > 0 {
+		b.hint = n/parts + n/parts/4 + 1
+	}
 	if m.p != nil {
 		*b.m.p = *m.p
 	}
@@ -87,6 +95,7 @@ type Builder[K comparable, V any] struct {
 	m     Map[K, V]
 	owned [parts / 64]uint64
 	done  bool
+	hint  int // size of a new part, 0: the map's default
 }
 
 func (b *Builder[K, V]) own(i int) map[K]V {
@@ -96,7 +105,7 @@ func (b *Builder[K, V]) own(i int) map[K]V {
 	if b.owned[i/64]&(1<<(i%64)) == 0 {
 		next := maps.Clone(b.m.p[i]) // copies the table's groups without hashing every key again
 		if next == nil {
-			next = map[K]V{}
+			next = make(map[K]V, b.hint)
 		}
 		b.m.p[i] = next
 		b.owned[i/64] |= 1 << (i % 64)
@@ -135,9 +144,9 @@ func (b *Builder[K, V]) Map() Map[K, V] {
 	return b.m
 }
 
-// From returns a Map holding the keys and values of src (built in one pass, no sharing).
-func From[K comparable, V any](hash func(K) uint64, src iter.Seq2[K, V]) Map[K, V] {
-	b := New[K, V](hash).Edit()
+// From returns a Map holding the n keys and values of src (built in one pass, no sharing).
+func From[K comparable, V any](hash func(K) uint64, n int, src iter.Seq2[K, V]) Map[K, V] {
+	b := New[K, V](hash).EditSized(n)
 	for k, v := range src {
 		b.Set(k, v)
 	}

@@ -148,8 +148,8 @@ func (p *Proxy) build(t *routing.Table) *routes {
 		}
 		fresh = added
 	} else {
-		apps = pmap.New[*routing.Entry, *app](pmap.Pointer[routing.Entry]).Edit()
-		byKey = pmap.New[string, *app](pmap.String).Edit()
+		apps = pmap.New[*routing.Entry, *app](pmap.Pointer[routing.Entry]).EditSized(t.Len())
+		byKey = pmap.New[string, *app](pmap.String).EditSized(t.Len())
 		for e := range t.All() {
 			if old != nil {
 				if a, _ := old.apps.Get(e); a != nil {

@@ -145,7 +145,7 @@ func (r *Registry) Sync(keys []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.apps.Load()
-	next := pmap.New[string, *App](pmap.String).Edit()
+	next := pmap.New[string, *App](pmap.String).EditSized(len(keys))
 	for _, k := range keys {
 		if a, _ := cur.Get(k); a != nil {
 			next.Set(k, a)

@@ -221,7 +221,7 @@ func buildTable(version string, entries []*Entry) *Table {
 		entries = []*Entry{}
 	}
 	t.sorted.Store(&entries)
-	byKey := pmap.New[string, *Entry](pmap.String).Edit()
+	byKey := pmap.New[string, *Entry](pmap.String).EditSized(len(entries))
 	hosts := map[string][]*Entry{}
 	for _, e := range entries {
 		byKey.Set(e.Key(), e)
@@ -230,8 +230,8 @@ func buildTable(version string, entries []*Entry) *Table {
 		}
 	}
 	t.byKey = byKey.Map()
-	t.byHost = pmap.From(pmap.String, maps.All(hosts))
-	ex, wc := t.exact.Edit(), t.wildcard.Edit()
+	t.byHost = pmap.From(pmap.String, len(hosts), maps.All(hosts))
+	ex, wc := t.exact.EditSized(len(hosts)), t.wildcard.Edit()
 	for host, list := range hosts {
 		t.setHost(ex, wc, host, newHostRoutesFor(host, list))
 	}
