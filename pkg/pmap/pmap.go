@@ -81,7 +81,9 @@ func (m Map[K, V]) Edit() *Builder[K, V] { return m.EditSized(0) }
 func (m Map[K, V]) EditSized(n int) *Builder[K, V] {
 	b := &Builder[K, V]{m: Map[K, V]{hash: m.hash, n: m.n, p: new([parts]map[K]V)}}
 	if n > 0 {
-		b.hint = n/parts + n/parts/4 + 1
+		// No slack: a map's table is a power of two in size, and room for a quarter more than the
+		// average part would double most parts' tables at some sizes (measured: +12 MiB at 50,000).
+		b.hint = n/parts + 1
 	}
 	if m.p != nil {
 		*b.m.p = *m.p
