@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/httpscale/httpscale/pkg/pmap"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
@@ -43,8 +43,9 @@ type Cache struct {
 	log logr.Logger
 
 	// keys maps every tracked key (and every key someone waits for) to its state. The map is never
-	// modified once published: Track and stateFor publish a new one under mu.
-	keys atomic.Pointer[map[ServiceKey]*keyState]
+	// modified once published: Track, OnTable and stateFor publish a new one under mu, sharing the
+	// parts they do not change (package pmap).
+	keys atomic.Pointer[pmap.Map[ServiceKey, *keyState]]
 
 	mu       sync.Mutex
 	ctx      context.Context // set by Start
@@ -56,6 +57,10 @@ type Cache struct {
 	active   map[watchKey]*sliceWatch // watches whose store is in use
 	pending  map[watchKey]*sliceWatch // replacements still listing
 	nsBucket map[string]uint32        // watches per namespace
+	// table is the routing table OnTable tracked last (nil after a Track); each tracked key's state
+	// counts the entries of it that route to the key, so a table derived from it changes only the
+	// keys its change touches.
+	table *routing.Table
 }
 
 // serviceName is a Service's namespace and name.
@@ -75,7 +80,7 @@ func NewCache(cs kubernetes.Interface, opts CacheOptions) (*Cache, error) {
 		pending:  map[watchKey]*sliceWatch{},
 		nsBucket: map[string]uint32{},
 	}
-	empty := map[ServiceKey]*keyState{}
+	empty := pmap.New[ServiceKey, *keyState](hashKey)
 	c.keys.Store(&empty)
 	if err := registerMetrics(opts.Registerer, c); err != nil {
 		return nil, err
@@ -95,7 +100,7 @@ func NewCacheForConfig(cfg *rest.Config, opts CacheOptions) (*Cache, error) {
 // Ready returns the ready endpoints of k, nil when it has none or is not tracked. Cost: two atomic
 // loads and a map lookup; no lock, no allocation.
 func (c *Cache) Ready(k ServiceKey) *Set {
-	ks := (*c.keys.Load())[k]
+	ks, _ := c.keys.Load().Get(k)
 	if ks == nil {
 		return nil
 	}
@@ -128,29 +133,35 @@ func (c *Cache) WaitReady(ctx context.Context, k ServiceKey) (*Set, error) {
 
 // stateFor returns k's state, adding one for a key that is not tracked.
 func (c *Cache) stateFor(k ServiceKey) *keyState {
-	if ks := (*c.keys.Load())[k]; ks != nil {
+	if ks, _ := c.keys.Load().Get(k); ks != nil {
 		return ks
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cur := *c.keys.Load()
-	if ks := cur[k]; ks != nil {
+	cur := c.keys.Load()
+	if ks, _ := cur.Get(k); ks != nil {
 		return ks
 	}
-	next := maps.Clone(cur)
+	next := cur.Edit()
 	ks := newKeyState()
-	next[k] = ks
-	c.keys.Store(&next)
+	next.Set(k, ks)
+	c.storeKeys(next)
 	return ks
 }
 
 // Track replaces the set of keys the Cache follows. Keys no longer tracked forget their endpoints
 // (their waiters keep waiting, see WaitReady). Watches change only for the namespaces whose tracked
 // Services change; until a changed watch has listed its slices, the endpoints known before are kept.
-// Track does not block on the API server; it may be called before Start.
+// Track does not block on the API server; it may be called before Start. Cost: O(keys).
 func (c *Cache) Track(keys []ServiceKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.table = nil
+	c.track(keys)
+}
+
+// track is Track. c.mu held.
+func (c *Cache) track(keys []ServiceKey) {
 	ports := map[serviceName][]string{}
 	tracked := make(map[ServiceKey]struct{}, len(keys))
 	for _, k := range keys {
@@ -162,31 +173,37 @@ func (c *Cache) Track(keys []ServiceKey) {
 		ports[sn] = append(ports[sn], k.PortName)
 	}
 
-	cur := *c.keys.Load()
-	next := make(map[ServiceKey]*keyState, len(tracked))
+	cur := c.keys.Load()
+	next := pmap.New[ServiceKey, *keyState](hashKey).EditSized(len(tracked))
 	var added []ServiceKey
 	for k := range tracked {
-		if ks := cur[k]; ks != nil {
-			next[k] = ks
+		if ks, _ := cur.Get(k); ks != nil {
+			next.Set(k, ks)
 		} else {
-			next[k] = newKeyState()
+			next.Set(k, newKeyState())
 		}
 		if !slices.Contains(c.ports[serviceName{k.Namespace, k.Service}], k.PortName) { // not tracked before this Track
 			added = append(added, k)
 		}
 	}
-	c.keys.Store(&next)
-	for k, ks := range cur {
+	c.storeKeys(next)
+	for k, ks := range cur.All() {
 		if _, ok := tracked[k]; !ok {
 			ks.remove()
 		}
 	}
 	c.ports = ports
 	c.tracked = true
+	c.watchChanges(nil, added)
+}
+
+// watchChanges starts and stops the watches of namespaces (nil: every namespace) after c.ports
+// changed, and computes the keys added to a Service whose watch is unchanged. c.mu held.
+func (c *Cache) watchChanges(namespaces map[string]struct{}, added []ServiceKey) {
 	if c.ctx == nil || c.stopped {
 		return
 	}
-	c.reconcileWatches()
+	c.reconcileWatches(namespaces)
 	// A key new to a Service whose watch is unchanged (another port of it) is computed now.
 	for _, k := range added {
 		if w := c.watchOf(k.Namespace, k.Service); w != nil {
@@ -196,24 +213,138 @@ func (c *Cache) Track(keys []ServiceKey) {
 	c.checkSynced()
 }
 
+func (c *Cache) storeKeys(b *pmap.Builder[ServiceKey, *keyState]) {
+	m := b.Map()
+	c.keys.Store(&m)
+}
+
+// hashKey spreads ServiceKeys over a pmap's parts.
+func hashKey(k ServiceKey) uint64 {
+	return pmap.String(k.Namespace) ^ pmap.String(k.Service)*31 ^ pmap.String(k.PortName)*961
+}
+
 // OnTable tracks every Service port t routes to: each entry's target and cold-start fallback. Its
-// signature suits tablewatch.Watcher.OnChange.
-func (c *Cache) OnTable(t *routing.Table) { c.Track(KeysFromTable(t)) }
+// signature suits tablewatch.Watcher.OnChange. When t was derived from the table OnTable tracked
+// last (routing.Table.Diff), only the keys of the entries that changed are looked at, so a version
+// costs what its change costs; otherwise every entry is (O(apps)).
+func (c *Cache) OnTable(t *routing.Table) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if removed, added, ok := t.Diff(c.table); ok {
+		c.table = t
+		c.applyDiff(removed, added)
+		return
+	}
+	refs := map[ServiceKey]int{}
+	for e := range t.All() {
+		for _, k := range entryKeys(e) {
+			refs[k]++
+		}
+	}
+	keys := make([]ServiceKey, 0, len(refs))
+	for k := range refs {
+		keys = append(keys, k)
+	}
+	c.track(keys)
+	cur := c.keys.Load()
+	for k, n := range refs {
+		if ks, _ := cur.Get(k); ks != nil {
+			ks.refs = n
+		}
+	}
+	c.table = t
+}
+
+// applyDiff tracks the keys that the added entries route to and no other entry did, and stops
+// tracking those that only the removed entries routed to. c.mu held.
+func (c *Cache) applyDiff(removed, added []*routing.Entry) {
+	next := c.keys.Load().Edit()
+	was := map[ServiceKey]bool{}
+	count := func(e *routing.Entry, d int) {
+		for _, k := range entryKeys(e) {
+			ks, _ := next.Get(k)
+			if _, seen := was[k]; !seen {
+				was[k] = ks != nil && ks.refs > 0
+			}
+			if ks == nil {
+				if d < 0 {
+					continue
+				}
+				ks = newKeyState()
+				next.Set(k, ks)
+			}
+			ks.refs = max(0, ks.refs+d)
+		}
+	}
+	for _, e := range removed {
+		count(e, -1)
+	}
+	for _, e := range added {
+		count(e, +1)
+	}
+	var fresh, gone []ServiceKey
+	for k, before := range was {
+		ks, _ := next.Get(k)
+		switch now := ks != nil && ks.refs > 0; {
+		case now && !before:
+			fresh = append(fresh, k)
+		case before && !now:
+			gone = append(gone, k)
+		}
+	}
+	if len(fresh) == 0 && len(gone) == 0 {
+		return
+	}
+	namespaces := map[string]struct{}{}
+	for _, k := range fresh {
+		sn := serviceName{k.Namespace, k.Service}
+		if len(c.ports[sn]) == 0 {
+			namespaces[k.Namespace] = struct{}{}
+		}
+		c.ports[sn] = append(c.ports[sn], k.PortName)
+	}
+	var removedStates []*keyState
+	for _, k := range gone {
+		if ks, _ := next.Get(k); ks != nil {
+			removedStates = append(removedStates, ks)
+			next.Delete(k)
+		}
+		sn := serviceName{k.Namespace, k.Service}
+		ports := slices.DeleteFunc(slices.Clone(c.ports[sn]), func(p string) bool { return p == k.PortName })
+		if len(ports) == 0 {
+			delete(c.ports, sn)
+			namespaces[k.Namespace] = struct{}{}
+		} else {
+			c.ports[sn] = ports
+		}
+	}
+	c.storeKeys(next)
+	for _, ks := range removedStates {
+		ks.remove()
+	}
+	c.tracked = true
+	c.watchChanges(namespaces, fresh)
+}
+
+// entryKeys returns the Service ports e routes to: its target and its cold-start fallback.
+func entryKeys(e *routing.Entry) []ServiceKey {
+	keys := []ServiceKey{{Namespace: e.Namespace, Service: e.Service, PortName: e.PortName}}
+	if fb := e.ColdStart.Fallback; fb != nil {
+		keys = append(keys, ServiceKey{Namespace: e.Namespace, Service: fb.Service, PortName: fb.PortName})
+	}
+	return keys
+}
 
 // KeysFromTable returns the Service ports t routes to, each once.
 func KeysFromTable(t *routing.Table) []ServiceKey {
 	seen := map[ServiceKey]struct{}{}
 	var keys []ServiceKey
-	add := func(k ServiceKey) {
-		if _, ok := seen[k]; !ok {
-			seen[k] = struct{}{}
-			keys = append(keys, k)
-		}
-	}
 	for e := range t.All() {
-		add(ServiceKey{Namespace: e.Namespace, Service: e.Service, PortName: e.PortName})
-		if fb := e.ColdStart.Fallback; fb != nil {
-			add(ServiceKey{Namespace: e.Namespace, Service: fb.Service, PortName: fb.PortName})
+		for _, k := range entryKeys(e) {
+			if _, ok := seen[k]; !ok {
+				seen[k] = struct{}{}
+				keys = append(keys, k)
+			}
 		}
 	}
 	return keys
@@ -259,7 +390,7 @@ func (c *Cache) Start(ctx context.Context) error {
 		return errors.New("endpoint cache already started")
 	}
 	c.ctx = ctx
-	c.reconcileWatches()
+	c.reconcileWatches(nil)
 	c.checkSynced()
 	c.mu.Unlock()
 
@@ -274,6 +405,8 @@ func (c *Cache) Start(ctx context.Context) error {
 // keyState is one key's readiness. Its state is replaced (under Cache.mu), never modified.
 type keyState struct {
 	state atomic.Pointer[readyState]
+	// refs counts the entries of Cache.table that route to the key. Cache.mu held.
+	refs int
 }
 
 // readyState is an immutable snapshot: set is nil exactly while ready is open. When the key gets its

@@ -20,6 +20,7 @@ import (
 
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/routing/routingtest"
 )
 
 var _ = Describe("Cache", func() {
@@ -288,6 +289,53 @@ var _ = Describe("Cache", func() {
 			Should(Equal([]string{"198.18.0.1:8080"}))
 		Eventually(addrs(c, endpoints.ServiceKey{Namespace: ns, Service: "sorry"}), 30*time.Second).
 			Should(Equal([]string{"198.18.0.2:8000"}))
+	})
+
+	It("follows tables derived from one another by their changes: Services of new entries tracked, of removed ones dropped, shared ones kept", func() {
+		st, err := routingtest.New(4) // many small shards: one change is a small Diff
+		Expect(err).NotTo(HaveOccurred())
+		put := func(name, svc string) {
+			Expect(st.Put(routing.Entry{Namespace: ns, Name: name, Hosts: []string{name + ".example.com"}, Service: svc, Port: 80})).To(Succeed())
+		}
+		next := func() *routing.Table {
+			t, err := st.Next()
+			Expect(err).NotTo(HaveOccurred())
+			return t
+		}
+		for i := range 100 {
+			put(fmt.Sprintf("app-%d", i), "shared")
+		}
+		put("solo", "solo")
+		key := func(svc string) endpoints.ServiceKey { return endpoints.ServiceKey{Namespace: ns, Service: svc} }
+		create(ctx, sliceFor(ns, "shared-1", "shared", "", 8080, ready("198.18.0.1")))
+		create(ctx, sliceFor(ns, "solo-1", "solo", "", 8080, ready("198.18.0.2")))
+		create(ctx, sliceFor(ns, "fresh-1", "fresh", "", 8080, ready("198.18.0.3")))
+		c, _ := startCache(endpoints.CacheOptions{})
+		first := next()
+		c.OnTable(first)
+		Eventually(addrs(c, key("solo")), 30*time.Second).Should(Equal([]string{"198.18.0.2:8080"}))
+		Expect(addrs(c, key("shared"))()).To(Equal([]string{"198.18.0.1:8080"}))
+		Expect(c.Ready(key("fresh"))).To(BeNil(), "not routed yet")
+
+		// One version: a new entry on a new Service, the solo entry gone, one of the shared ones gone.
+		put("new", "fresh")
+		st.Remove(ns + "/solo")
+		st.Remove(ns + "/app-7")
+		second := next()
+		_, _, derived := second.Diff(first)
+		Expect(derived).To(BeTrue(), "the test means to exercise a table derived from the one before")
+		c.OnTable(second)
+		Eventually(addrs(c, key("fresh")), 30*time.Second).Should(Equal([]string{"198.18.0.3:8080"}))
+		Expect(c.Ready(key("solo"))).To(BeNil(), "no entry routes to solo any more")
+		Expect(addrs(c, key("shared"))()).To(Equal([]string{"198.18.0.1:8080"}), "99 entries still route to shared")
+		Eventually(c.CachedSlices, 30*time.Second).Should(Equal(2), "shared-1 and fresh-1")
+
+		// The same keys as a full pass over the table would track.
+		want := endpoints.KeysFromTable(second)
+		Expect(want).To(ConsistOf(key("shared"), key("fresh")))
+		for _, k := range want {
+			Expect(c.Ready(k)).NotTo(BeNil())
+		}
 	})
 
 	It("learns its zone from its Node and prefers endpoints there, honouring topology hints", func() {

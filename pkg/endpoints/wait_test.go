@@ -28,7 +28,8 @@ func publish(c *Cache, k ServiceKey, eps ...Endpoint) {
 	if len(eps) > 0 {
 		s = &Set{Key: k, Endpoints: eps}
 	}
-	(*c.keys.Load())[k].update(s)
+	ks, _ := c.keys.Load().Get(k)
+	ks.update(s)
 }
 
 type waitResult struct {

@@ -58,25 +58,38 @@ func bucketOf(service string, buckets uint32) uint32 {
 }
 
 // reconcileWatches starts a watch for every bucket whose Services changed and stops the watches no
-// longer needed. A changed watch replaces the old one only once it has listed its slices (promote).
-// c.mu held.
-func (c *Cache) reconcileWatches() {
+// longer needed, in namespaces (nil: every namespace). A changed watch replaces the old one only once
+// it has listed its slices (promote). c.mu held.
+func (c *Cache) reconcileWatches(namespaces map[string]struct{}) {
+	in := func(ns string) bool {
+		_, ok := namespaces[ns]
+		return namespaces == nil || ok
+	}
 	perNS := map[string]int{}
 	for sn := range c.ports {
-		perNS[sn.namespace]++
+		if in(sn.namespace) {
+			perNS[sn.namespace]++
+		}
 	}
-	clear(c.nsBucket)
+	if namespaces == nil {
+		clear(c.nsBucket)
+	}
+	for ns := range namespaces {
+		delete(c.nsBucket, ns)
+	}
 	for ns, n := range perNS {
 		c.nsBucket[ns] = bucketsFor(n)
 	}
 	want := map[watchKey][]string{}
 	for sn := range c.ports {
-		wk := watchKey{sn.namespace, bucketOf(sn.name, c.nsBucket[sn.namespace])}
-		want[wk] = append(want[wk], sn.name)
+		if in(sn.namespace) {
+			wk := watchKey{sn.namespace, bucketOf(sn.name, c.nsBucket[sn.namespace])}
+			want[wk] = append(want[wk], sn.name)
+		}
 	}
 	for _, ws := range []map[watchKey]*sliceWatch{c.pending, c.active} {
 		for wk, w := range ws {
-			if _, ok := want[wk]; !ok {
+			if _, ok := want[wk]; !ok && in(wk.namespace) {
 				w.cancel()
 				delete(ws, wk)
 			}
@@ -195,10 +208,10 @@ func (c *Cache) recompute(w *sliceWatch, namespace, service string) {
 			ss = append(ss, s)
 		}
 	}
-	keys := *c.keys.Load()
+	keys := c.keys.Load()
 	for _, p := range ports {
 		k := ServiceKey{Namespace: namespace, Service: service, PortName: p}
-		if ks := keys[k]; ks != nil {
+		if ks, _ := keys.Get(k); ks != nil {
 			ks.update(buildSet(k, ss))
 		}
 	}

@@ -91,7 +91,7 @@ func (p *Proxy) Route(host, path string, h engine.Header) engine.Exchange {
 		return nil
 	}
 	x := exchangePool.Get().(*exchange)
-	a := rt.apps[r.Entry]
+	a, _ := rt.apps.Get(r.Entry)
 	*x = exchange{p: p, app: a, backend: a.target, kind: r.Kind, static: r.Static}
 	if r.Kind == routing.RouteStatic && r.Static.Backend != nil {
 		x.backend = a.static[r.Static]

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/httpscale/httpscale/pkg/endpoints"
+	"github.com/httpscale/httpscale/pkg/pmap"
 	"github.com/httpscale/httpscale/pkg/queue"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
@@ -14,8 +15,8 @@ import (
 // routes are the per-app states of one routing table.
 type routes struct {
 	table *routing.Table
-	apps  map[*routing.Entry]*app
-	byKey map[string]*app
+	apps  pmap.Map[*routing.Entry, *app]
+	byKey pmap.Map[string, *app]
 }
 
 // app is one routed app's state for one routing table.
@@ -58,8 +59,9 @@ func (p *Proxy) current() *routes {
 }
 
 // TableChanged builds the per-app state of t before t is served, so the first requests routed by a
-// new table do not pay for it; call it from the table watch's change callback. It blocks for O(apps)
-// and does not block requests.
+// new table do not pay for it; call it from the table watch's change callback. For a table derived
+// from the one before by an incremental decode (routing.Table.Diff) it costs what the change costs;
+// otherwise O(apps). It does not block requests.
 func (p *Proxy) TableChanged(t *routing.Table) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -72,20 +74,48 @@ func (p *Proxy) TableChanged(t *routing.Table) {
 	}
 	rt := p.build(t)
 	p.prepared.Store(rt)
-	// The sync drops the counters of apps that left; it costs O(apps). A table that only added or
-	// changed apps (build created the new counters) has nothing to drop: the usual single change.
-	if old == nil || dropsApps(old, rt) {
+	if old == nil {
+		p.syncRegistry()
+		return
+	}
+	// Drop the counters of apps that neither the served nor the prepared routes have any more (an app
+	// of a prepared table that a newer one dropped before it was served); the usual single change
+	// drops none: the served routes still have what the new table removed.
+	if removed, _, ok := t.Diff(old.table); ok {
+		p.opts.Registry.Remove(p.gone(removed, rt, p.routes.Load()))
+	} else if dropsApps(old, rt) {
 		p.syncRegistry()
 	}
 }
 
+// gone returns the keys of removed that none of keep (nil ones ignored) routes.
+func (p *Proxy) gone(removed []*routing.Entry, keep ...*routes) []string {
+	var out []string
+	for _, e := range removed {
+		k := e.Key()
+		kept := false
+		for _, rt := range keep {
+			if rt != nil {
+				if _, ok := rt.byKey.Get(k); ok {
+					kept = true
+					break
+				}
+			}
+		}
+		if !kept {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // dropsApps reports whether an app of old is not in rt.
 func dropsApps(old, rt *routes) bool {
-	if len(old.byKey) > len(rt.byKey) {
+	if old.byKey.Len() > rt.byKey.Len() {
 		return true
 	}
-	for k := range old.byKey {
-		if rt.byKey[k] == nil {
+	for k := range old.byKey.All() {
+		if _, ok := rt.byKey.Get(k); !ok {
 			return true
 		}
 	}
@@ -95,26 +125,43 @@ func dropsApps(old, rt *routes) bool {
 // build returns the routes of t, carrying state over from the newest routes built before (the
 // prepared ones, else the ones served). Tables derived from one another share the entries that did
 // not change (routing.Reader): an app whose entry is the very same is carried over as is (counters,
-// backends, series), so a version that changed a few entries costs a map insert per app and new state
-// for those few only. Callers hold p.mu.
+// backends, series). When t was derived from the old routes' table in one step (routing.Table.Diff),
+// the new routes are derived from the old ones too and share every part the change did not touch,
+// so a version costs what its change costs; otherwise every app is visited. Callers hold p.mu.
 func (p *Proxy) build(t *routing.Table) *routes {
 	old := p.prepared.Load()
 	if old == nil {
 		old = p.routes.Load()
 	}
-	rt := &routes{table: t, apps: make(map[*routing.Entry]*app, t.Len()), byKey: make(map[string]*app, t.Len())}
-	var fresh []*routing.Entry
-	for e := range t.All() {
-		if old != nil {
-			if a := old.apps[e]; a != nil {
-				rt.apps[e] = a
-				rt.byKey[a.key] = a
-				continue
+	var (
+		apps  *pmap.Builder[*routing.Entry, *app]
+		byKey *pmap.Builder[string, *app]
+		fresh []*routing.Entry
+	)
+	if removed, added, ok := t.Diff(tableOf(old)); ok {
+		apps, byKey = old.apps.Edit(), old.byKey.Edit()
+		for _, e := range removed {
+			apps.Delete(e)
+			if a, _ := byKey.Get(e.Key()); a != nil && a.entry == e {
+				byKey.Delete(e.Key())
 			}
 		}
-		fresh = append(fresh, e)
+		fresh = added
+	} else {
+		apps = pmap.New[*routing.Entry, *app](pmap.Pointer[routing.Entry]).EditSized(t.Len())
+		byKey = pmap.New[string, *app](pmap.String).EditSized(t.Len())
+		for e := range t.All() {
+			if old != nil {
+				if a, _ := old.apps.Get(e); a != nil {
+					apps.Set(e, a)
+					byKey.Set(a.key, a)
+					continue
+				}
+			}
+			fresh = append(fresh, e)
+		}
 	}
-	// Create the counters of the table's new apps at once: one by one, each would copy the registry.
+	// Create the counters of the table's new apps at once.
 	keys := make([]string, len(fresh))
 	for i, e := range fresh {
 		keys[i] = e.Key()
@@ -122,26 +169,44 @@ func (p *Proxy) build(t *routing.Table) *routes {
 	p.opts.Registry.Add(keys)
 	for _, e := range fresh {
 		a := p.newApp(e, old)
-		rt.apps[e] = a
-		rt.byKey[a.key] = a
+		apps.Set(e, a)
+		byKey.Set(a.key, a)
 	}
-	p.log.V(1).Info("routing table prepared", "version", t.Version(), "apps", len(rt.byKey), "new", len(fresh))
+	rt := &routes{table: t, apps: apps.Map(), byKey: byKey.Map()}
+	p.log.V(1).Info("routing table prepared", "version", t.Version(), "apps", rt.byKey.Len(), "new", len(fresh))
 	return rt
+}
+
+func tableOf(rt *routes) *routing.Table {
+	if rt == nil {
+		return nil
+	}
+	return rt.table
 }
 
 // publish serves rt and forgets the counters and metrics of apps that neither rt nor a prepared
 // table routes. Callers hold p.mu.
 func (p *Proxy) publish(rt *routes) {
 	old := p.routes.Swap(rt)
+	prep := p.prepared.Load()
+	if old != nil {
+		if removed, _, ok := rt.table.Diff(old.table); ok {
+			gone := p.gone(removed, rt, prep)
+			p.opts.Registry.Remove(gone)
+			for _, key := range gone {
+				p.opts.Metrics.forget(key)
+			}
+			return
+		}
+	}
 	p.syncRegistry()
 	if old == nil {
 		return
 	}
-	prep := p.prepared.Load()
-	for key := range old.byKey {
-		_, kept := rt.byKey[key]
+	for key := range old.byKey.All() {
+		_, kept := rt.byKey.Get(key)
 		if !kept && prep != nil {
-			_, kept = prep.byKey[key]
+			_, kept = prep.byKey.Get(key)
 		}
 		if !kept {
 			p.opts.Metrics.forget(key)
@@ -150,12 +215,12 @@ func (p *Proxy) publish(rt *routes) {
 }
 
 // syncRegistry keeps the counters of the apps of the served and the prepared routes, so that the
-// counters an app's state points at stay the ones the admin port reports. Callers hold p.mu.
+// counters an app's state points at stay the ones the admin port reports. O(apps). Callers hold p.mu.
 func (p *Proxy) syncRegistry() {
 	var keys []string
 	for _, rt := range []*routes{p.routes.Load(), p.prepared.Load()} {
 		if rt != nil {
-			for k := range rt.byKey {
+			for k := range rt.byKey.All() {
 				keys = append(keys, k)
 			}
 		}
@@ -184,7 +249,7 @@ func (p *Proxy) newApp(e *routing.Entry, old *routes) *app {
 	}
 	var prev *app
 	if old != nil {
-		prev = old.byKey[key]
+		prev, _ = old.byKey.Get(key)
 	}
 	a.target = p.newBackend(e.Namespace, e.Target(), prev, func(o *app) *backend { return o.target })
 	if fb := e.ColdStart.Fallback; fb != nil {

@@ -6,7 +6,6 @@ package queue
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/httpscale/httpscale/pkg/admin"
+	"github.com/httpscale/httpscale/pkg/pmap"
 )
 
 // Registry holds one App per routed app key. It implements admin.CountsSource and admin.WakeSource.
@@ -28,10 +28,13 @@ type Registry struct {
 	// full, because a delta cannot express a removal.
 	removedAt atomic.Uint64
 
-	mu   sync.Mutex                      // serialises writers of apps
-	apps atomic.Pointer[map[string]*App] // copy-on-write
-	subs atomic.Pointer[[]*subscriber]   // copy-on-write, guarded by mu for writers
-	now  func() time.Time
+	mu   sync.Mutex                             // serialises writers of apps
+	apps atomic.Pointer[pmap.Map[string, *App]] // immutable snapshots
+	// lingering are apps Remove or Sync was asked to drop while they had requests in flight or held;
+	// the next Remove or Sync tries again. Guarded by mu.
+	lingering map[string]struct{}
+	subs      atomic.Pointer[[]*subscriber] // copy-on-write, guarded by mu for writers
+	now       func() time.Time
 }
 
 // NewRegistry returns an empty Registry with a fresh random epoch. now is the clock for wake events;
@@ -47,7 +50,7 @@ func NewRegistry(now func() time.Time) *Registry {
 		now:   now,
 	}
 	r.seq.Store(1)
-	empty := map[string]*App{}
+	empty := pmap.New[string, *App](pmap.String)
 	r.apps.Store(&empty)
 	r.subs.Store(&[]*subscriber{})
 	return r
@@ -56,85 +59,127 @@ func NewRegistry(now func() time.Time) *Registry {
 // Epoch identifies this process's counters (admin.CountsSource).
 func (r *Registry) Epoch() string { return r.epoch }
 
-// App returns the counters of key, creating them on first use. Cost on the hot path: one map lookup
-// on an immutable snapshot; creation copies the map under a lock and should be rare (Sync creates the
-// apps of a new routing table in one step).
+// App returns the counters of key, creating them on first use. Cost on the hot path: one lookup on
+// an immutable snapshot; creation derives a new snapshot under a lock and should be rare (Add
+// creates the apps of a new routing table in one step).
 func (r *Registry) App(key string) *App {
-	if a := (*r.apps.Load())[key]; a != nil {
+	if a, _ := r.apps.Load().Get(key); a != nil {
 		return a
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cur := *r.apps.Load()
-	if a := cur[key]; a != nil {
+	cur := r.apps.Load()
+	if a, _ := cur.Get(key); a != nil {
 		return a
 	}
-	next := maps.Clone(cur)
+	b := cur.Edit()
 	a := r.newApp(key)
-	next[key] = a
-	r.apps.Store(&next)
+	b.Set(key, a)
+	r.store(b)
 	return a
 }
 
-// Add creates the counters of every key that has none yet, copying the map once: adding n apps one by
-// one with App would copy it n times (quadratic in the number of apps: 1.7 GB of garbage for a table
-// of 10,000). Counters of existing apps are kept; no app is removed.
+// Add creates the counters of every key that has none yet in one new snapshot. Its cost grows with
+// the number of keys, not with the number of apps (the snapshot shares what it does not change).
+// Counters of existing apps are kept; no app is removed.
 func (r *Registry) Add(keys []string) {
-	cur := *r.apps.Load()
-	missing := false
-	for _, k := range keys {
-		if cur[k] == nil {
-			missing = true
-			break
-		}
-	}
-	if !missing {
+	if len(keys) == 0 {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cur = *r.apps.Load()
-	next := make(map[string]*App, max(len(cur), len(keys)))
-	maps.Copy(next, cur)
+	b := r.apps.Load().Edit()
 	for _, k := range keys {
-		if next[k] == nil {
-			next[k] = r.newApp(k)
+		if a, _ := b.Get(k); a == nil {
+			b.Set(k, r.newApp(k))
 		}
+		delete(r.lingering, k) // wanted again
 	}
-	r.apps.Store(&next)
+	r.store(b)
+}
+
+// Remove drops the counters of keys, except those of apps that still have requests in flight or
+// held: they are dropped by a later Remove or Sync once idle. Its cost grows with the number of keys
+// and of such lingering apps, not with the number of apps.
+func (r *Registry) Remove(keys []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(keys) == 0 && len(r.lingering) == 0 {
+		return
+	}
+	b := r.apps.Load().Edit()
+	removed := false
+	drop := func(k string) {
+		a, ok := b.Get(k)
+		if !ok {
+			delete(r.lingering, k)
+			return
+		}
+		if a.Concurrency() > 0 {
+			if r.lingering == nil {
+				r.lingering = map[string]struct{}{}
+			}
+			r.lingering[k] = struct{}{}
+			return
+		}
+		delete(r.lingering, k)
+		b.Delete(k)
+		removed = true
+	}
+	for k := range r.lingering {
+		drop(k)
+	}
+	for _, k := range keys {
+		drop(k)
+	}
+	r.store(b)
+	if removed {
+		r.removedAt.Store(r.seq.Load())
+	}
 }
 
 // Sync makes the registry hold exactly the given keys, plus any app that still has requests in
-// flight or held (it is dropped by a later Sync once idle). Counters of kept apps continue; an app
-// removed and added back starts again from zero, which consumers treat as a reset.
+// flight or held (dropped by a later Sync or Remove once idle). Cost: O(apps); a caller that knows
+// what changed uses Add and Remove.
 func (r *Registry) Sync(keys []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cur := *r.apps.Load()
-	next := make(map[string]*App, len(keys))
+	cur := r.apps.Load()
+	next := pmap.New[string, *App](pmap.String).EditSized(len(keys))
 	for _, k := range keys {
-		if a := cur[k]; a != nil {
-			next[k] = a
+		if a, _ := cur.Get(k); a != nil {
+			next.Set(k, a)
 		} else {
-			next[k] = r.newApp(k)
+			next.Set(k, r.newApp(k))
 		}
 	}
 	removed := false
-	for k, a := range cur {
-		if _, ok := next[k]; !ok {
+	clear(r.lingering)
+	for k, a := range cur.All() {
+		if _, ok := next.Get(k); !ok {
 			if a.Concurrency() > 0 {
-				next[k] = a
+				next.Set(k, a)
+				if r.lingering == nil {
+					r.lingering = map[string]struct{}{}
+				}
+				r.lingering[k] = struct{}{}
 			} else {
 				removed = true
 			}
 		}
 	}
-	r.apps.Store(&next)
+	r.store(next)
 	if removed {
 		// A delta cannot say "gone": make every consumer that has not seen a full answer since this
 		// removal get one next, so it forgets the removed apps instead of keeping their last values.
 		r.removedAt.Store(r.seq.Load())
 	}
+}
+
+// store publishes b's snapshot. r.mu held.
+func (r *Registry) store(b *pmap.Builder[string, *App]) {
+	m := b.Map()
+	r.apps.Store(&m)
 }
 
 func (r *Registry) newApp(key string) *App {
@@ -152,9 +197,9 @@ func (r *Registry) CountsSince(since uint64) admin.Counts {
 	// lists them; changes that recorded an older sequence are visible to the reads below.
 	seq := r.seq.Add(1)
 	full := since == 0 || since >= seq || since <= r.removedAt.Load()
-	apps := *r.apps.Load()
-	out := admin.Counts{Epoch: r.epoch, Seq: seq, Full: full, Apps: make([]admin.AppCount, 0, len(apps))}
-	for _, a := range apps {
+	apps := r.apps.Load()
+	out := admin.Counts{Epoch: r.epoch, Seq: seq, Full: full, Apps: make([]admin.AppCount, 0, apps.Len())}
+	for _, a := range apps.All() {
 		c := a.Count()
 		if full || c.InFlight != 0 || c.Held != 0 || a.changed.Load() >= since {
 			out.Apps = append(out.Apps, c)
@@ -167,9 +212,9 @@ func (r *Registry) CountsSince(since uint64) admin.Counts {
 // Snapshot returns every app's counters, in no particular order, without advancing the counts
 // sequence (for metrics scrapes).
 func (r *Registry) Snapshot() []admin.AppCount {
-	apps := *r.apps.Load()
-	out := make([]admin.AppCount, 0, len(apps))
-	for _, a := range apps {
+	apps := r.apps.Load()
+	out := make([]admin.AppCount, 0, apps.Len())
+	for _, a := range apps.All() {
 		out = append(out, a.Count())
 	}
 	return out

@@ -94,6 +94,40 @@ func TestSyncKeepsBusyAppsAndResetsRemovedOnes(t *testing.T) {
 	}
 }
 
+// TestRemoveKeepsBusyAppsUntilIdle checks that Remove drops idle apps at once, keeps an app with a
+// request in flight, drops it on a later Remove once idle, and makes the next counts answer full.
+func TestRemoveKeepsBusyAppsUntilIdle(t *testing.T) {
+	r := NewRegistry(nil)
+	r.Add([]string{"ns/a", "ns/b", "ns/c"})
+	busy := r.App("ns/a")
+	end := busy.StartForward()
+	seq := r.CountsSince(0).Seq
+
+	r.Remove([]string{"ns/a", "ns/b", "ns/absent"})
+	if c := r.CountsSince(seq); !c.Full {
+		t.Fatal("an answer after a removal must be full")
+	}
+	got := r.CountsSince(0).Apps
+	if d := cmp.Diff([]admin.AppCount{{Key: "ns/a", InFlight: 1}, {Key: "ns/c"}}, got); d != "" {
+		t.Fatalf("after removing a busy and an idle app (-want +got):\n%s", d)
+	}
+	end()
+	r.Remove(nil) // nothing new to remove: the busy app, now idle, goes
+	got = r.CountsSince(0).Apps
+	if d := cmp.Diff([]admin.AppCount{{Key: "ns/c"}}, got); d != "" {
+		t.Fatalf("after the busy app turned idle (-want +got):\n%s", d)
+	}
+	// An app added again after a removal kept it lingering is not dropped by the next Remove.
+	end = r.App("ns/c").StartForward()
+	r.Remove([]string{"ns/c"})
+	r.Add([]string{"ns/c"})
+	end()
+	r.Remove(nil)
+	if got := r.CountsSince(0).Apps; len(got) != 1 || got[0].Key != "ns/c" {
+		t.Fatalf("an app added back was dropped: %v", got)
+	}
+}
+
 // TestAddCreatesMissingAppsAndKeepsTheRest checks that Add keeps the counters of known apps (including
 // ones it is not given) and creates the others, which App then returns.
 func TestAddCreatesMissingAppsAndKeepsTheRest(t *testing.T) {

@@ -41,7 +41,7 @@ func (r *Registry) Subscribe(buffer int) (<-chan admin.WakeEvent, func()) {
 	// After registering, so that a request held from now on is published to s (coalesced with
 	// this announcement if both name the same app).
 	now := r.now()
-	for _, a := range *r.apps.Load() {
+	for _, a := range r.apps.Load().All() {
 		if a.held.Load() > 0 {
 			s.add(admin.WakeEvent{Key: a.key, At: now})
 		}

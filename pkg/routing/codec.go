@@ -109,7 +109,7 @@ func Encode(t *Table, maxShardBytes int) (Manifest, []Shard, error) {
 	if err != nil {
 		return Manifest{}, nil, err
 	}
-	for _, e := range t.entries {
+	for _, e := range t.entries() {
 		line, err := json.Marshal(e)
 		if err != nil {
 			return Manifest{}, nil, fmt.Errorf("encoding routing entry %s: %w", e.Key(), err)
@@ -250,7 +250,8 @@ func (m *Manifest) validate() error {
 			return fmt.Errorf("%w: table %s: shard %s out of order or beyond %d buckets", ErrCorrupt, m.Version, ref.Name, m.Buckets)
 		}
 		prevBucket = b
-		if slices.ContainsFunc(m.Shards[:i], func(r ShardRef) bool { return r.Name == ref.Name }) {
+		// Format 2's ascending buckets repeat none; format 1 is checked pairwise (few shards).
+		if m.Format != manifestFormat && slices.ContainsFunc(m.Shards[:i], func(r ShardRef) bool { return r.Name == ref.Name }) {
 			return fmt.Errorf("%w: table %s: shard %s listed twice", ErrCorrupt, m.Version, ref.Name)
 		}
 		if sum, err := hex.DecodeString(ref.SHA256); err != nil || len(sum) != sha256.Size || hex.EncodeToString(sum) != ref.SHA256 {
@@ -276,40 +277,50 @@ func isBucketName(s string) bool {
 
 // decodeShard verifies and decompresses one shard and appends its lines to dst.
 func decodeShard(dst []keyedLine, ref ShardRef, data []byte) ([]keyedLine, error) {
-	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != ref.SHA256 {
-		return dst, fmt.Errorf("sha256 %x, manifest says %s", sum, ref.SHA256)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
+	lines, err := shardLines(ref, data)
 	if err != nil {
-		return dst, fmt.Errorf("decompressing: %w", err)
+		return dst, err
 	}
-	text, err := io.ReadAll(io.LimitReader(zr, maxShardDecodedBytes+1))
-	if err != nil {
-		return dst, fmt.Errorf("decompressing: %w", err)
-	}
-	if len(text) > maxShardDecodedBytes {
-		return dst, fmt.Errorf("decompresses to more than %d bytes", maxShardDecodedBytes)
-	}
-	n := 0
-	for len(text) > 0 {
-		i := bytes.IndexByte(text, '\n')
-		if i < 0 {
-			return dst, fmt.Errorf("line %d is not terminated", n+1)
-		}
-		line := text[:i:i]
-		text = text[i+1:]
+	for n, line := range lines {
 		var e Entry
 		if err := json.Unmarshal(line, &e); err != nil {
 			return dst, fmt.Errorf("line %d: %w", n+1, err)
 		}
 		dst = append(dst, keyedLine{entry: e, raw: line})
-		n++
-		if n > ref.Entries {
+	}
+	return dst, nil
+}
+
+// shardLines verifies and decompresses one shard and returns its lines, as many as ref says.
+func shardLines(ref ShardRef, data []byte) ([][]byte, error) {
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != ref.SHA256 {
+		return nil, fmt.Errorf("sha256 %x, manifest says %s", sum, ref.SHA256)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("decompressing: %w", err)
+	}
+	text, err := io.ReadAll(io.LimitReader(zr, maxShardDecodedBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("decompressing: %w", err)
+	}
+	if len(text) > maxShardDecodedBytes {
+		return nil, fmt.Errorf("decompresses to more than %d bytes", maxShardDecodedBytes)
+	}
+	lines := make([][]byte, 0, ref.Entries)
+	for len(text) > 0 {
+		i := bytes.IndexByte(text, '\n')
+		if i < 0 {
+			return nil, fmt.Errorf("line %d is not terminated", len(lines)+1)
+		}
+		lines = append(lines, text[:i:i])
+		text = text[i+1:]
+		if len(lines) > ref.Entries {
 			break
 		}
 	}
-	if n != ref.Entries {
-		return dst, fmt.Errorf("%d entries, manifest says %d", n, ref.Entries)
+	if len(lines) != ref.Entries {
+		return nil, fmt.Errorf("%d entries, manifest says %d", len(lines), ref.Entries)
 	}
-	return dst, nil
+	return lines, nil
 }

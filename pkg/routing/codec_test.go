@@ -154,7 +154,7 @@ func TestEncodeShards(t *testing.T) {
 		}
 		e.Grow(m.Buckets / 2)
 		overflow := false
-		for _, x := range tbl.entries {
+		for _, x := range tbl.entries() {
 			line, _ := json.Marshal(x)
 			e.Put(x.Key(), line)
 		}

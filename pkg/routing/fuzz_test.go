@@ -141,7 +141,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	mj, _ := json.Marshal(m)
 	f.Add(mj, shards[0].Data, []byte{})
-	lines, _ := json.Marshal(tbl.entries[0])
+	lines, _ := json.Marshal(tbl.entries()[0])
 	f.Add([]byte(`{"format":1}`), []byte("not gzip"), append(lines, '\n'))
 	f.Add([]byte(`{"format":1,"entries":-1,"shards":[{"name":"0","sha256":"00","entries":1e9}]}`), []byte{0x1f, 0x8b}, []byte("{}\n{}\n"))
 	f.Fuzz(func(t *testing.T, manifestJSON, shard, text []byte) {

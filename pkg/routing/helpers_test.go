@@ -145,8 +145,8 @@ func referenceMatch(tbl *Table, host, path string, header http.Header) string {
 	}
 	name, ipLiteral := normalizeHost(host)
 	best, bestScore := "", [3]int{-1}
-	for i := range tbl.entries {
-		e := tbl.entries[i]
+	for i := range tbl.entries() {
+		e := tbl.entries()[i]
 		if !referenceHeaders(e.Headers, header) {
 			continue
 		}

@@ -134,16 +134,16 @@ func (t *Table) match(host, path string, header Header) *rule {
 	}
 	name, ipLiteral := normalizeHost(host)
 	if !ipLiteral {
-		if hr := t.exact[name]; hr != nil {
+		if hr, _ := t.exact.Get(name); hr != nil {
 			if r := hr.match(path, header); r != nil {
 				return r
 			}
 		}
-		if len(t.wildcard) > 0 {
+		if t.wildcard.Len() > 0 {
 			// Each suffix after a dot is a wildcard's base; the first one is the most specific. The
 			// leftmost label must be non-empty: "*.example.com" does not match ".example.com".
 			for i := strings.IndexByte(name, '.'); i > 0; {
-				if hr := t.wildcard[name[i+1:]]; hr != nil {
+				if hr, _ := t.wildcard.Get(name[i+1:]); hr != nil {
 					if r := hr.match(path, header); r != nil {
 						return r
 					}

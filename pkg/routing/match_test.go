@@ -120,7 +120,7 @@ func TestMatchManyPrefixes(t *testing.T) {
 	}
 	entries = append(entries, entry("many/root", []string{"many.example.com"}, hdr("X-Root")))
 	tbl := mustTable(t, entries...)
-	if hr := tbl.exact["many.example.com"]; hr == nil || hr.byPrefix == nil {
+	if hr, _ := tbl.exact.Get("many.example.com"); hr == nil || hr.byPrefix == nil {
 		t.Fatalf("host with %d prefixes is not indexed by map", len(prefixes))
 	}
 	requests := []string{"", "/", "*", "a", "/a", "/a/", "/a/b", "/a/bc", "/a/b/c/d", "/ab/", "/abc", "/b/c",

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"slices"
 	"strconv"
@@ -227,7 +228,15 @@ type Reader struct {
 type readShard struct {
 	sha     string
 	entries []*Entry
+	// sums are the hashes of entries' stored lines (lineSum): a shard decoded again keeps the
+	// *Entry of every line that did not change, so that a version's Diff is the entries that did.
+	sums []uint64
 }
+
+// lineSeed keys lineSum; it is random per process, so stored lines cannot be made to collide.
+var lineSeed = maphash.MakeSeed()
+
+func lineSum(line []byte) uint64 { return maphash.Bytes(lineSeed, line) }
 
 // Decode returns the table m describes, taking changed shards from shards (shard name → Data); see
 // Reader.Read.
@@ -258,9 +267,11 @@ func (r *Reader) Read(m Manifest, get func(name string) ([]byte, bool, error)) (
 	}
 	reuse := r.table != nil && r.buckets == m.Buckets
 	next := make(map[string]readShard, len(m.Shards))
-	var added []*Entry
+	var added, removed []*Entry
 	for _, ref := range m.Shards {
-		if old, ok := r.shards[ref.Name]; ok && reuse && old.sha == ref.SHA256 {
+		old, had := r.shards[ref.Name]
+		had = had && reuse
+		if had && old.sha == ref.SHA256 {
 			next[ref.Name] = old
 			continue
 		}
@@ -271,22 +282,45 @@ func (r *Reader) Read(m Manifest, get func(name string) ([]byte, bool, error)) (
 		if !ok {
 			return nil, fmt.Errorf("%w: table %s: shard %s is missing", ErrIncomplete, m.Version, ref.Name)
 		}
-		entries, err := decodeShardV2(ref, data, m.Buckets)
+		var prev *readShard
+		if had {
+			prev = &old
+		}
+		rs, err := decodeShardV2(ref, data, m.Buckets, prev)
 		if err != nil {
 			return nil, fmt.Errorf("%w: table %s: shard %s: %w", ErrCorrupt, m.Version, ref.Name, err)
 		}
-		next[ref.Name] = readShard{sha: ref.SHA256, entries: entries}
-		added = append(added, entries...)
+		next[ref.Name] = rs
+		if !had {
+			added = append(added, rs.entries...)
+			continue
+		}
+		kept := make(map[*Entry]struct{}, len(rs.entries))
+		for _, e := range rs.entries {
+			kept[e] = struct{}{}
+		}
+		for _, e := range old.entries {
+			if _, ok := kept[e]; !ok {
+				removed = append(removed, e)
+			} else {
+				delete(kept, e)
+			}
+		}
+		for _, e := range rs.entries {
+			if _, fresh := kept[e]; fresh {
+				added = append(added, e)
+			}
+		}
 	}
-	var removed []*Entry
 	if reuse {
 		for name, old := range r.shards {
-			if cur, ok := next[name]; !ok || cur.sha != old.sha {
+			if _, ok := next[name]; !ok {
 				removed = append(removed, old.entries...)
 			}
 		}
 	}
 	slices.SortFunc(added, compareKeys)
+	slices.SortFunc(removed, compareKeys)
 	var t *Table
 	if reuse && 4*(len(added)+len(removed)) < r.table.Len() {
 		t = r.table.withChanges(m.Version, removed, added)
@@ -303,30 +337,50 @@ func (r *Reader) Read(m Manifest, get func(name string) ([]byte, bool, error)) (
 }
 
 // decodeShardV2 verifies and decodes one format-2 shard: its SHA-256 and count, every entry valid,
-// in its bucket, keys strictly ascending.
-func decodeShardV2(ref ShardRef, data []byte, buckets int) ([]*Entry, error) {
-	lines, err := decodeShard(nil, ref, data)
+// in its bucket, keys strictly ascending. A line equal to one of prev (the same shard as read
+// before, nil when none) is not decoded again: its *Entry is reused.
+func decodeShardV2(ref ShardRef, data []byte, buckets int, prev *readShard) (readShard, error) {
+	lines, err := shardLines(ref, data)
 	if err != nil {
-		return nil, err
+		return readShard{}, err
+	}
+	var known map[uint64]*Entry
+	if prev != nil {
+		known = make(map[uint64]*Entry, len(prev.entries))
+		for i, e := range prev.entries {
+			known[prev.sums[i]] = e
+		}
 	}
 	bucket, _ := strconv.Atoi(ref.Name) // validated
-	entries := make([]Entry, len(lines))
-	out := make([]*Entry, len(lines))
-	for i := range lines {
-		c, err := lines[i].entry.canonical()
-		if err != nil {
-			return nil, err
+	rs := readShard{sha: ref.SHA256, entries: make([]*Entry, len(lines)), sums: make([]uint64, len(lines))}
+	var fresh []Entry
+	for i, line := range lines {
+		sum := lineSum(line)
+		e := known[sum]
+		if e == nil {
+			var raw Entry
+			if err := json.Unmarshal(line, &raw); err != nil {
+				return readShard{}, fmt.Errorf("line %d: %w", i+1, err)
+			}
+			c, err := raw.canonical()
+			if err != nil {
+				return readShard{}, err
+			}
+			if b := int(keyHash(c.Key()) & uint64(buckets-1)); b != bucket {
+				return readShard{}, fmt.Errorf("%s belongs in bucket %d", c.Key(), b)
+			}
+			if fresh == nil {
+				fresh = make([]Entry, 0, len(lines)-i)
+			}
+			fresh = append(fresh, c)
+			e = &fresh[len(fresh)-1]
 		}
-		if b := int(keyHash(c.Key()) & uint64(buckets-1)); b != bucket {
-			return nil, fmt.Errorf("%s belongs in bucket %d", c.Key(), b)
+		if i > 0 && compareKeys(rs.entries[i-1], e) >= 0 {
+			return readShard{}, fmt.Errorf("%s is out of order or repeated", e.Key())
 		}
-		if i > 0 && compareKeys(out[i-1], &c) >= 0 {
-			return nil, fmt.Errorf("%s is out of order or repeated", c.Key())
-		}
-		entries[i] = c
-		out[i] = &entries[i]
+		rs.entries[i], rs.sums[i] = e, sum
 	}
-	return out, nil
+	return rs, nil
 }
 
 // Table returns the table last returned by Read, or nil.

@@ -33,6 +33,8 @@ func TestReaderFollowsEncoder(t *testing.T) {
 	live := map[string]Entry{}
 	var follower Reader
 	var prev Manifest
+	var prevTable *Table
+	diffs := 0
 	put := func(e *Entry) {
 		_, line, err := EncodeEntry(*e)
 		if err != nil {
@@ -84,6 +86,14 @@ func TestReaderFollowsEncoder(t *testing.T) {
 			t.Fatalf("step %d: versions follower %s fresh %s manifest %s", step, got.Version(), fresh.Version(), m.Version)
 		}
 		sameRoutes(t, fresh, got, pool, step)
+		if removed, added, ok := got.Diff(prevTable); ok {
+			diffs++
+			checkDiff(t, prevTable, got, removed, added, step)
+		}
+		if _, _, ok := got.Diff(fresh); ok {
+			t.Fatalf("step %d: Diff against an unrelated table succeeded", step)
+		}
+		prevTable = got
 		if prev.Buckets == m.Buckets && step > 0 {
 			if n := changedShards(prev, m); n > 1 {
 				t.Fatalf("step %d (%s of %s): %d shards changed, want at most 1", step, op, e.Key(), n)
@@ -98,6 +108,39 @@ func TestReaderFollowsEncoder(t *testing.T) {
 	}
 	if prev.Buckets < 8 {
 		t.Errorf("ended with %d buckets; the test meant to exercise several", prev.Buckets)
+	}
+	if diffs < 400 {
+		t.Errorf("only %d of 600 versions had a Diff to the previous one", diffs)
+	}
+}
+
+// checkDiff checks that prev's entries without removed plus added are next's, by identity: the
+// entries a change did not touch are shared.
+func checkDiff(t *testing.T, prev, next *Table, removed, added []*Entry, step int) {
+	t.Helper()
+	want := map[string]*Entry{}
+	for e := range prev.All() {
+		want[e.Key()] = e
+	}
+	for _, e := range removed {
+		if want[e.Key()] != e {
+			t.Fatalf("step %d: Diff removed %s, which the previous table does not hold", step, e.Key())
+		}
+		delete(want, e.Key())
+	}
+	for _, e := range added {
+		if _, dup := want[e.Key()]; dup {
+			t.Fatalf("step %d: Diff added %s twice", step, e.Key())
+		}
+		want[e.Key()] = e
+	}
+	if next.Len() != len(want) {
+		t.Fatalf("step %d: %d entries, the Diff says %d", step, next.Len(), len(want))
+	}
+	for e := range next.All() {
+		if want[e.Key()] != e {
+			t.Fatalf("step %d: %s is not the entry the Diff says", step, e.Key())
+		}
 	}
 }
 

@@ -10,6 +10,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/httpscale/httpscale/pkg/pmap"
 )
 
 // versionDomain starts every hashed encoding so that a future format cannot collide with this one.
@@ -24,16 +28,31 @@ const versionDomain = "httpscale.dev/routing-table/v1\n"
 // empty table with version "".
 type Table struct {
 	version string
-	entries []*Entry // canonical, sorted by Key
-	byKey   map[string]*Entry
+	// id identifies this Table in this process; parent is the id of the Table it was derived from by
+	// an incremental decode (0 when built from scratch), and removed/added what changed (see Diff).
+	id, parent     uint64
+	removed, added []*Entry
+
+	byKey pmap.Map[string, *Entry]
 	// byHost lists, per host as written in entries ("shop.example.com", "*.example.com", "*"), the
 	// entries naming it in key order: what an incremental update needs to rebuild one host's routes.
-	byHost map[string][]*Entry
+	byHost pmap.Map[string, []*Entry]
 
-	exact    map[string]*hostRoutes // "shop.example.com"
-	wildcard map[string]*hostRoutes // "example.com" for "*.example.com"
-	any      *hostRoutes            // "*"
+	exact    pmap.Map[string, *hostRoutes] // "shop.example.com"
+	wildcard pmap.Map[string, *hostRoutes] // "example.com" for "*.example.com"
+	any      *hostRoutes                   // "*"
+
+	// sorted holds the entries in key order: set when built from scratch, else made on first use
+	// (All, Entries), so that a derived table does not copy the entry list of every version. base is
+	// the sorted entries of the table it was derived from when those were made (nil otherwise): then
+	// the first use merges the change into them, O(n), instead of sorting, O(n log n).
+	sortOnce sync.Once
+	sorted   atomic.Pointer[[]*Entry]
+	base     []*Entry
 }
+
+// tableIDs numbers Tables for Diff.
+var tableIDs atomic.Uint64
 
 // NewTable validates and canonicalises entries (see Entry.Validate) and builds a Table. The input is
 // copied: later changes to entries do not affect the Table. Input order is irrelevant.
@@ -87,7 +106,7 @@ func (t *Table) Len() int {
 	if t == nil {
 		return 0
 	}
-	return len(t.entries)
+	return t.byKey.Len()
 }
 
 // Lookup returns the entry with key "namespace/name". The entry is shared and must not be modified.
@@ -96,8 +115,7 @@ func (t *Table) Lookup(key string) (*Entry, bool) {
 	if t == nil {
 		return nil, false
 	}
-	e, ok := t.byKey[key]
-	return e, ok
+	return t.byKey.Get(key)
 }
 
 // All yields every entry, sorted by namespace/name, without copying: the entries are shared and must
@@ -108,7 +126,7 @@ func (t *Table) All() iter.Seq[*Entry] {
 		if t == nil {
 			return
 		}
-		for _, e := range t.entries {
+		for _, e := range t.entries() {
 			if !yield(e) {
 				return
 			}
@@ -122,11 +140,53 @@ func (t *Table) Entries() []Entry {
 	if t == nil {
 		return nil
 	}
-	out := make([]Entry, len(t.entries))
-	for i, e := range t.entries {
+	entries := t.entries()
+	out := make([]Entry, len(entries))
+	for i, e := range entries {
 		out[i] = e.Clone()
 	}
 	return out
+}
+
+// entries returns the entries sorted by key, making them on first use for a derived table.
+func (t *Table) entries() []*Entry {
+	if p := t.sorted.Load(); p != nil {
+		return *p
+	}
+	t.sortOnce.Do(func() {
+		if t.sorted.Load() != nil {
+			return
+		}
+		var out []*Entry
+		if t.base != nil {
+			gone := make(map[*Entry]struct{}, len(t.removed))
+			for _, e := range t.removed {
+				gone[e] = struct{}{}
+			}
+			out = mergeEntries(t.base, gone, t.added)
+			t.base = nil
+		} else {
+			out = make([]*Entry, 0, t.byKey.Len())
+			for _, e := range t.byKey.All() {
+				out = append(out, e)
+			}
+			slices.SortFunc(out, compareKeys)
+		}
+		t.sorted.Store(&out)
+	})
+	return *t.sorted.Load()
+}
+
+// Diff returns what changed from prev to t when t was derived from prev by an incremental decode
+// (Reader): the entries of prev that t no longer holds and the entries t holds that prev did not,
+// each sorted by key (a changed entry is in both, by key). ok is false when t was not derived from
+// prev in one step; the caller then has to compare the tables in full. The slices are shared and
+// must not be modified. Cost: none; it lets a table's consumers do work proportional to the change.
+func (t *Table) Diff(prev *Table) (removed, added []*Entry, ok bool) {
+	if t == nil || prev == nil || t.parent == 0 || t.parent != prev.id {
+		return nil, nil, false
+	}
+	return t.removed, t.added, true
 }
 
 func compareEntryKeys(a, b Entry) int { return compareKeys(&a, &b) }
@@ -153,40 +213,48 @@ func hashLines(lines [][]byte) string {
 func buildTable(version string, entries []*Entry) *Table {
 	t := &Table{
 		version:  version,
-		entries:  entries,
-		byKey:    make(map[string]*Entry, len(entries)),
-		byHost:   make(map[string][]*Entry, len(entries)),
-		exact:    map[string]*hostRoutes{},
-		wildcard: map[string]*hostRoutes{},
+		id:       tableIDs.Add(1),
+		exact:    pmap.New[string, *hostRoutes](pmap.String),
+		wildcard: pmap.New[string, *hostRoutes](pmap.String),
 	}
+	if entries == nil {
+		entries = []*Entry{}
+	}
+	t.sorted.Store(&entries)
+	byKey := pmap.New[string, *Entry](pmap.String).EditSized(len(entries))
+	hosts := map[string][]*Entry{}
 	for _, e := range entries {
-		t.byKey[e.Key()] = e
+		byKey.Set(e.Key(), e)
 		for _, host := range e.Hosts {
-			t.byHost[host] = append(t.byHost[host], e)
+			hosts[host] = append(hosts[host], e)
 		}
 	}
-	for host, list := range t.byHost {
-		t.setHost(host, newHostRoutesFor(host, list))
+	t.byKey = byKey.Map()
+	t.byHost = pmap.From(pmap.String, len(hosts), maps.All(hosts))
+	ex, wc := t.exact.EditSized(len(hosts)), t.wildcard.Edit()
+	for host, list := range hosts {
+		t.setHost(ex, wc, host, newHostRoutesFor(host, list))
 	}
+	t.exact, t.wildcard = ex.Map(), wc.Map()
 	return t
 }
 
 // setHost stores the routes of host (nil removes them) in the index its kind belongs to.
-func (t *Table) setHost(host string, hr *hostRoutes) {
+func (t *Table) setHost(exact, wildcard *pmap.Builder[string, *hostRoutes], host string, hr *hostRoutes) {
 	switch {
 	case host == "*":
 		t.any = hr
 	case strings.HasPrefix(host, "*."):
 		if hr == nil {
-			delete(t.wildcard, host[2:])
+			wildcard.Delete(host[2:])
 		} else {
-			t.wildcard[host[2:]] = hr
+			wildcard.Set(host[2:], hr)
 		}
 	default:
 		if hr == nil {
-			delete(t.exact, host)
+			exact.Delete(host)
 		} else {
-			t.exact[host] = hr
+			exact.Set(host, hr)
 		}
 	}
 }
@@ -218,9 +286,9 @@ func newHostRoutesFor(host string, entries []*Entry) *hostRoutes {
 
 // withChanges returns a table with version holding t's entries minus removed (entries of t, compared
 // by identity) plus added (canonical, sorted by key, keys not in t once removed is taken out). It
-// shares every per-host index that neither touches, so its cost grows with the size of the change,
-// plus copying t's top-level maps and entry list (about a millisecond for 10,000 entries), not with
-// rebuilding the table. t is not modified. The result equals buildTable over the same entries.
+// shares every per-host index, every part of its maps (package pmap) and every entry that neither
+// touches, so its cost grows with the size of the change, not with the table. t is not modified.
+// The result routes as buildTable over the same entries, and Diff(t) returns removed and added.
 func (t *Table) withChanges(version string, removed, added []*Entry) *Table {
 	gone := make(map[*Entry]struct{}, len(removed))
 	hosts := map[string]struct{}{}
@@ -236,22 +304,26 @@ func (t *Table) withChanges(version string, removed, added []*Entry) *Table {
 		}
 	}
 	n := &Table{
-		version:  version,
-		entries:  mergeEntries(t.entries, gone, added),
-		byKey:    maps.Clone(t.byKey),
-		byHost:   maps.Clone(t.byHost),
-		exact:    maps.Clone(t.exact),
-		wildcard: maps.Clone(t.wildcard),
-		any:      t.any,
+		version: version,
+		id:      tableIDs.Add(1),
+		parent:  t.id,
+		removed: removed,
+		added:   added,
+		any:     t.any,
 	}
+	if p := t.sorted.Load(); p != nil {
+		n.base = *p
+	}
+	byKey := t.byKey.Edit()
 	for _, e := range removed {
-		if n.byKey[e.Key()] == e {
-			delete(n.byKey, e.Key())
+		if cur, _ := byKey.Get(e.Key()); cur == e {
+			byKey.Delete(e.Key())
 		}
 	}
 	for _, e := range added {
-		n.byKey[e.Key()] = e
+		byKey.Set(e.Key(), e)
 	}
+	byHost, ex, wc := t.byHost.Edit(), t.exact.Edit(), t.wildcard.Edit()
 	for host := range hosts {
 		var plus []*Entry
 		for _, e := range added {
@@ -259,15 +331,17 @@ func (t *Table) withChanges(version string, removed, added []*Entry) *Table {
 				plus = append(plus, e)
 			}
 		}
-		list := mergeEntries(t.byHost[host], gone, plus)
+		was, _ := t.byHost.Get(host)
+		list := mergeEntries(was, gone, plus)
 		if len(list) == 0 {
-			delete(n.byHost, host)
-			n.setHost(host, nil)
+			byHost.Delete(host)
+			n.setHost(ex, wc, host, nil)
 			continue
 		}
-		n.byHost[host] = list
-		n.setHost(host, newHostRoutesFor(host, list))
+		byHost.Set(host, list)
+		n.setHost(ex, wc, host, newHostRoutesFor(host, list))
 	}
+	n.byKey, n.byHost, n.exact, n.wildcard = byKey.Map(), byHost.Map(), ex.Map(), wc.Map()
 	return n
 }
 

@@ -125,7 +125,7 @@ func run() error {
 	flag.IntVar(&c.rounds, "rounds", 6, "wrk rounds per interceptor, alternating which goes first")
 	flag.IntVar(&c.conns, "connections", 64, "wrk connections")
 	flag.StringVar(&c.endpointIP, "endpoint-ip", "", "non-loopback address of this host (or network namespace) the backend listens on")
-	flag.StringVar(&c.profiles, "profiles", "", "directory for heap profiles of the operator and every interceptor at each N, taken after the memory readings (none when empty)")
+	flag.StringVar(&c.profiles, "profiles", "", "directory for heap profiles of the operator and every interceptor at each N, taken after the memory readings, and their CPU profiles over the samples (none when empty)")
 	flag.StringVar(&bins.operator, "operator", "", "operator binary (built from this tree when empty)")
 	flag.StringVar(&bins.interceptor, "interceptor", "", "interceptor binary (built from this tree when empty)")
 	flag.StringVar(&bins.backend, "backend", "", "hack/bench/backend binary for -throughput (built from this tree when empty)")
@@ -320,6 +320,15 @@ func run() error {
 			fmt.Printf(" %10s", fmt.Sprintf("routed-%d", i))
 		}
 		fmt.Printf(" %10s %10s  %s\n", "all", "head→all", "shards")
+		var cpu func() error
+		if c.profiles != "" {
+			targets := map[string]string{"operator": opPprof}
+			for _, ic := range ics {
+				targets[ic.name] = ic.pprof
+			}
+			// The samples take about a gap and a few hundred ms each.
+			cpu = saveCPU(c.profiles, n, targets, time.Duration(c.samples)*(c.gap+300*time.Millisecond))
+		}
 		for s := 0; s < c.samples; s++ {
 			prev := heads.headVersion()
 			start := time.Now()
@@ -368,6 +377,11 @@ func run() error {
 			r.rewritten = append(r.rewritten, d.rewritten)
 			if d.head {
 				r.heads++
+			}
+		}
+		if cpu != nil {
+			if err := cpu(); err != nil {
+				return err
 			}
 		}
 		r.load, _ = readLoad()
@@ -481,24 +495,56 @@ func saveHeaps(dir string, n int, targets map[string]string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	hc := &http.Client{Timeout: time.Minute}
 	for name, addr := range targets {
-		resp, err := hc.Get("http://" + addr + "/debug/pprof/heap?gc=1")
-		if err != nil {
-			return fmt.Errorf("heap profile of %s: %w", name, err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("heap profile of %s: %s %v", name, resp.Status, err)
-		}
 		f := filepath.Join(dir, fmt.Sprintf("heap-%s-%d.pb.gz", name, n))
-		if err := os.WriteFile(f, b, 0o644); err != nil {
+		if err := fetchProfile(addr, "heap?gc=1", time.Minute, "heap profile of "+name, f); err != nil {
 			return err
 		}
 		fmt.Printf("# heap profile of %s at %d objects: %s\n", name, n, f)
 	}
 	return nil
+}
+
+// saveCPU starts a CPU profile of d of each target (name → pprof address) and returns a function
+// that waits for them and saves them as dir/cpu-<name>-<n>.pb.gz.
+func saveCPU(dir string, n int, targets map[string]string, d time.Duration) func() error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return func() error { return err }
+	}
+	secs := max(1, int(d.Seconds()+0.5))
+	var wg sync.WaitGroup
+	errs := make([]error, len(targets))
+	i := 0
+	for name, addr := range targets {
+		j := i
+		wg.Go(func() {
+			f := filepath.Join(dir, fmt.Sprintf("cpu-%s-%d.pb.gz", name, n))
+			errs[j] = fetchProfile(addr, fmt.Sprintf("profile?seconds=%d", secs), time.Duration(secs)*time.Second+time.Minute, "CPU profile of "+name, f)
+			if errs[j] == nil {
+				fmt.Printf("# CPU profile of %s over %d s of samples at %d objects: %s\n", name, secs, n, f)
+			}
+		})
+		i++
+	}
+	return func() error {
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+}
+
+// fetchProfile saves the pprof endpoint path of addr ("heap?gc=1") as file.
+func fetchProfile(addr, path string, timeout time.Duration, what, file string) error {
+	hc := &http.Client{Timeout: timeout}
+	resp, err := hc.Get("http://" + addr + "/debug/pprof/" + path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s %v", what, resp.Status, err)
+	}
+	return os.WriteFile(file, b, 0o644)
 }
 
 // burstFloorNS holds the floor's objects; the operator does not watch it.
