@@ -188,3 +188,28 @@ func TestBuildScaledObject(t *testing.T) {
 		t.Errorf("defaults: min %d max %d cooldown %d, want 0 100 300", *so.Spec.MinReplicaCount, *so.Spec.MaxReplicaCount, *so.Spec.CooldownPeriod)
 	}
 }
+
+// spec.scaling.triggers follow the interceptor's trigger, as written; the user's map is not shared.
+func TestBuildScaledObjectExtraTriggers(t *testing.T) {
+	hso := fullObject()
+	meta := map[string]string{"url": "http://front.shop.svc/stats", "valueLocation": "rps", "targetValue": "10"}
+	hso.Spec.Scaling = &v1.Scaling{Triggers: []v1.ScalingTrigger{
+		{Type: "metrics-api", Name: "rps", Metadata: meta, MetricType: "AverageValue", AuthenticationRef: &v1.TriggerAuthenticationRef{Name: "stats", Kind: "ClusterTriggerAuthentication"}},
+		{Type: "cpu", MetricType: "Utilization"},
+	}}
+	got := buildScaledObject(hso, "scaler:9090", nil).Spec.Triggers
+	if len(got) != 3 || got[0].Type != "external-push" {
+		t.Fatalf("triggers %+v: want external-push first, then the two extra ones", got)
+	}
+	want := []kedav1alpha1.ScaleTriggers{
+		{Type: "metrics-api", Name: "rps", Metadata: meta, MetricType: "AverageValue", AuthenticationRef: &kedav1alpha1.AuthenticationRef{Name: "stats", Kind: "ClusterTriggerAuthentication"}},
+		{Type: "cpu", Metadata: map[string]string{}, MetricType: "Utilization"},
+	}
+	if d := cmp.Diff(want, got[1:]); d != "" {
+		t.Errorf("extra triggers (-want +got):\n%s", d)
+	}
+	got[1].Metadata["url"] = "changed"
+	if meta["url"] == "changed" {
+		t.Error("the ScaledObject shares the object's metadata map")
+	}
+}

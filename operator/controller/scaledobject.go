@@ -2,8 +2,10 @@ package controller
 
 import (
 	"cmp"
+	"maps"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -72,10 +74,33 @@ func buildScaledObject(hso *v1.HTTPScaledObject, scalerAddress string, active *r
 			MinReplicaCount: ptr.To(minReplicas),
 			MaxReplicaCount: ptr.To(maxReplicas),
 			CooldownPeriod:  ptr.To(cooldown),
-			Triggers: []kedav1alpha1.ScaleTriggers{{
-				Type:     trigger.Type,
-				Metadata: TriggerMetadata(hso).Encode(scalerAddress),
-			}},
+			Triggers:        triggers(hso, scalerAddress),
 		},
 	}
+}
+
+// triggers returns the interceptor's external-push trigger, then spec.scaling.triggers as written.
+func triggers(hso *v1.HTTPScaledObject, scalerAddress string) []kedav1alpha1.ScaleTriggers {
+	out := []kedav1alpha1.ScaleTriggers{{
+		Type:     trigger.Type,
+		Metadata: TriggerMetadata(hso).Encode(scalerAddress),
+	}}
+	if sc := hso.Spec.Scaling; sc != nil {
+		for _, t := range sc.Triggers {
+			kt := kedav1alpha1.ScaleTriggers{
+				Type:       t.Type,
+				Name:       t.Name,
+				Metadata:   maps.Clone(t.Metadata),
+				MetricType: autoscalingv2.MetricTargetType(t.MetricType),
+			}
+			if kt.Metadata == nil {
+				kt.Metadata = map[string]string{} // KEDA requires the field
+			}
+			if a := t.AuthenticationRef; a != nil {
+				kt.AuthenticationRef = &kedav1alpha1.AuthenticationRef{Name: a.Name, Kind: a.Kind}
+			}
+			out = append(out, kt)
+		}
+	}
+	return out
 }

@@ -79,6 +79,11 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// Schedules runs spec.schedules in every reconcile; nil disables scheduled scaling.
 	Schedules *scheduler.Scheduler
+	// ClusterDomain is the cluster's DNS domain, for the Service host names Serve mode routes.
+	ClusterDomain string
+	// InterceptorProxyPort is the interceptors' proxy port, the target of Serve mode's redirects;
+	// 0 means 8080.
+	InterceptorProxyPort int32
 	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace, which SecretGrants
 	// lets read the Secrets spec.tls names; empty grants nothing.
 	InterceptorServiceAccount string
@@ -242,6 +247,8 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Prober:        prober,
 		ScalerAddress: o.ScalerAddress,
 		Schedules:     o.Schedules,
+		APIReader:     mgr.GetAPIReader(),
+		Serve:         ServeOptions{ProxyPort: cmp.Or(o.InterceptorProxyPort, 8080), ClusterDomain: o.ClusterDomain},
 		Secrets:       mgr.GetAPIReader(),
 		Log:           log,
 	}
@@ -263,6 +270,9 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 			Named(name).
 			For(&v1.HTTPScaledObject{}, builder.WithPredicates(objects)).
 			Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexServices, nil, nil))).
+			// Serve mode: a redirect's owner is the oldest Serve-mode object on its Service, and only
+			// the owner's routing entry carries the Service's names: both controllers follow a change.
+			Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient()))).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: workers,
 				// controller-runtime v0.24.1's priority queue can deadlock at shutdown when many keys are
@@ -292,6 +302,17 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		// A TLS Secret created, changed or deleted re-evaluates TLSReady of the objects naming it;
 		// only metadata is cached (the content is read when needed).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTLSSecret, nil, nil)))
+	// Serve mode: a workload's spec change (KEDA scaling it to zero) puts the redirect in place before
+	// its pods are gone.
+	for _, kind := range watchedTargets {
+		gvk, err := mgr.GetClient().GroupVersionKindFor(kind)
+		if err != nil {
+			return nil, fmt.Errorf("looking up kind of %T: %w", kind, err)
+		}
+		value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
+		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(serveByTarget(mgr.GetClient(), value)),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	}
 	if err := b.Complete(r); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}

@@ -1,0 +1,326 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/e2e/framework"
+	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+	"github.com/httpscale/httpscale/pkg/admin"
+)
+
+// Serve mode: callers use the app's own Service (its cluster IP and DNS name, through kube-proxy and
+// the cluster's DNS on the real nodes). The app's KEDA trigger for warm traffic is a metrics-api
+// trigger on the sample app's own count of the requests of the last 10 s (admin port, /stats).
+var _ = Describe("Serve mode", Ordered, func() {
+	const scaledown = 20 // seconds
+	var (
+		h    *framework.HTTPScale
+		ns   string
+		hso  *httpscalev1alpha1.HTTPScaledObject
+		svc  corev1.Service
+		fqdn string
+		// direct dials a new connection per request from the cluster's network namespace, so
+		// kube-proxy picks an endpoint (pod or interceptor) every time.
+		direct *http.Client
+	)
+
+	BeforeAll(func(ctx SpecContext) {
+		var host string
+		h, ns, host = scenario(ctx, "serve")
+		fqdn = "app." + ns + ".svc." + localcluster.ClusterDomain
+		hso = routedApp(ctx, ns, "app", 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(host)}
+			s.Mode = httpscalev1alpha1.ModeServe
+			s.ScaledownPeriod = ptr.To[int32](scaledown)
+			// One pod: every request of the burst is counted on it, and no pod goes away between the
+			// burst and the count (the held burst would otherwise scale the app up and back down).
+			s.Replicas.Max = ptr.To[int32](1)
+			s.Scaling = &httpscalev1alpha1.Scaling{Triggers: []httpscalev1alpha1.ScalingTrigger{{
+				Type: "metrics-api", Name: "recent-requests", Metadata: map[string]string{
+					"url":           fmt.Sprintf("http://%s:%d/stats", fqdn, framework.SampleAppAdmin),
+					"valueLocation": "recent", "targetValue": "1000", "activationTargetValue": "0",
+				},
+			}}}
+		})
+		// The trigger reads the pods' admin port through the Service: a second port, never redirected.
+		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, &svc)).To(Succeed())
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "admin", Port: framework.SampleAppAdmin, TargetPort: intstr.FromInt32(framework.SampleAppAdmin)})
+		Expect(f.Client.Update(ctx, &svc)).To(Succeed())
+		direct = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
+			DialContext: localcluster.DialContext(f.Cluster.NetNS), DisableKeepAlives: true}}
+	})
+
+	// get sends GET path to the Service's cluster IP with the given Host ("" keeps the IP).
+	get := func(ctx context.Context, host, path string) (answer, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s%s", svc.Spec.ClusterIP, path), nil)
+		if err != nil {
+			return answer{}, err
+		}
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := direct.Do(req)
+		if err != nil {
+			return answer{}, err
+		}
+		return readAnswer(resp)
+	}
+	serving := func(ctx context.Context) string {
+		cur := &httpscalev1alpha1.HTTPScaledObject{}
+		if err := f.Client.Get(ctx, client.ObjectKeyFromObject(hso), cur); err != nil {
+			return err.Error()
+		}
+		if c := meta.FindStatusCondition(cur.Status.Conditions, httpscalev1alpha1.ConditionServing); c != nil {
+			return string(c.Status) + " " + c.Reason
+		}
+		return "none"
+	}
+	redirect := func(ctx context.Context) bool {
+		err := f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app-httpscale-redirect"}, &discoveryv1.EndpointSlice{})
+		return !apierrors.IsNotFound(err)
+	}
+	// interceptorRequests sums the interceptors' request counters of the app.
+	interceptorRequests := func(ctx context.Context) uint64 {
+		GinkgoHelper()
+		var sum uint64
+		for _, ic := range h.Interceptors {
+			resp, err := f.Get(ctx, fmt.Sprintf("http://%s:%d%s?since=0", ic.IP, localcluster.InterceptorAdmin, admin.PathCounts), "")
+			Expect(err).NotTo(HaveOccurred())
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var c admin.Counts
+			Expect(json.Unmarshal(body, &c)).To(Succeed(), string(body))
+			for _, a := range c.Apps {
+				if a.Key == ns+"/app" {
+					sum += a.Requests
+				}
+			}
+		}
+		return sum
+	}
+	// latency returns the median of n sequential GETs of path through client.
+	latency := func(ctx context.Context, n int, do func() (answer, error)) time.Duration {
+		GinkgoHelper()
+		d := make([]time.Duration, n)
+		for i := range n {
+			start := time.Now()
+			a, err := do()
+			d[i] = time.Since(start)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(a.Status).To(Equal(http.StatusOK))
+		}
+		slices.Sort(d)
+		return d[n/2]
+	}
+
+	It("answers a client pod's burst to the Service's cluster IP and DNS name at zero, each request once, then leaves the path", func(ctx SpecContext) {
+		Eventually(func() string { return serving(ctx) }).WithContext(ctx).Should(Equal("False Proxying"))
+		Expect(redirect(ctx)).To(BeTrue())
+		Expect(replicas(ctx, ns, "app")).To(BeEquivalentTo(0))
+
+		const n = 200
+		args := []string{"--parallel", "--timeout=4m"}
+		urls := make([]string, n)
+		for i := range n {
+			target := svc.Spec.ClusterIP // even: the cluster IP, odd: the Service's DNS name
+			if i%2 == 1 {
+				target = fqdn
+			}
+			urls[i] = fmt.Sprintf("http://%s/serve?rid=%d", target, i)
+			args = append(args, "--get="+urls[i])
+		}
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		woken := watchReplicas(wctx, ns, "app", 1)
+		res := runProbe(ctx, ns, "burst", 6*time.Minute, args...)
+		select {
+		case at := <-woken:
+			AddReportEntry("serve mode: replicas >= 1 at", at.UTC().Format(time.RFC3339Nano))
+		default:
+		}
+		var failed []string
+		for i, u := range urls {
+			r, ok := res["get "+u]
+			var a answer
+			switch {
+			case !ok:
+				failed = append(failed, fmt.Sprintf("%d %s: no result", i, u))
+			case r.Err != "" || r.Status != http.StatusOK:
+				failed = append(failed, fmt.Sprintf("%d %s: %d %s %.200s", i, u, r.Status, r.Err, r.Body))
+			case json.Unmarshal([]byte(r.Body), &a) != nil:
+				failed = append(failed, fmt.Sprintf("%d %s: body %.200s", i, u, r.Body))
+			case a.Headers["X-Forwarded-For"] == "":
+				// Held and forwarded by an interceptor, which adds the caller's address.
+				failed = append(failed, fmt.Sprintf("%d %s: answered without an interceptor", i, u))
+			}
+		}
+		if len(failed) > 0 {
+			pods, _ := f.Cluster.KubectlRun(ctx, "", "-n", ns, "get", "pods,endpointslices", "-o", "wide")
+			cur := &httpscalev1alpha1.HTTPScaledObject{}
+			_ = f.Client.Get(ctx, client.ObjectKeyFromObject(hso), cur)
+			Fail(fmt.Sprintf("%d of %d requests failed:\n%s\n%s\nconditions: %+v", len(failed), n,
+				strings.Join(failed[:min(len(failed), 20)], "\n"), pods, cur.Status.Conditions))
+		}
+		counts := requestCounts(ctx, ns, "app")
+		Expect(counts).To(HaveLen(n), "requests that reached the app")
+		for rid, c := range counts {
+			Expect(c).To(BeEquivalentTo(1), "request %s reached the app %d times", rid, c)
+		}
+		Expect(replicas(ctx, ns, "app")).To(BeNumerically(">=", 1))
+
+		// The redirect goes once the pod is ready and nothing is held.
+		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(time.Minute).Should(Equal("True Direct"))
+		removedAt := time.Now()
+		Expect(redirect(ctx)).To(BeFalse())
+
+		// Once kube-proxy has the change, requests reach the pod without the interceptor: no
+		// X-Forwarded-For from it, and its request counter stops.
+		Eventually(func(g Gomega) {
+			a, err := get(ctx, fqdn, "/direct")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(a.Status).To(Equal(http.StatusOK))
+			g.Expect(a.Headers).NotTo(HaveKey("X-Forwarded-For"))
+		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+		AddReportEntry("serve mode: redirect removed -> first direct answer", time.Since(removedAt).String())
+		before := interceptorRequests(ctx)
+		viaService := latency(ctx, 50, func() (answer, error) { return get(ctx, "", "/direct") })
+		Expect(interceptorRequests(ctx)).To(Equal(before), "the interceptors saw none of 50 warm requests to the Service")
+		viaInterceptor := latency(ctx, 50, func() (answer, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, proxyURL(h, 0, "/proxied"), nil)
+			if err != nil {
+				return answer{}, err
+			}
+			req.Host = string(hso.Spec.Hosts[0])
+			resp, err := direct.Do(req)
+			if err != nil {
+				return answer{}, err
+			}
+			return readAnswer(resp)
+		})
+		Expect(interceptorRequests(ctx)).To(BeNumerically(">=", before+50), "the interceptors still proxy the app's hosts")
+		AddReportEntry("serve mode: median warm GET (new connection each)", fmt.Sprintf("app Service %s, through an interceptor %s", viaService, viaInterceptor))
+	})
+
+	It("keeps the app up while callers use the Service directly, and takes it to zero after the idle period once they stop", func(ctx SpecContext) {
+		// Longer than the scaledown period plus KEDA's 30 s polling: with only the interceptor's
+		// trigger, which sees none of this traffic, the app would go to zero meanwhile.
+		before := interceptorRequests(ctx)
+		end := time.Now().Add(scaledown*time.Second + 50*time.Second)
+		for i := 0; time.Now().Before(end); i++ {
+			a, err := get(ctx, "", fmt.Sprintf("/warm?i=%d", i))
+			Expect(err).NotTo(HaveOccurred(), "warm request %d", i)
+			Expect(a.Status).To(Equal(http.StatusOK), "warm request %d", i)
+			Expect(replicas(ctx, ns, "app")).To(BeNumerically(">=", 1), "replicas after warm request %d", i)
+			time.Sleep(500 * time.Millisecond)
+		}
+		Expect(interceptorRequests(ctx)).To(Equal(before), "the interceptors saw none of the warm traffic")
+		Expect(serving(ctx)).To(Equal("True Direct"))
+
+		// Traffic stops: the app's count drains within 10 s, KEDA sees it inactive at its next poll
+		// and scales to zero after the scaledown period; the redirect is back before the pod is gone.
+		stopped := time.Now()
+		Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).WithContext(ctx).
+			WithTimeout(3 * time.Minute).WithPolling(100 * time.Millisecond).Should(BeZero())
+		scaled := time.Now()
+		AddReportEntry("serve mode: last direct request -> replicas 0", scaled.Sub(stopped).String())
+		Eventually(func() bool { return redirect(ctx) }).WithContext(ctx).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).Should(BeTrue())
+		redirected := time.Now()
+		Eventually(func() []string { return podIPs(ctx, ns, "app") }).WithContext(ctx).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(BeEmpty())
+		AddReportEntry("serve mode: replicas 0 -> redirect in place; redirect -> last pod object gone",
+			fmt.Sprintf("%s; %s", redirected.Sub(scaled), time.Since(redirected)))
+		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(10 * time.Second).Should(Equal("False Proxying"))
+	})
+
+	It("wakes the app again on the next call to the Service", func(ctx SpecContext) {
+		Expect(podIPs(ctx, ns, "app")).To(BeEmpty())
+		start := time.Now()
+		a, err := get(ctx, fqdn, "/again?rid=again")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(a.Status).To(Equal(http.StatusOK))
+		Expect(a.Headers).To(HaveKey("X-Forwarded-For"), "held by an interceptor")
+		AddReportEntry("serve mode: cold call through the Service answered after", time.Since(start).String())
+		Expect(replicas(ctx, ns, "app")).To(BeNumerically(">=", 1))
+		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(time.Minute).Should(Equal("True Direct"))
+	})
+
+	if os.Getenv("HTTPSCALE_E2E_SERVE_BENCH") != "" {
+		// Warm throughput and p99 with wrk from the cluster's network namespace, under the machine's
+		// bench lock (flock /tmp/bench.lock, nice -n -10): the app's Service in Serve mode (direct),
+		// a second Service selecting the same pod without httpscale, and an interceptor pod (the Proxy
+		// mode path), interleaved twice. One replica (max 1), so every target reaches the same pod.
+		It("measures warm throughput through the Service against the Service without httpscale and the interceptor", func(ctx SpecContext) {
+			plain := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "app-plain", Namespace: ns}, Spec: corev1.ServiceSpec{
+				Selector: svc.Spec.Selector, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(framework.SampleAppPort)}},
+			}}
+			Expect(f.Client.Create(ctx, plain)).To(Succeed())
+			Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(time.Minute).Should(Equal("True Direct"))
+			Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).WithContext(ctx).Should(BeEquivalentTo(1))
+			targets := []struct{ name, url, host string }{
+				{"serve", fmt.Sprintf("http://%s/bench", svc.Spec.ClusterIP), fqdn},
+				{"plain", fmt.Sprintf("http://%s/bench", plain.Spec.ClusterIP), "app-plain." + ns},
+				{"proxy", proxyURL(h, 0, "/bench"), string(hso.Spec.Hosts[0])},
+			}
+			script := "uptime\n"
+			for range 2 {
+				for _, t := range targets {
+					script += fmt.Sprintf("echo '== %s'\nip netns exec %s wrk -t2 -c32 -d10s --latency -H 'Host: %s' %s\n", t.name, f.Cluster.NetNS, t.host, t.url)
+				}
+			}
+			script += "uptime\n"
+			before := interceptorRequests(ctx)
+			out, err := exec.CommandContext(ctx, "flock", "/tmp/bench.lock", "nice", "-n", "-10", "sh", "-c", script).CombinedOutput()
+			Expect(err).NotTo(HaveOccurred(), string(out))
+			GinkgoWriter.Printf("%s\n", out)
+			AddReportEntry("serve mode bench (wrk -t2 -c32 -d10s, twice each)", string(out))
+			Expect(string(out)).NotTo(ContainSubstring("Non-2xx"))
+			Expect(string(out)).NotTo(ContainSubstring("Socket errors"))
+			Expect(interceptorRequests(ctx)).To(BeNumerically(">", before), "the proxy target passed the interceptor")
+			Expect(f.Client.Delete(ctx, plain)).To(Succeed())
+		})
+	}
+
+	It("restores the Service when the object is deleted", func(ctx SpecContext) {
+		Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), hso)).To(Succeed())
+		// Back to zero first (the workload watch puts the redirect in place at once), then delete.
+		updateDeployment(ctx, ns, "app", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) })
+		Eventually(func() bool { return redirect(ctx) }).WithContext(ctx).WithTimeout(30 * time.Second).Should(BeTrue())
+		Expect(f.Client.Delete(ctx, hso)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), hso))
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(BeTrue())
+		var slices discoveryv1.EndpointSliceList
+		Expect(f.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelManagedBy: "serve-redirect.httpscale.dev"})).To(Succeed())
+		Expect(slices.Items).To(BeEmpty(), "redirect slices left behind")
+		// The Service is the user's again: at zero nothing answers on it (as without httpscale).
+		Eventually(func() error {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, err := get(cctx, fqdn, "/restored")
+			return err
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(HaveOccurred())
+	})
+})
