@@ -189,6 +189,30 @@ func TestBuildScaledObject(t *testing.T) {
 	}
 }
 
+// Serve mode polls at most every half scaledownPeriod, so that KEDA's first inactive poll (when the
+// redirect goes in place) comes well before the scale to zero; Proxy mode keeps KEDA's default.
+func TestBuildScaledObjectServePolling(t *testing.T) {
+	for _, c := range []struct {
+		mode     v1.Mode
+		cooldown int32
+		want     *int32
+	}{
+		{v1.ModeProxy, 20, nil},
+		{v1.ModeServe, 300, nil},
+		{v1.ModeServe, 60, nil},
+		{v1.ModeServe, 59, ptr.To[int32](29)},
+		{v1.ModeServe, 20, ptr.To[int32](10)},
+		{v1.ModeServe, 1, ptr.To[int32](1)},
+		{v1.ModeServe, 0, ptr.To[int32](1)},
+	} {
+		hso := fullObject()
+		hso.Spec.Mode, hso.Spec.ScaledownPeriod = c.mode, ptr.To(c.cooldown)
+		if got := buildScaledObject(hso, "scaler:9090", nil).Spec.PollingInterval; !cmp.Equal(got, c.want) {
+			t.Errorf("%s, scaledownPeriod %d: pollingInterval %v, want %v", c.mode, c.cooldown, ptr.Deref(got, -1), ptr.Deref(c.want, -1))
+		}
+	}
+}
+
 // spec.scaling.triggers follow the interceptor's trigger, as written; the user's map is not shared.
 func TestBuildScaledObjectExtraTriggers(t *testing.T) {
 	hso := fullObject()

@@ -63,7 +63,7 @@ func buildScaledObject(hso *v1.HTTPScaledObject, scalerAddress string, active *r
 		cooldown = *hso.Spec.ScaledownPeriod
 	}
 	ref := hso.Spec.ScaleTargetRef
-	return &kedav1alpha1.ScaledObject{
+	so := &kedav1alpha1.ScaledObject{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      hso.Name,
 			Namespace: hso.Namespace,
@@ -77,6 +77,26 @@ func buildScaledObject(hso *v1.HTTPScaledObject, scalerAddress string, active *r
 			Triggers:        triggers(hso, scalerAddress),
 		},
 	}
+	if hso.Spec.Serve() {
+		so.Spec.PollingInterval = servePollingInterval(cooldown)
+	}
+	return so
+}
+
+// kedaDefaultPollingInterval is KEDA's pollingInterval when the ScaledObject sets none.
+const kedaDefaultPollingInterval = 30
+
+// servePollingInterval is the pollingInterval of a Serve-mode app's ScaledObject: KEDA's default,
+// lowered to half the cooldown (at least 1 s). KEDA scales to zero at the first poll that finds the
+// triggers inactive more than the cooldown after the last active poll; polling at most every half
+// cooldown, the poll that first finds them inactive (condition Active=False, when the operator puts
+// the redirect in place) comes at least half a cooldown before the scale to zero, instead of being
+// the same poll when the cooldown is shorter than the polling interval. nil keeps KEDA's default.
+func servePollingInterval(cooldown int32) *int32 {
+	if cooldown >= 2*kedaDefaultPollingInterval {
+		return nil
+	}
+	return ptr.To(max(1, cooldown/2))
 }
 
 // triggers returns the interceptor's external-push trigger, then spec.scaling.triggers as written.

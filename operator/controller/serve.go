@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -24,6 +25,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
@@ -32,13 +35,14 @@ import (
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
-// Serve mode (spec.mode: Serve). While the app has no ready endpoint, or its workload is being scaled
-// to zero, the operator adds one EndpointSlice to the app's Service (the redirect) that lists the
+// Serve mode (spec.mode: Serve). While the app has no ready endpoint, its workload is scaled to zero,
+// or KEDA has decided to scale it to zero (its ScaledObject turned inactive and counts down the
+// cooldown), the operator adds one EndpointSlice to the app's Service (the redirect) that lists the
 // ready interceptors on the scaleTargetRef port, so kube-proxy sends that port's traffic to them; the
 // interceptors find the app by the Service's host names in Host (routing.ServiceHosts, added to the
 // owner's routing entry), hold the request and wake the app as in Proxy mode. Once the app has ready
-// endpoints and no interceptor holds a request for it, the redirect is deleted and traffic goes
-// straight to the pods. Other ports of the Service are never redirected.
+// endpoints, KEDA finds it active and no interceptor holds a request for it, the redirect is deleted
+// and traffic goes straight to the pods. Other ports of the Service are never redirected.
 
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;create;update;delete
 
@@ -201,17 +205,26 @@ func (r *Reconciler) syncServe(ctx context.Context, hso *v1.HTTPScaledObject, ke
 	if backend.PortName != "" {
 		portDesc = fmt.Sprintf("port %s (%d)", backend.PortName, backend.Port)
 	}
-	if replicas == 0 || ready == 0 {
+	goingToZero, err := r.goingToZero(ctx, hso)
+	if err != nil {
+		return 0, err
+	}
+	if replicas == 0 || ready == 0 || goingToZero {
 		if err := r.putRedirect(ctx, hso, svc, backend.PortName, ips, existing, redirected); err != nil {
 			return 0, err
 		}
-		why := fmt.Sprintf("%s %s is scaled to zero", ref.Kind, ref.Name)
-		if replicas > 0 {
+		var why string
+		switch {
+		case replicas == 0:
+			why = fmt.Sprintf("%s %s is scaled to zero", ref.Kind, ref.Name)
+		case ready == 0:
 			why = fmt.Sprintf("%s %s has no ready endpoint yet", ref.Kind, ref.Name)
+		default:
+			why = fmt.Sprintf("KEDA finds every trigger of %s %s idle and scales it to zero after the cooldown unless traffic returns; the redirect is in place while its %d endpoints still serve", ref.Kind, ref.Name, ready)
 		}
 		r.setCondition(hso, v1.ConditionServing, metav1.ConditionFalse, v1.ServingReasonProxying, fmt.Sprintf(
 			"%s: Service %s %s is redirected to %d ready interceptors, which hold requests and wake the app", why, svc.Name, portDesc, len(ips)))
-		if replicas > 0 {
+		if replicas > 0 && ready == 0 {
 			return serveSwitchRecheck, nil
 		}
 		return serveDirectRecheck, nil
@@ -240,6 +253,33 @@ func (r *Reconciler) syncServe(ctx context.Context, hso *v1.HTTPScaledObject, ke
 	r.setCondition(hso, v1.ConditionServing, metav1.ConditionTrue, v1.ServingReasonDirect, fmt.Sprintf(
 		"Service %s %s sends traffic straight to %d ready endpoints; the interceptors are out of the path", svc.Name, portDesc, ready))
 	return serveDirectRecheck, nil
+}
+
+// goingToZero reports whether KEDA has decided to take hso's app to zero: the app's ScaledObject
+// (generated or the user's, same name) reports no active trigger (condition Active=False) and its
+// minReplicaCount is 0, so KEDA sets the workload to zero replicas once the cooldown has passed
+// since the last active poll, unless traffic returns first. The redirect goes in place at that
+// decision rather than at the scale-down itself, so kube-proxy lists the interceptors as ready
+// endpoints long before the last pod stops serving (see docs/configuration.md#serve-mode-switch-timings).
+func (r *Reconciler) goingToZero(ctx context.Context, hso *v1.HTTPScaledObject) (bool, error) {
+	so := &kedav1alpha1.ScaledObject{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(hso), so); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading ScaledObject %s/%s: %w", hso.Namespace, hso.Name, err)
+	}
+	return ptr.Deref(so.Spec.MinReplicaCount, 0) == 0 && kedaActive(so) == metav1.ConditionFalse, nil
+}
+
+// kedaActive is the status of the ScaledObject's Active condition ("" when KEDA has not set it).
+func kedaActive(so *kedav1alpha1.ScaledObject) metav1.ConditionStatus {
+	for _, c := range so.Status.Conditions {
+		if c.Type == kedav1alpha1.ConditionActive {
+			return c.Status
+		}
+	}
+	return ""
 }
 
 // putRedirect creates or updates the redirect slice of svc so that it lists ips on portName.
@@ -499,6 +539,48 @@ func serveByTarget(c client.Client, value func(string) string) func(context.Cont
 			if list.Items[i].Spec.Serve() {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 			}
+		}
+		return reqs
+	}
+}
+
+// serveByScaledObject maps a ScaledObject whose Active condition changed to the Serve-mode object of
+// the same name: KEDA's decision to scale the app to zero puts the redirect in place, activity takes
+// it out again.
+func serveByScaledObject(c client.Client) func(context.Context, client.Object) []reconcile.Request {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		hso := &v1.HTTPScaledObject{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), hso); err != nil || !hso.Spec.Serve() {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(obj)}}
+	}
+}
+
+// kedaActiveChanged passes ScaledObject updates that flip the Active condition.
+var kedaActiveChanged = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*kedav1alpha1.ScaledObject)
+		n, ok2 := e.ObjectNew.(*kedav1alpha1.ScaledObject)
+		return ok1 && ok2 && kedaActive(o) != kedaActive(n)
+	},
+}
+
+// serveAll maps a change of the interceptors' admin EndpointSlices (a replica ready, draining or
+// gone) to every Serve-mode object, so redirects list the ready interceptors within one reconcile,
+// not at the next probe round: a draining interceptor leaves them during its drain delay.
+func serveAll(c client.Client) func(context.Context, client.Object) []reconcile.Request {
+	return func(ctx context.Context, _ client.Object) []reconcile.Request {
+		var list v1.HTTPScaledObjectList
+		if err := c.List(ctx, &list, client.MatchingFields{indexServe: "true"}); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, len(list.Items))
+		for i := range list.Items {
+			reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
 		}
 		return reqs
 	}

@@ -1,10 +1,12 @@
 package controller_test
 
 import (
+	"errors"
 	"slices"
 	"strconv"
 	"time"
 
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -91,6 +93,19 @@ func scaleDeployment(ns, name string, replicas int32) {
 	}).Should(Succeed())
 }
 
+// setKEDAActive sets the Active condition of h's ScaledObject, as KEDA does at each check.
+func setKEDAActive(h *v1.HTTPScaledObject, status metav1.ConditionStatus) {
+	GinkgoHelper()
+	Eventually(func() error {
+		so := scaledObject(h)()
+		if so == nil {
+			return errors.New("no ScaledObject yet")
+		}
+		so.Status.Conditions = kedav1alpha1.Conditions{{Type: kedav1alpha1.ConditionActive, Status: status, Reason: "Test"}}
+		return k8s.Status().Update(ctx, so)
+	}).Should(Succeed())
+}
+
 // serveFleet publishes the fake interceptors as the admin Service's endpoints for one spec and
 // removes them afterwards, so other specs see the fleet they expect.
 func serveFleet(fakes ...*fakeInterceptor) {
@@ -145,6 +160,18 @@ var _ = Describe("Serve mode", func() {
 		Eventually(redirect(ns, "shop"), timeout).Should(BeNil())
 		Eventually(condition(h, v1.ConditionServing), timeout).Should(haveCondition(True, v1.ServingReasonDirect))
 		Eventually(events(h), eventWait).Should(ContainElement("Normal RedirectRemoved"))
+
+		// KEDA finds every trigger idle (Active=False), its decision to scale to zero after the
+		// cooldown: the redirect goes in place while the pod is still ready, and goes again once KEDA
+		// finds the app active.
+		Expect(scaledObject(h)().Spec.PollingInterval).To(BeNil(), "scaledownPeriod 300 s: KEDA's own polling")
+		setKEDAActive(h, metav1.ConditionFalse)
+		Eventually(redirectTargets(ns, "shop"), 5*time.Second).Should(Equal([]string{"198.19.0.1:8080 http"}))
+		Eventually(condition(h, v1.ConditionServing), timeout).Should(And(haveCondition(False, v1.ServingReasonProxying),
+			HaveField("Message", ContainSubstring("KEDA finds every trigger"))))
+		setKEDAActive(h, metav1.ConditionTrue)
+		Eventually(redirect(ns, "shop"), timeout).Should(BeNil())
+		Eventually(condition(h, v1.ConditionServing), timeout).Should(haveCondition(True, v1.ServingReasonDirect))
 
 		// KEDA scales the workload to zero: the redirect is back before the pods are gone (the pod
 		// is still ready in its slice).

@@ -42,6 +42,7 @@ import (
 const (
 	indexServices = "httpscale.dev/services" // Services an object refers to
 	indexTarget   = "httpscale.dev/target"   // "<group>/<Kind>/<name>" of the workload it scales
+	indexServe    = "httpscale.dev/serve"    // "true" for objects in Serve mode
 )
 
 // watchedTargets are the workload kinds whose creation and deletion re-validate the objects that scale
@@ -146,6 +147,14 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		return []string{targetIndexValue(gv.Group, ref.Kind, ref.Name)}
 	}); err != nil {
 		return nil, fmt.Errorf("indexing HTTPScaledObjects by scale target: %w", err)
+	}
+	if err := idx.IndexField(ctx, &v1.HTTPScaledObject{}, indexServe, func(obj client.Object) []string {
+		if obj.(*v1.HTTPScaledObject).Spec.Serve() {
+			return []string{"true"}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("indexing HTTPScaledObjects by mode: %w", err)
 	}
 
 	if err := idx.IndexField(ctx, &v1.HTTPScaledObject{}, indexTLSSecret, tlsSecretIndex); err != nil {
@@ -313,6 +322,12 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(serveByTarget(mgr.GetClient(), value)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	}
+	// Serve mode: KEDA's Active condition turning False is the decision to scale to zero, which puts
+	// the redirect in place while the pods still serve; the interceptors' admin EndpointSlices (the
+	// only ones cached) change the redirect's endpoints as replicas come and go.
+	b = b.Watches(&kedav1alpha1.ScaledObject{}, handler.EnqueueRequestsFromMapFunc(serveByScaledObject(mgr.GetClient())),
+		builder.WithPredicates(kedaActiveChanged)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serveAll(mgr.GetClient())))
 	if err := b.Complete(r); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}
