@@ -10,13 +10,16 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,6 +62,8 @@ var _ = Describe("Serve mode", Ordered, func() {
 			// One pod: every request of the burst is counted on it, and no pod goes away between the
 			// burst and the count (the held burst would otherwise scale the app up and back down).
 			s.Replicas.Max = ptr.To[int32](1)
+			// The probe of the switch back (probeService) must keep nothing awake.
+			s.IgnoredPaths = []httpscalev1alpha1.PathPrefix{"/ready"}
 			s.Scaling = &httpscalev1alpha1.Scaling{Triggers: []httpscalev1alpha1.ScalingTrigger{{
 				Type: "metrics-api", Name: "recent-requests", Metadata: map[string]string{
 					"url":           fmt.Sprintf("http://%s:%d/stats", fqdn, framework.SampleAppAdmin),
@@ -135,6 +140,84 @@ var _ = Describe("Serve mode", Ordered, func() {
 		}
 		slices.Sort(d)
 		return d[n/2]
+	}
+
+	// kedaInactive reports whether the app's ScaledObject says KEDA finds no trigger active.
+	kedaInactive := func(ctx context.Context) bool {
+		so := &kedav1alpha1.ScaledObject{}
+		if err := f.Client.Get(ctx, client.ObjectKeyFromObject(hso), so); err != nil {
+			return false
+		}
+		for _, c := range so.Status.Conditions {
+			if c.Type == kedav1alpha1.ConditionActive {
+				return c.Status == metav1.ConditionFalse
+			}
+		}
+		return false
+	}
+	// kubeProxyRedirects reports whether kube-proxy's rules send the Service's port to an interceptor
+	// (an endpoint on the interceptors' proxy port; the app's pods listen on another).
+	kubeProxyRedirects := func(ctx context.Context) bool {
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", f.Cluster.NetNS, "iptables-save", "-t", "nat").Output()
+		return err == nil && regexp.MustCompile(regexp.QuoteMeta(ns+"/app:http -> ")+fmt.Sprintf(`[0-9.]+:%d"`, localcluster.ProxyPort)).Match(out)
+	}
+	// probeService sends GET /ready to the Service's cluster IP every 100 ms, each on a new connection
+	// with a 2 s timeout, until the returned stop is called, which returns the number of probes and
+	// the failures. /ready is an ignored path of the app and the sample app leaves it out of its own
+	// count, so the probes keep nothing awake; the answers that count as served are 200 (the pod,
+	// directly or through an interceptor) and 503 with X-Httpscale-Idle (an interceptor, the app at zero).
+	probeService := func(ctx context.Context) func() (int, []string) {
+		c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+			DialContext: localcluster.DialContext(f.Cluster.NetNS), DisableKeepAlives: true}}
+		var (
+			mu       sync.Mutex
+			n        int
+			failures []string
+		)
+		done, finished := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer GinkgoRecover()
+			defer close(finished)
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				at := time.Now()
+				bad := ""
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/ready", svc.Spec.ClusterIP), nil)
+				if err != nil {
+					bad = err.Error()
+				} else {
+					req.Host = fqdn
+					resp, err := c.Do(req)
+					if err != nil {
+						bad = err.Error()
+					} else {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						idle := resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("X-Httpscale-Idle") == "true"
+						if resp.StatusCode != http.StatusOK && !idle {
+							bad = resp.Status
+						}
+					}
+				}
+				mu.Lock()
+				n++
+				if bad != "" {
+					failures = append(failures, at.UTC().Format("15:04:05.000 ")+bad)
+				}
+				mu.Unlock()
+			}
+		}()
+		return func() (int, []string) {
+			close(done)
+			<-finished
+			mu.Lock()
+			defer mu.Unlock()
+			return n, failures
+		}
 	}
 
 	It("answers a client pod's burst to the Service's cluster IP and DNS name at zero, each request once, then leaves the path", func(ctx SpecContext) {
@@ -226,8 +309,9 @@ var _ = Describe("Serve mode", Ordered, func() {
 	})
 
 	It("keeps the app up while callers use the Service directly, and takes it to zero after the idle period once they stop", func(ctx SpecContext) {
-		// Longer than the scaledown period plus KEDA's 30 s polling: with only the interceptor's
-		// trigger, which sees none of this traffic, the app would go to zero meanwhile.
+		// Longer than the scaledown period plus KEDA's polling (every 10 s: half the scaledown period in
+		// Serve mode): with only the interceptor's trigger, which sees none of this traffic, the app
+		// would go to zero meanwhile.
 		before := interceptorRequests(ctx)
 		end := time.Now().Add(scaledown*time.Second + 50*time.Second)
 		for i := 0; time.Now().Before(end); i++ {
@@ -240,19 +324,40 @@ var _ = Describe("Serve mode", Ordered, func() {
 		Expect(interceptorRequests(ctx)).To(Equal(before), "the interceptors saw none of the warm traffic")
 		Expect(serving(ctx)).To(Equal("True Direct"))
 
-		// Traffic stops: the app's count drains within 10 s, KEDA sees it inactive at its next poll
-		// and scales to zero after the scaledown period; the redirect is back before the pod is gone.
+		// Traffic stops: the app's count drains within 10 s and KEDA's next poll finds every trigger
+		// idle (Active=False), the decision to scale to zero after the cooldown. The redirect goes in
+		// place then and kube-proxy sends the Service to the interceptors while the pod still serves;
+		// a probe of the Service every 100 ms from here to after the pod is gone gets no failure.
 		stopped := time.Now()
+		stopProbe := probeService(ctx)
+		var decided, redirected, programmed time.Time
+		Eventually(func(g Gomega) {
+			now := time.Now()
+			if decided.IsZero() && kedaInactive(ctx) {
+				decided = now
+			}
+			if redirected.IsZero() && redirect(ctx) {
+				redirected = now
+			}
+			if !redirected.IsZero() && programmed.IsZero() && kubeProxyRedirects(ctx) {
+				programmed = now
+				g.Expect(replicas(ctx, ns, "app")).To(BeNumerically(">=", 1), "kube-proxy has the redirect before the scale to zero")
+			}
+			g.Expect(programmed).NotTo(BeZero())
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(50 * time.Millisecond).Should(Succeed())
+		Expect(decided).NotTo(BeZero(), "KEDA's Active condition turned False")
+		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(10 * time.Second).Should(Equal("False Proxying"))
 		Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).WithContext(ctx).
 			WithTimeout(3 * time.Minute).WithPolling(100 * time.Millisecond).Should(BeZero())
 		scaled := time.Now()
-		AddReportEntry("serve mode: last direct request -> replicas 0", scaled.Sub(stopped).String())
-		Eventually(func() bool { return redirect(ctx) }).WithContext(ctx).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).Should(BeTrue())
-		redirected := time.Now()
 		Eventually(func() []string { return podIPs(ctx, ns, "app") }).WithContext(ctx).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(BeEmpty())
-		AddReportEntry("serve mode: replicas 0 -> redirect in place; redirect -> last pod object gone",
-			fmt.Sprintf("%s; %s", redirected.Sub(scaled), time.Since(redirected)))
-		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(10 * time.Second).Should(Equal("False Proxying"))
+		gone := time.Now()
+		time.Sleep(3 * time.Second) // kube-proxy's next sync after the pod is gone falls inside the probe
+		n, failures := stopProbe()
+		Expect(failures).To(BeEmpty(), "%d of %d probes of the Service failed", len(failures), n)
+		AddReportEntry("serve mode: switch back to the interceptors", fmt.Sprintf(
+			"last direct request -> KEDA inactive %s; KEDA inactive -> redirect slice %s; redirect slice -> kube-proxy rules %s; kube-proxy rules -> replicas 0 %s; replicas 0 -> last pod object gone %s; probes of the Service %d, failed %d",
+			decided.Sub(stopped), redirected.Sub(decided), programmed.Sub(redirected), scaled.Sub(programmed), gone.Sub(scaled), n, len(failures)))
 	})
 
 	It("wakes the app again on the next call to the Service", func(ctx SpecContext) {
@@ -262,30 +367,120 @@ var _ = Describe("Serve mode", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(a.Status).To(Equal(http.StatusOK))
 		Expect(a.Headers).To(HaveKey("X-Forwarded-For"), "held by an interceptor")
-		AddReportEntry("serve mode: cold call through the Service answered after", time.Since(start).String())
+		answered := time.Now()
 		Expect(replicas(ctx, ns, "app")).To(BeNumerically(">=", 1))
+		Eventually(func() bool { return redirect(ctx) }).WithContext(ctx).WithTimeout(time.Minute).WithPolling(50 * time.Millisecond).Should(BeFalse())
+		AddReportEntry("serve mode: switch to direct", fmt.Sprintf("cold call through the Service answered after %s; answered (pod ready) -> redirect slice deleted %s",
+			answered.Sub(start), time.Since(answered)))
 		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(time.Minute).Should(Equal("True Direct"))
+	})
+
+	It("loses no request when the interceptors are rolled during a switch", func(ctx SpecContext) {
+		// Back to zero on KEDA's own decision, with the redirect in kube-proxy's rules.
+		Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).WithContext(ctx).
+			WithTimeout(3 * time.Minute).WithPolling(200 * time.Millisecond).Should(BeZero())
+		Eventually(func() []string { return podIPs(ctx, ns, "app") }).WithContext(ctx).WithTimeout(time.Minute).Should(BeEmpty())
+		Eventually(func() bool { return kubeProxyRedirects(ctx) }).WithContext(ctx).WithTimeout(30 * time.Second).Should(BeTrue())
+
+		// A steady loop of calls to the Service (20/s, each on its own connection, held as long as a
+		// cold start takes) wakes the app while `kubectl rollout restart` replaces every interceptor;
+		// the loop goes on until the redirect is gone and the rollout is over.
+		type result struct {
+			rid string
+			err error
+			a   answer
+		}
+		var (
+			mu      sync.Mutex
+			results []result
+			wg      sync.WaitGroup
+		)
+		stopLoop := make(chan struct{})
+		loopDone := make(chan struct{})
+		go func() {
+			defer GinkgoRecover()
+			defer close(loopDone)
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				select {
+				case <-stopLoop:
+					return
+				case <-tick.C:
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rid := fmt.Sprintf("roll-%d", i)
+					a, err := get(ctx, fqdn, "/roll?rid="+rid)
+					mu.Lock()
+					results = append(results, result{rid, err, a})
+					mu.Unlock()
+				}()
+			}
+		}()
+		time.Sleep(300 * time.Millisecond)
+		_, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "rollout", "restart", "deployment/httpscale-interceptor")
+		Expect(err).NotTo(HaveOccurred())
+		_, err = f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "rollout", "status", "deployment/httpscale-interceptor", "--timeout=5m")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal("True Direct"))
+		time.Sleep(3 * time.Second)
+		close(stopLoop)
+		<-loopDone
+		wg.Wait()
+
+		var failed []string
+		viaInterceptor := 0
+		for _, r := range results {
+			switch {
+			case r.err != nil:
+				failed = append(failed, fmt.Sprintf("%s: %v", r.rid, r.err))
+			case r.a.Status != http.StatusOK:
+				failed = append(failed, fmt.Sprintf("%s: status %d", r.rid, r.a.Status))
+			case r.a.Headers["X-Forwarded-For"] != "":
+				viaInterceptor++
+			}
+		}
+		Expect(failed).To(BeEmpty(), "%d of %d calls failed", len(failed), len(results))
+		counts := requestCounts(ctx, ns, "app")
+		for _, r := range results {
+			Expect(counts[r.rid]).To(BeEquivalentTo(1), "request %s reached the app %d times", r.rid, counts[r.rid])
+		}
+		AddReportEntry("serve mode: interceptors rolled during the switch to direct",
+			fmt.Sprintf("%d calls, %d failed, %d through an interceptor", len(results), len(failed), viaInterceptor))
+		h, err = f.HTTPScale(ctx) // the new interceptor pods
+		Expect(err).NotTo(HaveOccurred())
 	})
 
 	if os.Getenv("HTTPSCALE_E2E_SERVE_BENCH") != "" {
 		// Warm throughput and p99 with wrk from the cluster's network namespace, under the machine's
 		// bench lock (flock /tmp/bench.lock, nice -n -10): the app's Service in Serve mode (direct),
 		// a second Service selecting the same pod without httpscale, and an interceptor pod (the Proxy
-		// mode path), interleaved twice. One replica (max 1), so every target reaches the same pod.
+		// mode path), interleaved in HTTPSCALE_E2E_SERVE_BENCH rounds (5 unless it is a number). One
+		// replica (max 1), so every target reaches the same pod.
 		It("measures warm throughput through the Service against the Service without httpscale and the interceptor", func(ctx SpecContext) {
 			plain := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "app-plain", Namespace: ns}, Spec: corev1.ServiceSpec{
 				Selector: svc.Spec.Selector, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(framework.SampleAppPort)}},
 			}}
 			Expect(f.Client.Create(ctx, plain)).To(Succeed())
-			Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(time.Minute).Should(Equal("True Direct"))
+			// Traffic keeps KEDA active, so the app is served directly when the measurement starts.
+			Eventually(func() string {
+				_, _ = get(ctx, "", "/warmup")
+				return serving(ctx)
+			}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Equal("True Direct"))
 			Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).WithContext(ctx).Should(BeEquivalentTo(1))
 			targets := []struct{ name, url, host string }{
 				{"serve", fmt.Sprintf("http://%s/bench", svc.Spec.ClusterIP), fqdn},
 				{"plain", fmt.Sprintf("http://%s/bench", plain.Spec.ClusterIP), "app-plain." + ns},
 				{"proxy", proxyURL(h, 0, "/bench"), string(hso.Spec.Hosts[0])},
 			}
+			rounds := 5
+			if n, err := strconv.Atoi(os.Getenv("HTTPSCALE_E2E_SERVE_BENCH")); err == nil && n > 0 {
+				rounds = n
+			}
 			script := "uptime\n"
-			for range 2 {
+			for range rounds {
 				for _, t := range targets {
 					script += fmt.Sprintf("echo '== %s'\nip netns exec %s wrk -t2 -c32 -d10s --latency -H 'Host: %s' %s\n", t.name, f.Cluster.NetNS, t.host, t.url)
 				}
@@ -295,7 +490,7 @@ var _ = Describe("Serve mode", Ordered, func() {
 			out, err := exec.CommandContext(ctx, "flock", "/tmp/bench.lock", "nice", "-n", "-10", "sh", "-c", script).CombinedOutput()
 			Expect(err).NotTo(HaveOccurred(), string(out))
 			GinkgoWriter.Printf("%s\n", out)
-			AddReportEntry("serve mode bench (wrk -t2 -c32 -d10s, twice each)", string(out))
+			AddReportEntry("serve mode bench (wrk -t2 -c32 -d10s, interleaved rounds)", string(out))
 			Expect(string(out)).NotTo(ContainSubstring("Non-2xx"))
 			Expect(string(out)).NotTo(ContainSubstring("Socket errors"))
 			Expect(interceptorRequests(ctx)).To(BeNumerically(">", before), "the proxy target passed the interceptor")
@@ -305,8 +500,10 @@ var _ = Describe("Serve mode", Ordered, func() {
 
 	It("restores the Service when the object is deleted", func(ctx SpecContext) {
 		Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), hso)).To(Succeed())
-		// Back to zero first (the workload watch puts the redirect in place at once), then delete.
-		updateDeployment(ctx, ns, "app", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) })
+		// Back to zero on KEDA's decision (the redirect is in place from then on), then delete. Scaled
+		// by hand while the app's recent requests still count, KEDA would scale it up again.
+		Eventually(func() (int32, error) { return replicas(ctx, ns, "app") }).WithContext(ctx).
+			WithTimeout(3 * time.Minute).WithPolling(200 * time.Millisecond).Should(BeZero())
 		Eventually(func() bool { return redirect(ctx) }).WithContext(ctx).WithTimeout(30 * time.Second).Should(BeTrue())
 		Expect(f.Client.Delete(ctx, hso)).To(Succeed())
 		Eventually(func() bool {
