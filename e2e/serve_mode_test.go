@@ -20,6 +20,7 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -70,6 +71,13 @@ var _ = Describe("Serve mode", Ordered, func() {
 					"valueLocation": "recent", "targetValue": "1000", "activationTargetValue": "0",
 				},
 			}}}
+		})
+		// The app drains as docs/configuration.md asks of a Serve-mode app: a pre-stop pause keeps the
+		// pod serving for 5 s after it starts terminating, while kube-proxy drops its endpoint (the
+		// sample app itself stops at once on SIGTERM).
+		updateDeployment(ctx, ns, "app", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
+			d.Spec.Template.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 5}}}
 		})
 		// The trigger reads the pods' admin port through the Service: a second port, never redirected.
 		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, &svc)).To(Succeed())
@@ -330,9 +338,14 @@ var _ = Describe("Serve mode", Ordered, func() {
 		// a probe of the Service every 100 ms from here to after the pod is gone gets no failure.
 		stopped := time.Now()
 		stopProbe := probeService(ctx)
-		var decided, redirected, programmed time.Time
+		var decided, redirected, programmed, prevPoll time.Time
+		var pollGap time.Duration // the longest gap between two polls: the timings' resolution
 		Eventually(func(g Gomega) {
 			now := time.Now()
+			if !prevPoll.IsZero() {
+				pollGap = max(pollGap, now.Sub(prevPoll))
+			}
+			prevPoll = now
 			if decided.IsZero() && kedaInactive(ctx) {
 				decided = now
 			}
@@ -356,8 +369,8 @@ var _ = Describe("Serve mode", Ordered, func() {
 		n, failures := stopProbe()
 		Expect(failures).To(BeEmpty(), "%d of %d probes of the Service failed", len(failures), n)
 		AddReportEntry("serve mode: switch back to the interceptors", fmt.Sprintf(
-			"last direct request -> KEDA inactive %s; KEDA inactive -> redirect slice %s; redirect slice -> kube-proxy rules %s; kube-proxy rules -> replicas 0 %s; replicas 0 -> last pod object gone %s; probes of the Service %d, failed %d",
-			decided.Sub(stopped), redirected.Sub(decided), programmed.Sub(redirected), scaled.Sub(programmed), gone.Sub(scaled), n, len(failures)))
+			"last direct request -> KEDA inactive %s; KEDA inactive -> redirect slice %s; redirect slice -> kube-proxy rules %s (polled every %s at most); kube-proxy rules -> replicas 0 %s; replicas 0 -> last pod object gone %s; probes of the Service %d, failed %d",
+			decided.Sub(stopped), redirected.Sub(decided), programmed.Sub(redirected), pollGap.Round(time.Millisecond), scaled.Sub(programmed), gone.Sub(scaled), n, len(failures)))
 	})
 
 	It("wakes the app again on the next call to the Service", func(ctx SpecContext) {
@@ -384,7 +397,32 @@ var _ = Describe("Serve mode", Ordered, func() {
 
 		// A steady loop of calls to the Service (20/s, each on its own connection, held as long as a
 		// cold start takes) wakes the app while `kubectl rollout restart` replaces every interceptor;
-		// the loop goes on until the redirect is gone and the rollout is over.
+		// the loop goes on until the redirect is gone and the rollout is over. The app's pod turns
+		// ready 15 s after it starts, so the whole roll falls into the switch: calls are held by
+		// interceptors that drain and by their replacements, and the redirect follows the roll.
+		updateDeployment(ctx, ns, "app", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].ReadinessProbe.InitialDelaySeconds = 15
+		})
+		listed := map[string]bool{} // interceptor addresses the redirect listed during the switch
+		watchDone := make(chan struct{})
+		stopWatch := make(chan struct{})
+		go func() {
+			defer GinkgoRecover()
+			defer close(watchDone)
+			for {
+				s := &discoveryv1.EndpointSlice{}
+				if f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app-httpscale-redirect"}, s) == nil {
+					for _, e := range s.Endpoints {
+						listed[e.Addresses[0]] = true
+					}
+				}
+				select {
+				case <-stopWatch:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}()
 		type result struct {
 			rid string
 			err error
@@ -427,8 +465,11 @@ var _ = Describe("Serve mode", Ordered, func() {
 		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal("True Direct"))
 		time.Sleep(3 * time.Second)
 		close(stopLoop)
+		close(stopWatch)
 		<-loopDone
+		<-watchDone
 		wg.Wait()
+		Expect(len(listed)).To(BeNumerically(">", len(h.Interceptors)), "the redirect followed the roll: %v", listed)
 
 		var failed []string
 		viaInterceptor := 0
@@ -448,7 +489,7 @@ var _ = Describe("Serve mode", Ordered, func() {
 			Expect(counts[r.rid]).To(BeEquivalentTo(1), "request %s reached the app %d times", r.rid, counts[r.rid])
 		}
 		AddReportEntry("serve mode: interceptors rolled during the switch to direct",
-			fmt.Sprintf("%d calls, %d failed, %d through an interceptor", len(results), len(failed), viaInterceptor))
+			fmt.Sprintf("%d calls, %d failed, %d through an interceptor; interceptors listed by the redirect during the switch: %d", len(results), len(failed), viaInterceptor, len(listed)))
 		h, err = f.HTTPScale(ctx) // the new interceptor pods
 		Expect(err).NotTo(HaveOccurred())
 	})
