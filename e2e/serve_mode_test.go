@@ -182,46 +182,35 @@ var _ = Describe("Serve mode", Ordered, func() {
 			n        int
 			failures []string
 		)
-		done, finished := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer GinkgoRecover()
-			defer close(finished)
-			for {
-				select {
-				case <-done:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-				at := time.Now()
-				bad := ""
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/ready", svc.Spec.ClusterIP), nil)
+		stop := every(100*time.Millisecond, func(int) {
+			at := time.Now()
+			bad := ""
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/ready", svc.Spec.ClusterIP), nil)
+			if err != nil {
+				bad = err.Error()
+			} else {
+				req.Host = fqdn
+				resp, err := c.Do(req)
 				if err != nil {
 					bad = err.Error()
 				} else {
-					req.Host = fqdn
-					resp, err := c.Do(req)
-					if err != nil {
-						bad = err.Error()
-					} else {
-						_, _ = io.Copy(io.Discard, resp.Body)
-						resp.Body.Close()
-						idle := resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("X-Httpscale-Idle") == "true"
-						if resp.StatusCode != http.StatusOK && !idle {
-							bad = resp.Status
-						}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					idle := resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("X-Httpscale-Idle") == "true"
+					if resp.StatusCode != http.StatusOK && !idle {
+						bad = resp.Status
 					}
 				}
-				mu.Lock()
-				n++
-				if bad != "" {
-					failures = append(failures, at.UTC().Format("15:04:05.000 ")+bad)
-				}
-				mu.Unlock()
 			}
-		}()
+			mu.Lock()
+			n++
+			if bad != "" {
+				failures = append(failures, at.UTC().Format("15:04:05.000 ")+bad)
+			}
+			mu.Unlock()
+		})
 		return func() (int, []string) {
-			close(done)
-			<-finished
+			stop()
 			mu.Lock()
 			defer mu.Unlock()
 			return n, failures
@@ -404,25 +393,14 @@ var _ = Describe("Serve mode", Ordered, func() {
 			d.Spec.Template.Spec.Containers[0].ReadinessProbe.InitialDelaySeconds = 15
 		})
 		listed := map[string]bool{} // interceptor addresses the redirect listed during the switch
-		watchDone := make(chan struct{})
-		stopWatch := make(chan struct{})
-		go func() {
-			defer GinkgoRecover()
-			defer close(watchDone)
-			for {
-				s := &discoveryv1.EndpointSlice{}
-				if f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app-httpscale-redirect"}, s) == nil {
-					for _, e := range s.Endpoints {
-						listed[e.Addresses[0]] = true
-					}
-				}
-				select {
-				case <-stopWatch:
-					return
-				case <-time.After(100 * time.Millisecond):
+		stopWatch := every(100*time.Millisecond, func(int) {
+			s := &discoveryv1.EndpointSlice{}
+			if f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app-httpscale-redirect"}, s) == nil {
+				for _, e := range s.Endpoints {
+					listed[e.Addresses[0]] = true
 				}
 			}
-		}()
+		})
 		type result struct {
 			rid string
 			err error
@@ -433,30 +411,17 @@ var _ = Describe("Serve mode", Ordered, func() {
 			results []result
 			wg      sync.WaitGroup
 		)
-		stopLoop := make(chan struct{})
-		loopDone := make(chan struct{})
-		go func() {
-			defer GinkgoRecover()
-			defer close(loopDone)
-			tick := time.NewTicker(50 * time.Millisecond)
-			defer tick.Stop()
-			for i := 0; ; i++ {
-				select {
-				case <-stopLoop:
-					return
-				case <-tick.C:
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					rid := fmt.Sprintf("roll-%d", i)
-					a, err := get(ctx, fqdn, "/roll?rid="+rid)
-					mu.Lock()
-					results = append(results, result{rid, err, a})
-					mu.Unlock()
-				}()
-			}
-		}()
+		stopLoop := every(50*time.Millisecond, func(i int) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rid := fmt.Sprintf("roll-%d", i)
+				a, err := get(ctx, fqdn, "/roll?rid="+rid)
+				mu.Lock()
+				results = append(results, result{rid, err, a})
+				mu.Unlock()
+			}()
+		})
 		time.Sleep(300 * time.Millisecond)
 		_, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "rollout", "restart", "deployment/httpscale-interceptor")
 		Expect(err).NotTo(HaveOccurred())
@@ -464,10 +429,8 @@ var _ = Describe("Serve mode", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func() string { return serving(ctx) }).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal("True Direct"))
 		time.Sleep(3 * time.Second)
-		close(stopLoop)
-		close(stopWatch)
-		<-loopDone
-		<-watchDone
+		stopLoop()
+		stopWatch()
 		wg.Wait()
 		Expect(len(listed)).To(BeNumerically(">", len(h.Interceptors)), "the redirect followed the roll: %v", listed)
 
@@ -562,3 +525,25 @@ var _ = Describe("Serve mode", Ordered, func() {
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(HaveOccurred())
 	})
 })
+
+// every calls fn(0), fn(1)... in a goroutine, one call every interval, until the returned stop is
+// called; stop returns once the last call has returned.
+func every(interval time.Duration, fn func(i int)) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(finished)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(interval):
+			}
+			fn(i)
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
