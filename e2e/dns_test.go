@@ -137,11 +137,7 @@ var _ = Describe("Cluster DNS", Ordered, func() {
 		fqdn = service + "." + ns + ".svc." + localcluster.ClusterDomain
 		outside = "example.com"
 
-		probe = filepath.Join(GinkgoT().TempDir(), "dnsprobe")
-		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", probe, "./e2e/dnsprobe")
-		build.Dir, build.Env = f.Cluster.RepoRoot, append(os.Environ(), "CGO_ENABLED=0")
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "building dnsprobe: %s", out)
+		probe = buildProbe(ctx)
 	})
 
 	It("lets a pod on a real node resolve the API server and Services by FQDN and by short name, and reach them", func(ctx SpecContext) {

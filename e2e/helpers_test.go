@@ -9,6 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -101,8 +104,10 @@ type answer struct {
 	Status int
 	PodIP  string `json:"podIP"`
 	Zone   string `json:"zone"`
-	Host   string `json:"host"`
-	Path   string `json:"path"`
+	// Headers are the request headers the app received (first value each).
+	Headers map[string]string `json:"headers"`
+	Host    string            `json:"host"`
+	Path    string            `json:"path"`
 }
 
 // ask sends one GET through an interceptor (zone index) with the given Host and headers.
@@ -209,4 +214,41 @@ func updateDeployment(ctx context.Context, ns, name string, change func(*appsv1.
 		change(&d)
 		return f.Client.Update(ctx, &d)
 	})).To(Succeed(), "updating Deployment %s/%s", ns, name)
+}
+
+// buildProbe builds e2e/dnsprobe (static) into a temporary directory and returns the binary's path.
+func buildProbe(ctx context.Context) string {
+	GinkgoHelper()
+	probe := filepath.Join(GinkgoT().TempDir(), "dnsprobe")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", probe, "./e2e/dnsprobe")
+	build.Dir, build.Env = f.Cluster.RepoRoot, append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "building dnsprobe: %s", out)
+	return probe
+}
+
+// runProbe runs dnsprobe with args as pod name of ns on a real node (a client pod with the cluster's
+// DNS and kube-proxy's Service addresses), waits up to limit for it to finish and returns its results.
+func runProbe(ctx context.Context, ns, name string, limit time.Duration, args ...string) probeResults {
+	GinkgoHelper()
+	image := f.Cluster.RegistryHost() + "/dnsprobe:e2e"
+	Expect(f.Cluster.PushImage(ctx, image, buildProbe(ctx))).To(Succeed())
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  framework.RealNodeSelector(),
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers:                    []corev1.Container{{Name: "probe", Image: image, Args: args}},
+		},
+	}
+	Expect(f.Client.Create(ctx, pod)).To(Succeed())
+	Eventually(func(g Gomega) {
+		g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		g.Expect(pod.Status.Phase).NotTo(Equal(corev1.PodFailed), "%s pod failed: %+v", name, pod.Status)
+		g.Expect(pod.Status.Phase).To(Equal(corev1.PodSucceeded))
+	}).WithContext(ctx).WithTimeout(limit).Should(Succeed())
+	out, err := f.Cluster.KubectlRun(ctx, "", "-n", ns, "logs", name)
+	Expect(err).NotTo(HaveOccurred())
+	return parseProbe(out)
 }

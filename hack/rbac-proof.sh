@@ -9,6 +9,7 @@
 #   e.g. --set operator.replicas=0,interceptor.replicas=0,scaler.replicas=0 when the binaries run out of
 #   cluster (no pods of ours in the cluster, only the Services, RBAC, webhook configuration and CRD)
 #   env: KUBECONFIG (required), NAMESPACE (default httpscale-system), RELEASE (default httpscale),
+#        FLEET (default default: the chart value fleet; its ServiceAccounts are httpscale-<fleet>-<component>),
 #        HELM / KUBECTL (default: built by hack/tools.sh), TOKEN_DURATION (default 24h)
 # Writes <out-dir>/{operator,interceptor,scaler}.kubeconfig and prints their paths.
 set -euo pipefail
@@ -18,18 +19,21 @@ shift
 : "${KUBECONFIG:?set KUBECONFIG to an administrator kubeconfig of the target cluster}"
 ns=${NAMESPACE:-httpscale-system}
 release=${RELEASE:-httpscale}
+fleet=${FLEET:-default}
+prefix=httpscale
+if [ "$fleet" != default ]; then prefix=httpscale-$fleet; fi
 helm=${HELM:-$("$root/hack/tools.sh" helm | tail -n1)/helm}
 kubectl=${KUBECTL:-$("$root/hack/tools.sh" envtest | tail -n1)/kubectl}
 mkdir -p "$out"
 
-"$helm" upgrade --install "$release" "$root/charts/httpscale" --namespace "$ns" --create-namespace "$@" >&2
+"$helm" upgrade --install "$release" "$root/charts/httpscale" --namespace "$ns" --create-namespace --set fleet="$fleet" "$@" >&2
 
 server=$("$kubectl" config view --minify --raw -o jsonpath='{.clusters[0].cluster.server}')
 "$kubectl" config view --minify --raw --flatten -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' |
 	base64 -d >"$out/ca.crt"
 
 for component in operator interceptor scaler; do
-	sa=httpscale-$component
+	sa=$prefix-$component
 	kc=$out/$component.kubeconfig
 	token=$("$kubectl" create token "$sa" --namespace "$ns" --duration "${TOKEN_DURATION:-24h}")
 	rm -f "$kc"

@@ -174,8 +174,44 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		Log:          log.WithName("admin"),
 	}
 	runnables = append(runnables, adminSrv)
+	if kube.endpointWatch != nil {
+		runnables = append(runnables, keepUntilDrained{
+			Runnable: kube.endpointWatch, drained: drained, limit: cfg.DrainDelay + cfg.DrainTimeout + adminDrainTimeout,
+		})
+	}
 	if tp != nil {
 		runnables = append(runnables, tp)
 	}
 	return servers{runnables: runnables, ready: ready}, nil
+}
+
+// keepUntilDrained runs the endpoint cache past the manager's stop until the proxy has drained (at
+// most limit longer): a request held during the drain is forwarded when the app's first endpoint
+// turns ready, which only the cache's watch can tell. Stopped with the other runnables, it would
+// leave such requests waiting until the drain deadline cut them off (an interceptor rolled while it
+// holds requests for an app that is still starting).
+type keepUntilDrained struct {
+	manager.Runnable
+	drained <-chan struct{}
+	limit   time.Duration
+}
+
+// NeedLeaderElection keeps it among the runnables stopped with the servers.
+func (keepUntilDrained) NeedLeaderElection() bool { return false }
+
+// Start runs the wrapped runnable with a context that ends once ctx has ended and the proxy drained.
+func (k keepUntilDrained) Start(ctx context.Context) error {
+	inner, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	go func() {
+		<-ctx.Done()
+		t := time.NewTimer(k.limit)
+		defer t.Stop()
+		select {
+		case <-k.drained:
+		case <-t.C:
+		}
+		cancel()
+	}()
+	return k.Runnable.Start(inner)
 }

@@ -33,9 +33,13 @@ type kubeParts struct {
 	zone string
 	// certs holds the apps' TLS certificates; nil when the TLS port is off.
 	certs *tlsterm.Store
+	// endpointWatch runs the EndpointSlice cache; the servers add it so that it runs until the proxy
+	// has drained (nil: nothing to run).
+	endpointWatch manager.Runnable
 }
 
-// wireKubernetes builds the routing-table watch and the EndpointSlice cache and adds them to mgr.
+// wireKubernetes builds the routing-table watch and the EndpointSlice cache, and adds the table watch
+// to mgr (the servers add the cache, see keepUntilDrained).
 func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prometheus.Registry, log logr.Logger) (kubeParts, error) {
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
@@ -73,12 +77,10 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 	if err := mgr.Add(table); err != nil {
 		return kubeParts{}, fmt.Errorf("adding routing-table watch: %w", err)
 	}
-	if err := mgr.Add(cache); err != nil {
-		return kubeParts{}, fmt.Errorf("adding endpoint cache: %w", err)
-	}
 	return kubeParts{
 		tables:        table,
 		endpoints:     cache,
+		endpointWatch: cache,
 		onTableChange: table.OnChange,
 		zone:          zone,
 		certs:         certs,

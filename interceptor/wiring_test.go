@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"runtime/debug"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,5 +44,52 @@ func TestNewServersLeavesTheGCAlone(t *testing.T) {
 	t.Setenv("GOGC", "200")
 	if r := gcTuner(cfg); r != nil {
 		t.Errorf("gcTuner with GOGC set = %#v, want nil (GOGC decides)", r)
+	}
+}
+
+// runUntilDone is a Runnable that runs until its context ends and reports when.
+type runUntilDone struct{ stopped chan struct{} }
+
+func (r runUntilDone) Start(ctx context.Context) error {
+	<-ctx.Done()
+	close(r.stopped)
+	return nil
+}
+
+// The endpoint cache keeps running after the manager's stop until the proxy has drained, so held
+// requests are still woken during the drain; a drain that never ends stops it at the limit.
+func TestKeepUntilDrained(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		limit time.Duration
+		drain bool
+	}{{"drained", time.Minute, true}, {"limit", 200 * time.Millisecond, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := runUntilDone{stopped: make(chan struct{})}
+			drained := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- keepUntilDrained{Runnable: r, drained: drained, limit: c.limit}.Start(ctx) }()
+			cancel()
+			select {
+			case <-r.stopped:
+				t.Fatal("stopped with the manager, before the proxy drained")
+			case <-time.After(100 * time.Millisecond):
+			}
+			if c.drain {
+				close(drained)
+			}
+			select {
+			case <-r.stopped:
+			case <-time.After(5 * time.Second):
+				t.Fatal("still running after the drain (or the limit)")
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if (keepUntilDrained{}).NeedLeaderElection() {
+		t.Error("needs leader election: it would be stopped after the servers' group, not with it")
 	}
 }

@@ -90,5 +90,7 @@ func options(cfg *config.Operator) controller.Options {
 		TableMaxDelay:             cfg.TableMaxDelay,
 		MaxConcurrentReconciles:   cfg.MaxConcurrentReconciles,
 		InterceptorServiceAccount: cfg.InterceptorServiceAccount,
+		ClusterDomain:             cfg.ClusterDomain,
+		InterceptorProxyPort:      int32(cfg.InterceptorProxyPort),
 	}
 }

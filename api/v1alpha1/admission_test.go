@@ -95,6 +95,28 @@ var _ = Describe("HTTPScaledObject admission", func() {
 		Entry("placeholder status code out of range", func(o *v1.HTTPScaledObject) {
 			o.Spec.ColdStart = &v1.ColdStart{Placeholder: &v1.Placeholder{StatusCode: 99}}
 		}, "spec.coldStart.placeholder.statusCode", "greater than or equal to 200"),
+		Entry("an unknown mode", func(o *v1.HTTPScaledObject) { o.Spec.Mode = "Direct" },
+			"spec.mode", `supported values: "Proxy", "Serve"`),
+		Entry("Serve mode at min 0 without a trigger that sees warm traffic", func(o *v1.HTTPScaledObject) { o.Spec.Mode = v1.ModeServe },
+			"spec", "add spec.scaling.triggers that measure the app's traffic"),
+		Entry("Serve mode at min 0 with an empty trigger list", func(o *v1.HTTPScaledObject) {
+			o.Spec.Mode = v1.ModeServe
+			o.Spec.Scaling = &v1.Scaling{Triggers: []v1.ScalingTrigger{}}
+		}, "spec", "or set replicas.min to at least 1"),
+		Entry("Serve mode forwarding via the Service", func(o *v1.HTTPScaledObject) {
+			o.Spec.Mode = v1.ModeServe
+			o.Spec.Replicas = &v1.ReplicaBounds{Min: ptr.To[int32](1)}
+			o.Spec.Forwarding = &v1.Forwarding{ViaService: true}
+		}, "spec", "mode Serve cannot be combined with forwarding.viaService"),
+		Entry("a trigger type that is not a scaler name", func(o *v1.HTTPScaledObject) {
+			o.Spec.Scaling = &v1.Scaling{Triggers: []v1.ScalingTrigger{{Type: "Prometheus Query"}}}
+		}, "spec.scaling.triggers[0].type", "trigger type must be a KEDA scaler type"),
+		Entry("a trigger metric type KEDA does not know", func(o *v1.HTTPScaledObject) {
+			o.Spec.Scaling = &v1.Scaling{Triggers: []v1.ScalingTrigger{{Type: "cpu", MetricType: "Average"}}}
+		}, "spec.scaling.triggers[0].metricType", "supported values"),
+		Entry("a trigger authentication of another kind", func(o *v1.HTTPScaledObject) {
+			o.Spec.Scaling = &v1.Scaling{Triggers: []v1.ScalingTrigger{{Type: "prometheus", AuthenticationRef: &v1.TriggerAuthenticationRef{Name: "a", Kind: "Secret"}}}}
+		}, "spec.scaling.triggers[0].authenticationRef.kind", "supported values"),
 		Entry("ignored path without a leading slash", func(o *v1.HTTPScaledObject) { o.Spec.IgnoredPaths = []v1.PathPrefix{"healthz"} },
 			"spec.ignoredPaths[0]", "path prefix must start with /"),
 		Entry("static route with a response and a service", func(o *v1.HTTPScaledObject) {
@@ -123,6 +145,30 @@ var _ = Describe("HTTPScaledObject admission", func() {
 			o.Spec.ColdStart = &v1.ColdStart{WaitingPage: &v1.WaitingPage{Enabled: true, RefreshSeconds: -1}}
 		}, "spec.coldStart.waitingPage.refreshSeconds", "greater than or equal to 1"),
 	)
+
+	It("defaults the mode to Proxy and accepts Serve with an extra trigger or with replicas.min of 1", func() {
+		obj := valid("proxy-default")
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		got := &v1.HTTPScaledObject{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		Expect(got.Spec.Mode).To(Equal(v1.ModeProxy))
+
+		withTrigger := valid("serve-trigger")
+		withTrigger.Spec.Mode = v1.ModeServe
+		withTrigger.Spec.Scaling = &v1.Scaling{Triggers: []v1.ScalingTrigger{{
+			Type: "metrics-api", Name: "rps", MetricType: "AverageValue",
+			Metadata:          map[string]string{"url": "http://shop.default.svc/stats", "valueLocation": "rps", "targetValue": "10"},
+			AuthenticationRef: &v1.TriggerAuthenticationRef{Name: "stats"},
+		}}}
+		Expect(k8s.Create(ctx, withTrigger)).To(Succeed())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(withTrigger), got)).To(Succeed())
+		Expect(got.Spec.Scaling).To(Equal(withTrigger.Spec.Scaling))
+
+		warm := valid("serve-min1")
+		warm.Spec.Mode = v1.ModeServe
+		warm.Spec.Replicas = &v1.ReplicaBounds{Min: ptr.To[int32](1)}
+		Expect(k8s.Create(ctx, warm)).To(Succeed())
+	})
 
 	It("accepts ignored paths and static routes and defaults a static response to 200", func() {
 		obj := valid("static")

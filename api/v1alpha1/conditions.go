@@ -20,6 +20,22 @@ const (
 	// exists, is of type kubernetes.io/tls and holds a certificate and key that belong together. It
 	// does not change Ready: plain HTTP routing works whatever the Secret holds.
 	ConditionTLSReady = "TLSReady"
+	// ConditionServing is reported in Serve mode only. True (reason Direct): the app's Service sends
+	// traffic straight to the app's pods. False with reason Proxying: the Service's port is redirected
+	// to the interceptors (the app is at or going to zero, or its pods are not ready yet). False with
+	// another reason: Serve mode cannot be applied to the Service (ServiceClaimed, UnsupportedService,
+	// SelectorMismatch), the Service is left as it is and the app is reachable through the interceptor
+	// Service only.
+	ConditionServing = "Serving"
+)
+
+// Reasons of ConditionServing.
+const (
+	ServingReasonDirect             = "Direct"
+	ServingReasonProxying           = "Proxying"
+	ServingReasonServiceClaimed     = "ServiceClaimed"
+	ServingReasonUnsupportedService = "UnsupportedService"
+	ServingReasonSelectorMismatch   = "SelectorMismatch"
 )
 
 // Annotations users may set on an HTTPScaledObject.

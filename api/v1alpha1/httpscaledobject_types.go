@@ -27,6 +27,8 @@ type Duration string
 // workload that serves it.
 // +kubebuilder:validation:XValidation:rule="has(self.hosts) && size(self.hosts) > 0",message="hosts needs at least one host: shop.example.com, *.example.com or * for all hosts"
 // +kubebuilder:validation:XValidation:rule=`!has(self.replicas) || !has(self.replicas.min) || !has(self.replicas.max) || self.replicas.min <= self.replicas.max`,message="replicas.min must not be greater than replicas.max"
+// +kubebuilder:validation:XValidation:rule=`!has(self.mode) || self.mode != 'Serve' || !has(self.forwarding) || !has(self.forwarding.viaService) || !self.forwarding.viaService`,message="mode Serve cannot be combined with forwarding.viaService: while the app is at zero its Service leads back to the interceptors; remove forwarding.viaService"
+// +kubebuilder:validation:XValidation:rule=`!has(self.mode) || self.mode != 'Serve' || (has(self.scaling) && has(self.scaling.triggers) && size(self.scaling.triggers) > 0) || (has(self.replicas) && has(self.replicas.min) && self.replicas.min >= 1)`,message="mode Serve takes the interceptor out of the path while the app is warm, so the interceptor's counts cannot keep it up: add spec.scaling.triggers that measure the app's traffic (for example prometheus or metrics-api), or set replicas.min to at least 1"
 type HTTPScaledObjectSpec struct {
 	// Hosts whose requests are routed to this app. Exact hosts win over wildcards, more specific wildcards
 	// over less specific ones, and * catches whatever no other object claims.
@@ -73,6 +75,20 @@ type HTTPScaledObjectSpec struct {
 	// ScaleTargetRef names the workload to scale and the Service (and port) that receives its traffic.
 	ScaleTargetRef ScaleTargetRef `json:"scaleTargetRef"`
 
+	// Mode chooses the app's entry point. Proxy (the default): callers reach the app through the
+	// interceptor Service with one of spec.hosts, and every request passes the interceptor. Serve: the
+	// app's own Service (scaleTargetRef.service) is the entry point too; while the app has no ready
+	// endpoint the operator points that Service's scaleTargetRef port at the interceptors, which hold
+	// the request and wake the app, and once the app is ready traffic goes straight to its pods. In
+	// Serve mode the interceptor does not see warm traffic, so spec.scaling.triggers (or replicas.min
+	// of at least 1) must keep the app up.
+	// +optional
+	// +kubebuilder:default=Proxy
+	Mode Mode `json:"mode,omitempty"`
+
+	// Scaling adds autoscaler inputs to the interceptor's traffic metrics.
+	// +optional
+	Scaling *Scaling `json:"scaling,omitempty"`
 	// Fleet names the httpscale installation that routes and scales this app: the operator,
 	// interceptors and scaler of the Helm release installed with the same `fleet` value. Empty means
 	// the default fleet, "default". Only that release's operator writes the object's route, KEDA
@@ -132,6 +148,76 @@ type HTTPScaledObjectSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	Schedules []ScheduleRule `json:"schedules,omitempty"`
+}
+
+// Mode is an app's entry point: Proxy or Serve.
+// +kubebuilder:validation:Enum=Proxy;Serve
+type Mode string
+
+// Modes.
+const (
+	// ModeProxy sends every request through the interceptor Service.
+	ModeProxy Mode = "Proxy"
+	// ModeServe makes the app's own Service the entry point, redirected to the interceptors only while
+	// the app has no ready endpoint.
+	ModeServe Mode = "Serve"
+)
+
+// Serve reports whether the spec asks for Serve mode (an unset mode is Proxy).
+func (s *HTTPScaledObjectSpec) Serve() bool { return s.Mode == ModeServe }
+
+// Scaling adds autoscaler inputs to the interceptor's traffic metrics.
+type Scaling struct {
+	// Triggers are extra KEDA triggers appended to the generated ScaledObject after the interceptor's
+	// own trigger. KEDA scales on the largest recommendation and scales to zero only when every trigger
+	// is inactive, so a trigger that sees the app's traffic while it is warm keeps it up in Serve mode.
+	// They are passed to KEDA as written; KEDA reports errors in them on the ScaledObject.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	Triggers []ScalingTrigger `json:"triggers,omitempty"`
+}
+
+// ScalingTrigger is one KEDA trigger (see KEDA's scaler documentation for each type's metadata).
+type ScalingTrigger struct {
+	// Type of the KEDA scaler, for example prometheus, metrics-api or cpu.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')`,message="trigger type must be a KEDA scaler type such as prometheus, metrics-api or cpu (lowercase letters, digits and -)"
+	Type string `json:"type"`
+
+	// Name of the trigger, unique in the ScaledObject when set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name,omitempty"`
+
+	// Metadata is the scaler's configuration.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Metadata map[string]string `json:"metadata,omitempty"`
+
+	// MetricType is how the HPA reads the metric: AverageValue (the default), Value or Utilization.
+	// +optional
+	// +kubebuilder:validation:Enum=AverageValue;Value;Utilization
+	MetricType string `json:"metricType,omitempty"`
+
+	// AuthenticationRef names a KEDA TriggerAuthentication (or ClusterTriggerAuthentication) holding the
+	// trigger's secrets.
+	// +optional
+	AuthenticationRef *TriggerAuthenticationRef `json:"authenticationRef,omitempty"`
+}
+
+// TriggerAuthenticationRef names a KEDA TriggerAuthentication.
+type TriggerAuthenticationRef struct {
+	// Name of the TriggerAuthentication.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// Kind is TriggerAuthentication (the default, in the object's namespace) or
+	// ClusterTriggerAuthentication.
+	// +optional
+	// +kubebuilder:validation:Enum=TriggerAuthentication;ClusterTriggerAuthentication
+	Kind string `json:"kind,omitempty"`
 }
 
 // TLS names the certificate the interceptors present for an object's hosts.
@@ -465,8 +551,8 @@ type HTTPScaledObjectStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Valid, Conflict, RoutingPropagated, ScaledObjectReady, and TLSReady when
-	// spec.tls is set.
+	// Conditions: Ready, Valid, Conflict, RoutingPropagated, ScaledObjectReady, TLSReady when spec.tls
+	// is set, and Serving in Serve mode.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -516,6 +602,8 @@ type RoutingStatus struct {
 // +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.replicas.max`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="RoutingPropagated")].status`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Path",type=string,JSONPath=`.status.conditions[?(@.type=="Serving")].reason`
 // +kubebuilder:printcolumn:name="Fleet",type=string,priority=1,JSONPath=`.spec.fleet`
 // +kubebuilder:printcolumn:name="Interceptors",type=integer,priority=1,JSONPath=`.status.routing.interceptorsReady`
 // +kubebuilder:printcolumn:name="Table",type=string,priority=1,JSONPath=`.status.routing.tableVersion`

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -38,6 +39,7 @@ func main() {
 	flag.Var(&dial, "dial", "host:port to open a TCP connection to (repeatable).")
 	flag.Var(&get, "get", "URL to GET (repeatable).")
 	timeout := flag.Duration("timeout", 10*time.Second, "Bound of each check.")
+	parallel := flag.Bool("parallel", false, "Send the GETs all at once (results in the order given), on a new connection each.")
 	flag.Parse()
 
 	enc := json.NewEncoder(os.Stdout)
@@ -71,17 +73,30 @@ func main() {
 		}
 		_ = enc.Encode(r)
 	}
-	client := &http.Client{Timeout: *timeout, Transport: &http.Transport{DialContext: dialer.DialContext}}
-	for _, url := range get {
-		r := Result{Check: "get", Target: url}
-		resp, err := client.Get(url)
-		if err != nil {
-			r.Err = err.Error()
-		} else {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			resp.Body.Close()
-			r.Status, r.Body = resp.StatusCode, strings.TrimSpace(string(body))
+	client := &http.Client{Timeout: *timeout, Transport: &http.Transport{DialContext: dialer.DialContext, DisableKeepAlives: *parallel}}
+	results := make([]Result, len(get))
+	var wg sync.WaitGroup
+	for i, url := range get {
+		do := func() {
+			r := Result{Check: "get", Target: url}
+			resp, err := client.Get(url)
+			if err != nil {
+				r.Err = err.Error()
+			} else {
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				resp.Body.Close()
+				r.Status, r.Body = resp.StatusCode, strings.TrimSpace(string(body))
+			}
+			results[i] = r
 		}
+		if *parallel {
+			wg.Go(do)
+		} else {
+			do()
+		}
+	}
+	wg.Wait()
+	for _, r := range results {
 		_ = enc.Encode(r)
 	}
 	fmt.Fprintln(os.Stderr, "dnsprobe: done")

@@ -8,7 +8,9 @@
 //
 // With --admin, requests carrying ?rid=<id> are counted per id; GET <admin>/requests returns the counts
 // of this process as JSON (so a test can prove no request was lost or answered twice, summing over
-// pods) and DELETE resets them.
+// pods) and DELETE resets them. GET <admin>/stats returns {"recent": N}, the requests this process
+// answered in the last 10 seconds (readiness probes on /ready not counted): a traffic metric a KEDA
+// metrics-api trigger can read.
 package main
 
 import (
@@ -77,6 +79,40 @@ func (z zones) lookup(ip netip.Addr) string {
 
 type listens []string
 
+// recentWindow is the span of Report's recent count, in seconds.
+const recentWindow = 10
+
+// recent counts requests per second over the last recentWindow seconds.
+type recent struct {
+	mu      sync.Mutex
+	buckets [recentWindow]struct{ sec, n int64 }
+}
+
+func (r *recent) add(now time.Time) {
+	sec := now.Unix()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := &r.buckets[sec%recentWindow]
+	if b.sec != sec {
+		b.sec, b.n = sec, 0
+	}
+	b.n++
+}
+
+// sum is the count of the last recentWindow seconds, the current one included.
+func (r *recent) sum(now time.Time) int64 {
+	sec := now.Unix()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, b := range r.buckets {
+		if sec-b.sec < recentWindow {
+			n += b.n
+		}
+	}
+	return n
+}
+
 func (l *listens) String() string     { return strings.Join(*l, ",") }
 func (l *listens) Set(s string) error { *l = append(*l, s); return nil }
 
@@ -95,6 +131,7 @@ func run() error {
 	admin := flag.String("admin", "", "Address serving /requests (counts of requests per ?rid=); empty disables it.")
 	flag.Parse()
 	var counts sync.Map // rid -> *atomic.Int64
+	var last recent
 	if len(ls) == 0 {
 		ls = listens{"0.0.0.0:8000"}
 	}
@@ -110,6 +147,9 @@ func run() error {
 		}
 		for k := range r.Header {
 			rep.Headers[k] = r.Header.Get(k)
+		}
+		if r.URL.Path != "/ready" {
+			last.add(time.Now())
 		}
 		if rid := r.URL.Query().Get("rid"); rid != "" {
 			n, _ := counts.LoadOrStore(rid, new(atomic.Int64))
@@ -140,6 +180,11 @@ func run() error {
 	if *admin != "" {
 		ls = append(ls, *admin)
 		handlers[*admin] = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/stats" {
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(map[string]int64{"recent": last.sum(time.Now())})
+				return
+			}
 			if r.URL.Path != "/requests" {
 				http.NotFound(w, r)
 				return

@@ -188,3 +188,52 @@ func TestBuildScaledObject(t *testing.T) {
 		t.Errorf("defaults: min %d max %d cooldown %d, want 0 100 300", *so.Spec.MinReplicaCount, *so.Spec.MaxReplicaCount, *so.Spec.CooldownPeriod)
 	}
 }
+
+// Serve mode polls at most every half scaledownPeriod, so that KEDA's first inactive poll (when the
+// redirect goes in place) comes well before the scale to zero; Proxy mode keeps KEDA's default.
+func TestBuildScaledObjectServePolling(t *testing.T) {
+	for _, c := range []struct {
+		mode     v1.Mode
+		cooldown int32
+		want     *int32
+	}{
+		{v1.ModeProxy, 20, nil},
+		{v1.ModeServe, 300, nil},
+		{v1.ModeServe, 60, nil},
+		{v1.ModeServe, 59, ptr.To[int32](29)},
+		{v1.ModeServe, 20, ptr.To[int32](10)},
+		{v1.ModeServe, 1, ptr.To[int32](1)},
+		{v1.ModeServe, 0, ptr.To[int32](1)},
+	} {
+		hso := fullObject()
+		hso.Spec.Mode, hso.Spec.ScaledownPeriod = c.mode, ptr.To(c.cooldown)
+		if got := buildScaledObject(hso, "scaler:9090", nil).Spec.PollingInterval; !cmp.Equal(got, c.want) {
+			t.Errorf("%s, scaledownPeriod %d: pollingInterval %v, want %v", c.mode, c.cooldown, ptr.Deref(got, -1), ptr.Deref(c.want, -1))
+		}
+	}
+}
+
+// spec.scaling.triggers follow the interceptor's trigger, as written; the user's map is not shared.
+func TestBuildScaledObjectExtraTriggers(t *testing.T) {
+	hso := fullObject()
+	meta := map[string]string{"url": "http://front.shop.svc/stats", "valueLocation": "rps", "targetValue": "10"}
+	hso.Spec.Scaling = &v1.Scaling{Triggers: []v1.ScalingTrigger{
+		{Type: "metrics-api", Name: "rps", Metadata: meta, MetricType: "AverageValue", AuthenticationRef: &v1.TriggerAuthenticationRef{Name: "stats", Kind: "ClusterTriggerAuthentication"}},
+		{Type: "cpu", MetricType: "Utilization"},
+	}}
+	got := buildScaledObject(hso, "scaler:9090", nil).Spec.Triggers
+	if len(got) != 3 || got[0].Type != "external-push" {
+		t.Fatalf("triggers %+v: want external-push first, then the two extra ones", got)
+	}
+	want := []kedav1alpha1.ScaleTriggers{
+		{Type: "metrics-api", Name: "rps", Metadata: meta, MetricType: "AverageValue", AuthenticationRef: &kedav1alpha1.AuthenticationRef{Name: "stats", Kind: "ClusterTriggerAuthentication"}},
+		{Type: "cpu", Metadata: map[string]string{}, MetricType: "Utilization"},
+	}
+	if d := cmp.Diff(want, got[1:]); d != "" {
+		t.Errorf("extra triggers (-want +got):\n%s", d)
+	}
+	got[1].Metadata["url"] = "changed"
+	if meta["url"] == "changed" {
+		t.Error("the ScaledObject shares the object's metadata map")
+	}
+}

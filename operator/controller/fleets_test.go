@@ -8,9 +8,11 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
@@ -131,6 +133,41 @@ var _ = Describe("Two fleets in one cluster", Ordered, func() {
 		Eventually(blueEntryOf(ns + "/bl")).Should(BeNil())
 	})
 
+	It("redirects a Serve-mode app's Service to the interceptors of the object's own fleet, and follows the object to another fleet", func() {
+		def := newFakeInterceptor("198.19.9.1")
+		serveFleet(def)
+		bl := newFakeInterceptor("198.19.9.2")
+		publishBlueFleet(bl)
+		ns := newNamespace()
+		DeferCleanup(func() { Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed()) })
+		h := serveApp(ns, "tide")
+		h.Spec.Fleet = "blue"
+		Expect(k8s.Create(ctx, h)).To(Succeed())
+		key := ns + "/tide"
+
+		// No ready pod yet: blue's interceptor gets the Service's traffic, not the default fleet's.
+		Eventually(redirectTargets(ns, "tide"), timeout).Should(Equal([]string{"198.19.9.2:8080 http"}))
+		Eventually(condition(h, v1.ConditionServing), timeout).Should(haveCondition(False, v1.ServingReasonProxying))
+		Eventually(blueEntryOf(key), timeout).Should(HaveField("Hosts", ContainElement("tide."+ns+".svc")))
+		Consistently(func() *routing.Entry { return tableEntry(key) }).Should(BeNil(), "the default fleet does not route it")
+
+		By("moving it to the default fleet")
+		update(h, func(o *v1.HTTPScaledObject) { o.Spec.Fleet = "" })
+		Eventually(redirectTargets(ns, "tide"), timeout).Should(Equal([]string{"198.19.9.1:8080 http"}))
+		Eventually(entryOf(key), timeout).Should(HaveField("Hosts", ContainElement("tide."+ns+".svc")))
+		Eventually(blueEntryOf(key), timeout).Should(BeNil())
+
+		By("moving it to a fleet nobody serves")
+		update(h, func(o *v1.HTTPScaledObject) { o.Spec.Fleet = "violet" })
+		Eventually(condition(h, v1.ConditionReady), timeout).Should(haveCondition(False, controller.ReasonFleetNotServed))
+		Eventually(redirect(ns, "tide"), timeout).Should(BeNil(), "nothing routes the app: the Service is given back")
+		Eventually(condition(h, v1.ConditionServing), timeout).Should(Equal(metav1.Condition{}))
+
+		Expect(k8s.Delete(ctx, current(h))).To(Succeed())
+		Eventually(redirect(ns, "tide"), timeout).Should(BeNil())
+		Eventually(isNotFound(h), timeout).Should(BeTrue())
+	})
+
 	It("says in the status of an object whose fleet no operator serves why nothing routes it, until one does", func() {
 		ns := newNamespace()
 		lost := app(ns, "lost", "lost.example.com")
@@ -208,4 +245,18 @@ func scalerAddressOf(h *v1.HTTPScaledObject) func() string {
 		}
 		return so.Spec.Triggers[0].Metadata["scalerAddress"]
 	}
+}
+
+// publishBlueFleet publishes the fake interceptors as fleet blue's admin Service endpoints for one spec.
+func publishBlueFleet(fakes ...*fakeInterceptor) {
+	GinkgoHelper()
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "blue-fleet", Namespace: blueNS,
+		Labels: map[string]string{serviceName: "httpscale-blue-interceptor-admin"}}}
+	slice.AddressType = discoveryv1.AddressTypeIPv4
+	slice.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("admin"), Port: ptr.To[int32](adminPort)}}
+	for _, f := range fakes {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{f.ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	Expect(k8s.Create(ctx, slice)).To(Succeed())
+	DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, slice))).To(Succeed()) })
 }

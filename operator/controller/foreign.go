@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,7 +38,7 @@ func (r *Reconciler) serves(hso *v1.HTTPScaledObject) bool { return hso.Spec.Fle
 // fleet's operator; this one only lets go of it: once its own table was written without the object
 // (the routing controller took it out), it removes its own finalizer. If no running operator serves
 // the object's fleet and this operator is the reporter (ServedFleets.Reporter), it says so in the
-// object's status, since no one else will.
+// object's status, since no one else will, and removes a Serve-mode redirect of the object.
 func (r *Reconciler) foreign(ctx context.Context, hso *v1.HTTPScaledObject, key string) (ctrl.Result, error) {
 	if controllerutil.ContainsFinalizer(hso, r.finalizer()) {
 		// Version "" means no table was read or written yet, so whether it holds the object is unknown.
@@ -67,11 +68,17 @@ func (r *Reconciler) foreign(ctx context.Context, hso *v1.HTTPScaledObject, key 
 	if now, err := r.Fleets.ServedNow(ctx, fleet); err != nil || now {
 		return ctrl.Result{}, err
 	}
+	// Nothing routes the app now: a Serve-mode redirect would send its Service's traffic to
+	// interceptors that no longer know it. Give the Service back as written.
+	if err := r.removeRedirects(ctx, hso, ""); err != nil {
+		return ctrl.Result{}, err
+	}
 	orig := hso.DeepCopy()
 	msg := fmt.Sprintf("no running httpscale operator serves fleet %q (fleets served: %s): nothing routes or scales this object; "+
 		"install the chart with fleet=%s, or set spec.fleet to a served fleet", fleet, strings.Join(served.Live, ", "), fleet)
 	r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, ReasonFleetNotServed, msg)
 	r.setCondition(hso, v1.ConditionReady, metav1.ConditionFalse, ReasonFleetNotServed, msg)
+	meta.RemoveStatusCondition(&hso.Status.Conditions, v1.ConditionServing)
 	hso.Status.Routing = nil
 	hso.Status.ObservedGeneration = hso.Generation
 	if equality.Semantic.DeepEqual(orig.Status, hso.Status) {

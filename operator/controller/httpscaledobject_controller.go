@@ -68,6 +68,10 @@ type Reconciler struct {
 	Fleets *FleetLeases
 	// Schedules runs spec.schedules; nil disables scheduled scaling.
 	Schedules *scheduler.Scheduler
+	// APIReader reads what the cache does not hold: the app Services' EndpointSlices and the
+	// workloads' pod templates, for Serve mode only.
+	APIReader client.Reader
+	Serve     ServeOptions
 	// Secrets reads the Secrets spec.tls names, uncached (the API reader).
 	Secrets client.Reader
 	Log     logr.Logger
@@ -151,6 +155,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.syncScaledObject(ctx, hso, inv == nil, sched); err != nil {
 		return ctrl.Result{}, err
 	}
+	recheck, err := r.syncServe(ctx, hso, key, inv == nil)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("serving %s: %w", key, err)
+	}
+	if recheck > 0 && (result.RequeueAfter == 0 || recheck < result.RequeueAfter) {
+		result.RequeueAfter = recheck
+	}
 	r.setRoutingStatus(hso, key, inv == nil)
 	if err := r.setTLSStatus(ctx, hso); err != nil {
 		return ctrl.Result{}, err
@@ -172,6 +183,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key string) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(hso, r.finalizer()) {
 		return ctrl.Result{}, nil
+	}
+	// The app's Service is restored first, whatever happened while the operator was away.
+	if err := r.removeRedirects(ctx, hso, ""); err != nil {
+		return ctrl.Result{}, err
 	}
 	if !r.Table.Released(key, hso.UID) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
@@ -212,6 +227,9 @@ func (r *Reconciler) resolve(ctx context.Context, hso *v1.HTTPScaledObject) (rou
 		return routing.Entry{}, err
 	}
 	entry := buildEntry(hso, target, fallback)
+	if err := r.serveHosts(ctx, hso, svc, &entry); err != nil {
+		return routing.Entry{}, err
+	}
 	// CEL admits nothing the table rejects today; this keeps it that way if the two ever drift apart.
 	if err := entry.Validate(); err != nil {
 		return routing.Entry{}, invalid("InvalidRoute", "the routing table cannot hold this object: %v", err)
@@ -360,6 +378,11 @@ func (r *Reconciler) setReady(hso *v1.HTTPScaledObject) {
 			return
 		}
 	}
+	if c := meta.FindStatusCondition(hso.Status.Conditions, v1.ConditionServing); c != nil && c.Status == metav1.ConditionFalse && c.Reason != v1.ServingReasonProxying {
+		// Serve mode cannot be applied to the Service: the user must act.
+		r.setCondition(hso, v1.ConditionReady, metav1.ConditionFalse, c.Reason, v1.ConditionServing+": "+c.Message)
+		return
+	}
 	r.setCondition(hso, v1.ConditionReady, metav1.ConditionTrue, "Ready", "routed by every interceptor and scaled by KEDA")
 }
 
@@ -380,7 +403,8 @@ func (r *Reconciler) setCondition(hso *v1.HTTPScaledObject, typ string, status m
 	warning := typ == v1.ConditionConflict && status == metav1.ConditionTrue ||
 		typ == v1.ConditionValid && status == metav1.ConditionFalse ||
 		typ == v1.ConditionTLSReady && status == metav1.ConditionFalse ||
-		typ == v1.ConditionScaledObjectReady && status == metav1.ConditionFalse && reason != "NotValid"
+		typ == v1.ConditionScaledObjectReady && status == metav1.ConditionFalse && reason != "NotValid" ||
+		typ == v1.ConditionServing && status == metav1.ConditionFalse && reason != v1.ServingReasonProxying
 	if prev == nil && !warning {
 		return // the first progress conditions of a new object are not news
 	}

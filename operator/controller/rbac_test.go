@@ -23,7 +23,7 @@ import (
 // The API server enforces RBAC; this runs the operator as a user holding only the roles generated
 // from the operator's RBAC markers (config/rbac/operator), with leader election on.
 var _ = Describe("The operator's generated RBAC", func() {
-	It("is enough to route, scale, finalize, probe and report", func() {
+	It("is enough to route, scale, finalize, probe, report and redirect a Serve-mode Service", func() {
 		const user = "httpscale-operator"
 		raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "operator", "role.yaml"))
 		Expect(err).NotTo(HaveOccurred())
@@ -78,8 +78,22 @@ var _ = Describe("The operator's generated RBAC", func() {
 		Eventually(condition(h, v1.ConditionTLSReady), turn).Should(haveCondition(False, "SecretNotFound"))
 		Eventually(tlsGrant(ns), turn).Should(HaveField("Rules", ConsistOf(HaveField("ResourceNames", Equal([]string{"sts-tls"})))))
 
+		// Serve mode: the app's EndpointSlices and Deployment are read uncached, the redirect slice
+		// created and deleted in the app's namespace.
+		web := serveApp(ns, "web")
+		Expect(k8s.Create(ctx, web)).To(Succeed())
+		Eventually(redirectTargets(ns, "web"), turn).Should(Equal([]string{"192.0.2.20:8080 http"}))
+		appSlice(ns, "web", "10.244.3.3", true)
+		Eventually(condition(web, v1.ConditionServing), turn).Should(haveCondition(True, v1.ServingReasonDirect))
+		Expect(redirect(ns, "web")()).To(BeNil())
+		scaleDeployment(ns, "web", 0)
+		Eventually(redirect(ns, "web"), turn).ShouldNot(BeNil())
+
 		Expect(k8s.Delete(ctx, h)).To(Succeed())
+		Expect(k8s.Delete(ctx, web)).To(Succeed())
 		Eventually(isNotFound(h), turn).Should(BeTrue())
+		Eventually(isNotFound(web), turn).Should(BeTrue())
+		Expect(redirect(ns, "web")()).To(BeNil())
 		Expect(tableEntry(ns + "/sts")).To(BeNil())
 	})
 })

@@ -2,8 +2,10 @@ package controller
 
 import (
 	"cmp"
+	"maps"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -61,7 +63,7 @@ func buildScaledObject(hso *v1.HTTPScaledObject, scalerAddress string, active *r
 		cooldown = *hso.Spec.ScaledownPeriod
 	}
 	ref := hso.Spec.ScaleTargetRef
-	return &kedav1alpha1.ScaledObject{
+	so := &kedav1alpha1.ScaledObject{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      hso.Name,
 			Namespace: hso.Namespace,
@@ -72,10 +74,53 @@ func buildScaledObject(hso *v1.HTTPScaledObject, scalerAddress string, active *r
 			MinReplicaCount: ptr.To(minReplicas),
 			MaxReplicaCount: ptr.To(maxReplicas),
 			CooldownPeriod:  ptr.To(cooldown),
-			Triggers: []kedav1alpha1.ScaleTriggers{{
-				Type:     trigger.Type,
-				Metadata: TriggerMetadata(hso).Encode(scalerAddress),
-			}},
+			Triggers:        triggers(hso, scalerAddress),
 		},
 	}
+	if hso.Spec.Serve() {
+		so.Spec.PollingInterval = servePollingInterval(cooldown)
+	}
+	return so
+}
+
+// kedaDefaultPollingInterval is KEDA's pollingInterval when the ScaledObject sets none.
+const kedaDefaultPollingInterval = 30
+
+// servePollingInterval is the pollingInterval of a Serve-mode app's ScaledObject: KEDA's default,
+// lowered to half the cooldown (at least 1 s). KEDA scales to zero at the first poll that finds the
+// triggers inactive more than the cooldown after the last active poll; polling at most every half
+// cooldown, the poll that first finds them inactive (condition Active=False, when the operator puts
+// the redirect in place) comes at least half a cooldown before the scale to zero, instead of being
+// the same poll when the cooldown is shorter than the polling interval. nil keeps KEDA's default.
+func servePollingInterval(cooldown int32) *int32 {
+	if cooldown >= 2*kedaDefaultPollingInterval {
+		return nil
+	}
+	return ptr.To(max(1, cooldown/2))
+}
+
+// triggers returns the interceptor's external-push trigger, then spec.scaling.triggers as written.
+func triggers(hso *v1.HTTPScaledObject, scalerAddress string) []kedav1alpha1.ScaleTriggers {
+	out := []kedav1alpha1.ScaleTriggers{{
+		Type:     trigger.Type,
+		Metadata: TriggerMetadata(hso).Encode(scalerAddress),
+	}}
+	if sc := hso.Spec.Scaling; sc != nil {
+		for _, t := range sc.Triggers {
+			kt := kedav1alpha1.ScaleTriggers{
+				Type:       t.Type,
+				Name:       t.Name,
+				Metadata:   maps.Clone(t.Metadata),
+				MetricType: autoscalingv2.MetricTargetType(t.MetricType),
+			}
+			if kt.Metadata == nil {
+				kt.Metadata = map[string]string{} // KEDA requires the field
+			}
+			if a := t.AuthenticationRef; a != nil {
+				kt.AuthenticationRef = &kedav1alpha1.AuthenticationRef{Name: a.Name, Kind: a.Kind}
+			}
+			out = append(out, kt)
+		}
+	}
+	return out
 }

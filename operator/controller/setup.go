@@ -42,6 +42,7 @@ import (
 const (
 	indexServices = "httpscale.dev/services" // Services an object refers to
 	indexTarget   = "httpscale.dev/target"   // "<group>/<Kind>/<name>" of the workload it scales
+	indexServe    = "httpscale.dev/serve"    // "true" for objects in Serve mode
 )
 
 // watchedTargets are the workload kinds whose creation and deletion re-validate the objects that scale
@@ -79,6 +80,11 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// Schedules runs spec.schedules in every reconcile; nil disables scheduled scaling.
 	Schedules *scheduler.Scheduler
+	// ClusterDomain is the cluster's DNS domain, for the Service host names Serve mode routes.
+	ClusterDomain string
+	// InterceptorProxyPort is the interceptors' proxy port, the target of Serve mode's redirects;
+	// 0 means 8080.
+	InterceptorProxyPort int32
 	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace, which SecretGrants
 	// lets read the Secrets spec.tls names; empty grants nothing.
 	InterceptorServiceAccount string
@@ -141,6 +147,14 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		return []string{targetIndexValue(gv.Group, ref.Kind, ref.Name)}
 	}); err != nil {
 		return nil, fmt.Errorf("indexing HTTPScaledObjects by scale target: %w", err)
+	}
+	if err := idx.IndexField(ctx, &v1.HTTPScaledObject{}, indexServe, func(obj client.Object) []string {
+		if obj.(*v1.HTTPScaledObject).Spec.Serve() {
+			return []string{"true"}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("indexing HTTPScaledObjects by mode: %w", err)
 	}
 
 	if err := idx.IndexField(ctx, &v1.HTTPScaledObject{}, indexTLSSecret, tlsSecretIndex); err != nil {
@@ -242,6 +256,8 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Prober:        prober,
 		ScalerAddress: o.ScalerAddress,
 		Schedules:     o.Schedules,
+		APIReader:     mgr.GetAPIReader(),
+		Serve:         ServeOptions{ProxyPort: cmp.Or(o.InterceptorProxyPort, 8080), ClusterDomain: o.ClusterDomain},
 		Secrets:       mgr.GetAPIReader(),
 		Log:           log,
 	}
@@ -263,6 +279,9 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 			Named(name).
 			For(&v1.HTTPScaledObject{}, builder.WithPredicates(objects)).
 			Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexServices, nil, nil))).
+			// Serve mode: a redirect's owner is the oldest Serve-mode object on its Service, and only
+			// the owner's routing entry carries the Service's names: both controllers follow a change.
+			Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient()))).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: workers,
 				// controller-runtime v0.24.1's priority queue can deadlock at shutdown when many keys are
@@ -292,6 +311,23 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		// A TLS Secret created, changed or deleted re-evaluates TLSReady of the objects naming it;
 		// only metadata is cached (the content is read when needed).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTLSSecret, nil, nil)))
+	// Serve mode: a workload's spec change (KEDA scaling it to zero) puts the redirect in place before
+	// its pods are gone.
+	for _, kind := range watchedTargets {
+		gvk, err := mgr.GetClient().GroupVersionKindFor(kind)
+		if err != nil {
+			return nil, fmt.Errorf("looking up kind of %T: %w", kind, err)
+		}
+		value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
+		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(serveByTarget(mgr.GetClient(), value)),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	}
+	// Serve mode: KEDA's Active condition turning False is the decision to scale to zero, which puts
+	// the redirect in place while the pods still serve; the interceptors' admin EndpointSlices (the
+	// only ones cached) change the redirect's endpoints as replicas come and go.
+	b = b.Watches(&kedav1alpha1.ScaledObject{}, handler.EnqueueRequestsFromMapFunc(serveByScaledObject(mgr.GetClient())),
+		builder.WithPredicates(kedaActiveChanged)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serveAll(mgr.GetClient())))
 	if err := b.Complete(r); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}

@@ -106,6 +106,7 @@ func defaultOptions() controller.Options {
 		TableDebounce:           250 * time.Millisecond,
 		TableMaxDelay:           2 * time.Second,
 		MaxConcurrentReconciles: reconcilers(),
+		ClusterDomain:           "cluster.local",
 		// The chart's ServiceAccount; it need not exist for Roles to name it.
 		InterceptorServiceAccount: interceptorSA,
 	}
@@ -200,11 +201,35 @@ type fakeInterceptor struct {
 	pinned atomic.Pointer[string]
 	// ip is the address its EndpointSlice entry carries.
 	ip string
+	// heldFor is how many requests it says it holds per app key (nil: none).
+	heldFor atomic.Pointer[map[string]int64]
+}
+
+// hold makes the fake report n requests held for app key (0: none).
+func (f *fakeInterceptor) hold(key string, n int64) {
+	m := map[string]int64{key: n}
+	f.heldFor.Store(&m)
+}
+
+// Epoch implements admin.CountsSource.
+func (f *fakeInterceptor) Epoch() string { return "fake-" + f.ip }
+
+// CountsSince implements admin.CountsSource: always a full snapshot of the held counts.
+func (f *fakeInterceptor) CountsSince(uint64) admin.Counts {
+	c := admin.Counts{Epoch: f.Epoch(), Seq: 1, Full: true, Apps: []admin.AppCount{}}
+	if m := f.heldFor.Load(); m != nil {
+		for k, n := range *m {
+			if n > 0 {
+				c.Apps = append(c.Apps, admin.AppCount{Key: k, Held: n})
+			}
+		}
+	}
+	return c
 }
 
 func newFakeInterceptor(ip string) *fakeInterceptor {
 	f := &fakeInterceptor{ip: ip}
-	f.srv = httptest.NewServer(admin.NewHandler(admin.HandlerOptions{Status: f.status}))
+	f.srv = httptest.NewServer(admin.NewHandler(admin.HandlerOptions{Status: f.status, Counts: f}))
 	dialer.set(net.JoinHostPort(ip, fmt.Sprint(adminPort)), f.srv.Listener.Addr().String())
 	DeferCleanup(f.srv.Close)
 	return f

@@ -35,6 +35,11 @@ type Operator struct {
 	TableMaxDelay time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+	// ClusterDomain is the cluster's DNS domain; Serve mode routes <svc>.<ns>.svc.<ClusterDomain>.
+	ClusterDomain string
+	// InterceptorProxyPort is the interceptors' proxy port on their pods, the target of Serve mode's
+	// redirect slices.
+	InterceptorProxyPort int
 	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace; the operator lets it
 	// read exactly the Secrets HTTPScaledObjects name in spec.tls. Empty grants nothing.
 	InterceptorServiceAccount string
@@ -66,6 +71,8 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.TableDebounce, "routing-table-debounce", 250*time.Millisecond, "Quiet time that ends a burst of changes before the routing table is written.")
 	fs.DurationVar(&o.TableMaxDelay, "routing-table-max-delay", 2*time.Second, "Longest a continuing burst of changes may postpone a routing-table write.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel reconciles.")
+	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "The cluster's DNS domain; Serve mode routes <service>.<namespace>.svc.<domain>.")
+	fs.IntVar(&o.InterceptorProxyPort, "interceptor-proxy-port", 8080, "The interceptors' proxy port on their pods, where Serve mode redirects an app's Service while the app is at zero.")
 	fs.StringVar(&o.InterceptorServiceAccount, "interceptor-service-account", "httpscale-interceptor", "The interceptor's ServiceAccount in --namespace, granted get/list/watch on exactly the Secrets HTTPScaledObjects name in spec.tls (a Role per namespace); empty grants nothing.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "", `Address serving /debug/pprof/ (off when empty or "0"); for profiling, never expose it.`)
 	o.Webhook.Bind(fs)
@@ -98,6 +105,12 @@ func (o *Operator) Validate() error {
 	}
 	if o.MaxConcurrentReconciles < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.MaxConcurrentReconciles))
+	}
+	if o.InterceptorProxyPort < 1 || o.InterceptorProxyPort > 65535 {
+		errs = append(errs, fmt.Errorf("--interceptor-proxy-port must be a port number (1-65535), got %d", o.InterceptorProxyPort))
+	}
+	if strings.Contains(o.ClusterDomain, "/") || strings.HasPrefix(o.ClusterDomain, ".") || strings.HasSuffix(o.ClusterDomain, ".") {
+		errs = append(errs, fmt.Errorf("--cluster-domain %q: want a DNS domain such as cluster.local, without leading or trailing dots", o.ClusterDomain))
 	}
 	errs = append(errs, o.Webhook.Validate(), o.Schedules.Validate())
 	return errors.Join(errs...)

@@ -77,6 +77,24 @@ var _ = Describe("Cache", func() {
 		Expect(c.CachedSlices()).To(Equal(1), "only shop-1: other-1 belongs to an untracked Service, shop-2 is gone")
 	})
 
+	It("never takes the operator's Serve-mode redirect slice for the app's endpoints", func() {
+		k := endpoints.ServiceKey{Namespace: ns, Service: "shop", PortName: "http"}
+		c, _ := startCache(endpoints.CacheOptions{})
+		c.Track([]endpoints.ServiceKey{k})
+		Eventually(c.Synced, 30*time.Second).Should(BeTrue())
+
+		// The redirect lists the interceptors on the Service's port name: were it read, a held request
+		// would be forwarded to an interceptor, which would hold it again, in a loop.
+		redirect := sliceFor(ns, "shop-httpscale", "shop", "http", 8080, ready("198.18.1.1"), ready("198.18.1.2"))
+		redirect.Labels[discoveryv1.LabelManagedBy] = endpoints.RedirectManagedBy
+		create(ctx, redirect)
+		Consistently(addrs(c, k), time.Second).Should(BeEmpty(), "the redirect's interceptor addresses are not the app's")
+
+		create(ctx, sliceFor(ns, "shop-abcde", "shop", "http", 8080, ready("198.18.0.1")))
+		Eventually(addrs(c, k), 30*time.Second).Should(Equal([]string{"198.18.0.1:8080"}))
+		Expect(c.CachedSlices()).To(Equal(1), "the redirect slice is not even watched")
+	})
+
 	It("wakes a waiter within milliseconds of an endpoint turning ready", func() {
 		k := endpoints.ServiceKey{Namespace: ns, Service: "wake"}
 		c, _ := startCache(endpoints.CacheOptions{})

@@ -8,6 +8,13 @@ import (
 	"strconv"
 )
 
+// RedirectManagedBy is the endpointslice.kubernetes.io/managed-by value of the EndpointSlices the
+// operator adds to an app's Service in Serve mode while the app has no ready endpoint. They carry the
+// interceptors' own addresses, so the cache never reads them as the app's endpoints (an interceptor
+// would forward to itself in a loop); the Kubernetes EndpointSlice controller leaves slices of another
+// manager alone, and kube-proxy merges every slice of a Service.
+const RedirectManagedBy = "serve-redirect.httpscale.dev"
+
 // ServiceKey identifies one port of one Service: the unit the proxy forwards to.
 type ServiceKey struct {
 	Namespace string

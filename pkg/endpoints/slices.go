@@ -30,6 +30,9 @@ func appendReady(dst []Endpoint, s *discoveryv1.EndpointSlice, portName string) 
 	if s.AddressType == discoveryv1.AddressTypeFQDN {
 		return dst // a pod IP is needed to dial
 	}
+	if s.Labels[discoveryv1.LabelManagedBy] == RedirectManagedBy {
+		return dst // the interceptors themselves (the watch excludes these; other sources may not)
+	}
 	port, ok := slicePort(s.Ports, portName)
 	if !ok {
 		return dst

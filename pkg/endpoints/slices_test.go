@@ -46,6 +46,11 @@ func hinted(zones ...string) func(*discoveryv1.Endpoint) {
 	}
 }
 
+func redirect(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	s.Labels = map[string]string{discoveryv1.LabelManagedBy: RedirectManagedBy}
+	return s
+}
+
 func TestBuildSet(t *testing.T) {
 	v4, v6 := discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6
 	web := []discoveryv1.EndpointPort{port("web", 8080), port("metrics", 9090)}
@@ -97,6 +102,14 @@ func TestBuildSet(t *testing.T) {
 				slice(discoveryv1.AddressTypeFQDN, web, ep("app.example.com")),
 			},
 			want: []Endpoint{{IP: "198.18.0.2", Port: 8080}, {IP: "198.18.0.9", Port: 8080}, {IP: "2001:db8::1", Port: 8080}},
+		},
+		{
+			name: "the operator's Serve-mode redirect slice is not the app's", portName: "web",
+			slices: []*discoveryv1.EndpointSlice{
+				redirect(slice(v4, web, ep("198.18.1.1"))),
+				slice(v4, web, ep("198.18.0.1")),
+			},
+			want: []Endpoint{{IP: "198.18.0.1", Port: 8080}},
 		},
 		{
 			name: "zone and hints are kept", portName: "web",

@@ -122,7 +122,13 @@ func (c *Cache) startWatch(wk watchKey, services []string) *sliceWatch {
 		c.log.Error(err, "cannot watch EndpointSlices", "namespace", wk.namespace, "services", services)
 		return nil
 	}
-	selector := labels.NewSelector().Add(*req).String()
+	// Never the operator's Serve-mode redirect slices: they list the interceptors themselves.
+	notRedirect, err := labels.NewRequirement(discoveryv1.LabelManagedBy, selection.NotEquals, []string{RedirectManagedBy})
+	if err != nil {
+		c.log.Error(err, "cannot watch EndpointSlices", "namespace", wk.namespace)
+		return nil
+	}
+	selector := labels.NewSelector().Add(*req, *notRedirect).String()
 	ctx, cancel := context.WithCancel(c.ctx)
 	inf := discoveryinformers.NewFilteredEndpointSliceInformer(c.cs, wk.namespace, 0,
 		cache.Indexers{serviceIndex: indexByService},

@@ -1,6 +1,10 @@
 package routing
 
-import v1 "github.com/httpscale/httpscale/api/v1alpha1"
+import (
+	"strings"
+
+	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+)
 
 // EntryFromSpec turns an HTTPScaledObject and its resolved backends into the Entry the interceptors
 // route with. It copies the routing fields (hosts, path prefixes, headers, ignored paths, static
@@ -71,4 +75,25 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 		e.ViaService = f.ViaService
 	}
 	return e
+}
+
+// ServiceHosts returns the Host header values by which in-cluster callers reach a Service:
+// name.namespace, name.namespace.svc and name.namespace.svc.<clusterDomain>, then its IPv4 cluster
+// IPs (an IPv6 Host is an IP literal, which only "*" routes match). Serve mode adds them to the app's
+// routing entry so that a request sent to the app's Service and redirected to an interceptor finds the
+// app; a :port in the Host is ignored by the match. Headless Services ("None") have no cluster IP.
+//
+// The bare name is left out: Services of the same name in two namespaces would claim the same host,
+// and a routing conflict takes the later object out of the table as a whole.
+func ServiceHosts(service, namespace, clusterDomain string, clusterIPs []string) []string {
+	hosts := []string{service + "." + namespace, service + "." + namespace + ".svc"}
+	if clusterDomain != "" {
+		hosts = append(hosts, service+"."+namespace+".svc."+clusterDomain)
+	}
+	for _, ip := range clusterIPs {
+		if ip != "" && ip != "None" && !strings.Contains(ip, ":") {
+			hosts = append(hosts, ip)
+		}
+	}
+	return hosts
 }

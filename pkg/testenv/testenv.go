@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -85,6 +86,8 @@ func New() (*envtest.Environment, error) {
 		BinaryAssetsDirectory: dir,
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases"), keda},
 		ErrorIfCRDPathMissing: true,
+		// envtest waits 10 s for the CRDs to be served; a loaded shared machine needs longer.
+		CRDInstallOptions: envtest.CRDInstallOptions{MaxTime: 2 * time.Minute},
 	}, nil
 }
 
