@@ -292,8 +292,8 @@ func (c Config) Up(ctx context.Context, progress io.Writer) (err error) {
 	return nil
 }
 
-// Down stops every recorded process, newest first (SIGTERM, SIGKILL after StopTimeout), then removes
-// the network namespace. Logs stay in LogDir.
+// Down stops every recorded process, newest first (SIGTERM, SIGKILL after StopTimeout), removes the
+// network namespace and, when all of that went well, the cluster's state folder but for LogDir.
 func (c Config) Down(progress io.Writer) error {
 	ps, err := c.Processes()
 	if err != nil {
@@ -322,7 +322,10 @@ func (c Config) Down(progress io.Writer) error {
 	}
 	_ = os.Remove(c.StateFile())
 	if len(errs) == 0 {
-		fmt.Fprintf(progress, "[cluster] %s is down; logs kept in %s\n", c.Name, c.LogDir())
+		errs = append(errs, pruneState(c.Dir, c.LogDir()))
+	}
+	if err := errors.Join(errs...); err == nil {
+		fmt.Fprintf(progress, "[cluster] %s is down; its state removed, logs kept in %s\n", c.Name, c.LogDir())
 	}
 	return errors.Join(errs...)
 }

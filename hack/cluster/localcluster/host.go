@@ -185,9 +185,25 @@ func killStrays(containerdSocket, cgroupRoot string, progress io.Writer) {
 // unmountUnder lazily unmounts every mount point at or below dir, deepest first (kubelet bind-mounts
 // its root directory and mounts pod volumes; containerd pins pod network namespaces and rootfs).
 func unmountUnder(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
+	points, err := mountsUnder(dir)
 	if err != nil {
 		return err
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	var errs []error
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountsUnder lists the mount points at or below dir.
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
 	var points []string
@@ -203,11 +219,42 @@ func unmountUnder(dir string) error {
 			points = append(points, p)
 		}
 	}
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading /proc/self/mountinfo: %w", err)
+	}
+	return points, nil
+}
+
+// pruneState removes what a stopped cluster leaves in dir (etcd's data, the images and binaries it
+// built, certificates, kubeconfigs, node state: hundreds of MiB a run) except the folder logDir, so
+// repeated runs do not fill the disk while their logs stay to read. It removes nothing while anything
+// is still mounted below dir: RemoveAll would descend into the mount and delete what it shows.
+func pruneState(dir, logDir string) error {
+	if dir == "" || dir == "/" {
+		return fmt.Errorf("not removing the state folder %q", dir)
+	}
+	points, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	if len(points) > 0 {
+		return fmt.Errorf("not removing %s: %d mount points remain below it (first %s)", dir, len(points), points[0])
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
 	var errs []error
-	for _, p := range points {
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if p == filepath.Clean(logDir) {
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s: %w", p, err))
 		}
 	}
 	return errors.Join(errs...)
