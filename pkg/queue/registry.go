@@ -46,8 +46,9 @@ func NewRegistry(now func() time.Time) *Registry {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 	r := &Registry{
-		epoch: strconv.FormatInt(time.Now().Unix(), 36) + "-" + hex.EncodeToString(b[:]),
-		now:   now,
+		epoch:     strconv.FormatInt(time.Now().Unix(), 36) + "-" + hex.EncodeToString(b[:]),
+		now:       now,
+		lingering: map[string]struct{}{},
 	}
 	r.seq.Store(1)
 	empty := pmap.New[string, *App](pmap.String)
@@ -116,9 +117,6 @@ func (r *Registry) Remove(keys []string) {
 			return
 		}
 		if a.Concurrency() > 0 {
-			if r.lingering == nil {
-				r.lingering = map[string]struct{}{}
-			}
 			r.lingering[k] = struct{}{}
 			return
 		}
@@ -159,9 +157,6 @@ func (r *Registry) Sync(keys []string) {
 		if _, ok := next.Get(k); !ok {
 			if a.Concurrency() > 0 {
 				next.Set(k, a)
-				if r.lingering == nil {
-					r.lingering = map[string]struct{}{}
-				}
 				r.lingering[k] = struct{}{}
 			} else {
 				removed = true
