@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -235,17 +236,8 @@ func (c *Cache) OnTable(t *routing.Table) {
 		c.applyDiff(removed, added)
 		return
 	}
-	refs := map[ServiceKey]int{}
-	for e := range t.All() {
-		for _, k := range entryKeys(e) {
-			refs[k]++
-		}
-	}
-	keys := make([]ServiceKey, 0, len(refs))
-	for k := range refs {
-		keys = append(keys, k)
-	}
-	c.track(keys)
+	refs := entryCounts(t)
+	c.track(slices.Collect(maps.Keys(refs)))
 	cur := c.keys.Load()
 	for k, n := range refs {
 		if ks, _ := cur.Get(k); ks != nil {
@@ -335,19 +327,18 @@ func entryKeys(e *routing.Entry) []ServiceKey {
 	return keys
 }
 
-// KeysFromTable returns the Service ports t routes to, each once.
-func KeysFromTable(t *routing.Table) []ServiceKey {
-	seen := map[ServiceKey]struct{}{}
-	var keys []ServiceKey
+// KeysFromTable returns the Service ports t routes to, each once, in no particular order.
+func KeysFromTable(t *routing.Table) []ServiceKey { return slices.Collect(maps.Keys(entryCounts(t))) }
+
+// entryCounts counts, for every Service port t routes to, the entries that route to it.
+func entryCounts(t *routing.Table) map[ServiceKey]int {
+	refs := map[ServiceKey]int{}
 	for e := range t.All() {
 		for _, k := range entryKeys(e) {
-			if _, ok := seen[k]; !ok {
-				seen[k] = struct{}{}
-				keys = append(keys, k)
-			}
+			refs[k]++
 		}
 	}
-	return keys
+	return refs
 }
 
 // Synced reports whether the watches needed by the first Track after Start have listed their
