@@ -210,6 +210,21 @@ func (r *Reconciler) syncServe(ctx context.Context, hso *v1.HTTPScaledObject, ke
 		return 0, err
 	}
 	if replicas == 0 || ready == 0 || goingToZero {
+		if !had && !redirected {
+			// The Serving condition is what tells a later reconcile that a redirect may exist (a Proxy
+			// object without it costs no API call). It is stored before the slice is created, not with
+			// the rest of the status at the end: an operator stopped in between, with the object then
+			// switched to Proxy, would otherwise leave the Service redirected for good.
+			// A copy is patched: the reply must not overwrite what this reconcile has set in hso.
+			intent := hso.DeepCopy()
+			meta.SetStatusCondition(&intent.Status.Conditions, metav1.Condition{
+				Type: v1.ConditionServing, Status: metav1.ConditionFalse, Reason: v1.ServingReasonProxying, ObservedGeneration: hso.Generation,
+				Message: fmt.Sprintf("Service %s %s is being redirected to the interceptors", svc.Name, portDesc),
+			})
+			if err := r.Client.Status().Patch(ctx, intent, client.MergeFrom(hso)); err != nil {
+				return 0, fmt.Errorf("recording the coming redirect of Service %s in the status: %w", svc.Name, err)
+			}
+		}
 		if err := r.putRedirect(ctx, hso, svc, backend.PortName, ips, existing, redirected); err != nil {
 			return 0, err
 		}

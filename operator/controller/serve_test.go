@@ -2,8 +2,10 @@ package controller_test
 
 import (
 	"errors"
+	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
@@ -15,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -225,6 +228,47 @@ var _ = Describe("Serve mode", func() {
 		Eventually(redirect(ns, "cart"), 2*time.Minute).Should(BeNil())
 	})
 
+	It("creates no redirect its object's status does not record, so a later reconcile always finds it", func() {
+		a := newFakeInterceptor("198.19.1.2")
+		serveFleet(a)
+		ns := newNamespace()
+		DeferCleanup(func() { Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed()) })
+
+		// An operator whose status writes for this namespace fail, as when it is stopped between
+		// the redirect and the status write of one reconcile.
+		op.stop()
+		DeferCleanup(func() { op = startOperator(defaultOptions()) })
+		faulty := rest.CopyConfig(restCfg)
+		statusPath := "/namespaces/" + ns + "/httpscaledobjects/"
+		faulty.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				if req.Method != http.MethodGet && strings.Contains(req.URL.Path, statusPath) && strings.HasSuffix(req.URL.Path, "/status") {
+					return nil, errors.New("status writes refused by the test")
+				}
+				return rt.RoundTrip(req)
+			})
+		}
+		broken := startOperatorAs(faulty, defaultOptions(), false)
+		brokenStopped := false
+		DeferCleanup(func() {
+			if !brokenStopped {
+				broken.stop()
+			}
+		})
+		h := serveApp(ns, "cart")
+		Expect(k8s.Create(ctx, h)).To(Succeed())
+		Eventually(entryOf(ns+"/cart"), timeout).ShouldNot(BeNil(), "routed: the reconciles that would redirect have run")
+		Consistently(redirect(ns, "cart"), 3*time.Second).Should(BeNil(), "no redirect before the status says one may exist")
+		broken.stop()
+		brokenStopped = true
+
+		update(h, func(o *v1.HTTPScaledObject) { o.Spec.Mode = v1.ModeProxy; o.Spec.Scaling = nil })
+		op = startOperator(defaultOptions())
+		DeferCleanup(func() { op.stop() })
+		Eventually(condition(h, v1.ConditionReady), 2*time.Minute).Should(haveCondition(True, "Ready"))
+		Expect(redirect(ns, "cart")()).To(BeNil())
+	})
+
 	It("leaves a Service it cannot serve as it is and says why, and gives a claimed Service to the next object when the first goes", func() {
 		a := newFakeInterceptor("198.19.2.1")
 		serveFleet(a)
@@ -296,3 +340,8 @@ var _ = Describe("Serve mode", func() {
 		}, time.Second).Should(BeTrue())
 	})
 })
+
+// roundTripFunc is an http.RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
