@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -94,6 +95,7 @@ func TestDefaults(t *testing.T) {
 		"ClusterRole /httpscale-interceptor", "ClusterRole /httpscale-operator",
 		"ClusterRoleBinding /httpscale-interceptor", "ClusterRoleBinding /httpscale-operator",
 		"Deployment httpscale-system/httpscale-interceptor", "Deployment httpscale-system/httpscale-operator", "Deployment httpscale-system/httpscale-scaler",
+		"MutatingWebhookConfiguration /httpscale-operator-webhook",
 		"PodDisruptionBudget httpscale-system/httpscale-interceptor", "PodDisruptionBudget httpscale-system/httpscale-operator",
 		"Role httpscale-system/httpscale-interceptor", "Role httpscale-system/httpscale-operator", "Role httpscale-system/httpscale-scaler",
 		"RoleBinding httpscale-system/httpscale-interceptor", "RoleBinding httpscale-system/httpscale-operator", "RoleBinding httpscale-system/httpscale-scaler",
@@ -169,7 +171,25 @@ func TestDefaults(t *testing.T) {
 	if diff := cmp.Diff([]admissionregistrationv1.RuleWithOperations{wantRule}, wh.Rules); diff != "" {
 		t.Errorf("webhook rules (-want +got):\n%s", diff)
 	}
-	checkWebhookMatchesGenerated(t, vwc)
+	checkWebhookMatchesGenerated(t, m)
+	// The finalizer webhook: creates only, never refusing one.
+	mwc := get[*admissionregistrationv1.MutatingWebhookConfiguration](t, m, "MutatingWebhookConfiguration", "httpscale-operator-webhook")
+	if len(mwc.Webhooks) != 1 {
+		t.Fatalf("mutating webhooks = %d, want 1", len(mwc.Webhooks))
+	}
+	mw := mwc.Webhooks[0]
+	if *mw.FailurePolicy != admissionregistrationv1.Ignore || *mw.ReinvocationPolicy != admissionregistrationv1.NeverReinvocationPolicy || *mw.TimeoutSeconds != 3 {
+		t.Errorf("mutating failurePolicy/reinvocationPolicy/timeout = %s/%s/%d, want Ignore/Never/3", *mw.FailurePolicy, *mw.ReinvocationPolicy, *mw.TimeoutSeconds)
+	}
+	if len(mw.Rules) != 1 || !slices.Equal(mw.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) {
+		t.Errorf("mutating webhook rules %+v, want CREATE only", mw.Rules)
+	}
+	if mw.NamespaceSelector != nil && len(mw.NamespaceSelector.MatchExpressions) > 0 {
+		t.Errorf("mutating webhook limited to namespaces %+v without operator.watchNamespaces", mw.NamespaceSelector)
+	}
+	if len(mw.ClientConfig.CABundle) != 0 || mwc.Annotations["cert-manager.io/inject-ca-from"] != "" {
+		t.Errorf("self-managed certificate: the chart must leave the mutating caBundle to the operator")
+	}
 
 	ic := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-interceptor")
 	if got := *ic.Spec.Replicas; got < 2 {
@@ -299,6 +319,16 @@ func TestNonDefaultValues(t *testing.T) {
 	if got := *vwc.Webhooks[0].FailurePolicy; got != admissionregistrationv1.Ignore {
 		t.Errorf("failurePolicy = %s, want Ignore", got)
 	}
+	mwc := get[*admissionregistrationv1.MutatingWebhookConfiguration](t, m, "MutatingWebhookConfiguration", "httpscale-operator-webhook")
+	if got := mwc.Annotations["cert-manager.io/inject-ca-from"]; got != "platform/httpscale-operator-webhook" {
+		t.Errorf("mutating CA injection annotation = %q, want platform/httpscale-operator-webhook", got)
+	}
+	// Only the watched namespaces' objects get the finalizer: nothing would remove it elsewhere.
+	wantSel := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{"shop", "blog"}}}}
+	if diff := cmp.Diff(wantSel, mwc.Webhooks[0].NamespaceSelector); diff != "" {
+		t.Errorf("mutating webhook namespaceSelector with operator.watchNamespaces (-want +got):\n%s", diff)
+	}
 	cert := get[*unstructured.Unstructured](t, m, "Certificate", "httpscale-operator-webhook")
 	dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
 	if !slices.Contains(dns, "httpscale-operator-webhook.platform.svc") {
@@ -410,7 +440,7 @@ func TestMinimalValues(t *testing.T) {
 	const ns = "dev"
 	m := render(t, ns, "--values", filepath.Join(chartDir, "ci", "minimal-values.yaml"))
 	checkConsistent(t, m, ns)
-	for _, gone := range []string{"ValidatingWebhookConfiguration httpscale-operator-webhook", "Service httpscale-operator-webhook", "Secret httpscale-operator-webhook-tls", "PodDisruptionBudget httpscale-interceptor", "PodDisruptionBudget httpscale-operator"} {
+	for _, gone := range []string{"ValidatingWebhookConfiguration httpscale-operator-webhook", "MutatingWebhookConfiguration httpscale-operator-webhook", "Service httpscale-operator-webhook", "Secret httpscale-operator-webhook-tls", "PodDisruptionBudget httpscale-interceptor", "PodDisruptionBudget httpscale-operator"} {
 		kind, name, _ := strings.Cut(gone, " ")
 		if m.find(kind, name) != nil {
 			t.Errorf("%s rendered although the values turn it off", gone)

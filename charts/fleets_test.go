@@ -141,6 +141,14 @@ func checkFleetWiring(t *testing.T, m manifests, fleet, ns, prefix string) fleet
 			}
 		}
 	}
+	// The finalizer webhook of one fleet never puts its finalizer on another fleet's object.
+	for _, mwc := range ofType[*admissionregistrationv1.MutatingWebhookConfiguration](m) {
+		for _, wh := range mwc.Webhooks {
+			if len(wh.MatchConditions) != 1 || !strings.Contains(wh.MatchConditions[0].Expression, "'"+fleet+"'") {
+				t.Errorf("fleet %s: mutating webhook %s match conditions %+v do not select the fleet's objects", fleet, wh.Name, wh.MatchConditions)
+			}
+		}
+	}
 	// Every binding grants to a ServiceAccount of this release, and every pod runs as one.
 	sas := map[string]bool{}
 	for _, sa := range ofType[*corev1.ServiceAccount](m) {

@@ -16,6 +16,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
@@ -26,7 +27,7 @@ import (
 // webhook points at a Service port that exists; labels and namespaces are right.
 func checkConsistent(t *testing.T, m manifests, ns string) {
 	t.Helper()
-	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "ValidatingWebhookConfiguration": true, "CustomResourceDefinition": true}
+	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "ValidatingWebhookConfiguration": true, "MutatingWebhookConfiguration": true, "CustomResourceDefinition": true}
 	for _, o := range m.objs {
 		k := kindOf(o)
 		if clusterScoped[k] != (o.GetNamespace() == "") || (!clusterScoped[k] && o.GetNamespace() != ns) {
@@ -111,13 +112,21 @@ func checkConsistent(t *testing.T, m manifests, ns string) {
 	for _, pdb := range ofType[*policyv1.PodDisruptionBudget](m) {
 		selected("PodDisruptionBudget "+pdb.Name, labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels))
 	}
+	var webhookRefs []*admissionregistrationv1.ServiceReference
 	for _, vwc := range ofType[*admissionregistrationv1.ValidatingWebhookConfiguration](m) {
 		for _, wh := range vwc.Webhooks {
-			ref := wh.ClientConfig.Service
-			svc := get[*corev1.Service](t, m, "Service", ref.Name)
-			if ref.Namespace != ns || !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == *ref.Port }) {
-				t.Errorf("webhook %s points at %s/%s:%d, which does not exist", wh.Name, ref.Namespace, ref.Name, *ref.Port)
-			}
+			webhookRefs = append(webhookRefs, wh.ClientConfig.Service)
+		}
+	}
+	for _, mwc := range ofType[*admissionregistrationv1.MutatingWebhookConfiguration](m) {
+		for _, wh := range mwc.Webhooks {
+			webhookRefs = append(webhookRefs, wh.ClientConfig.Service)
+		}
+	}
+	for _, ref := range webhookRefs {
+		svc := get[*corev1.Service](t, m, "Service", ref.Name)
+		if ref.Namespace != ns || !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == *ref.Port }) {
+			t.Errorf("webhook path %s points at %s/%s:%d, which does not exist", *ref.Path, ref.Namespace, ref.Name, *ref.Port)
 		}
 	}
 
@@ -235,11 +244,11 @@ func volume(t testing.TB, d *appsv1.Deployment, name string) corev1.Volume {
 
 func ptr[T any](v T) *T { return &v }
 
-// checkWebhookMatchesGenerated compares the chart's webhook with config/webhook/manifests.yaml, which
-// controller-gen generates from the operator's +kubebuilder:webhook marker: same configuration and
+// checkWebhookMatchesGenerated compares the chart's webhook configurations (validating, and mutating
+// when rendered) with config/webhook/manifests.yaml, which controller-gen writes from the markers:
 // webhook names (the operator patches the caBundle by name), path, rules and side effects. The chart adds
 // only what the marker cannot know (namespace, failure policy and timeout from values, caBundle).
-func checkWebhookMatchesGenerated(t *testing.T, chart *admissionregistrationv1.ValidatingWebhookConfiguration) {
+func checkWebhookMatchesGenerated(t *testing.T, m manifests) {
 	t.Helper()
 	f, err := os.Open(filepath.Join(testenv.RepoRoot(), "config", "webhook", "manifests.yaml"))
 	if err != nil {
@@ -250,38 +259,51 @@ func checkWebhookMatchesGenerated(t *testing.T, chart *admissionregistrationv1.V
 	if err != nil {
 		t.Fatal(err)
 	}
-	var gen *admissionregistrationv1.ValidatingWebhookConfiguration
-	for _, o := range objs {
-		if v, ok := o.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok {
-			gen = v
-		}
-	}
-	if gen == nil {
-		t.Fatal("config/webhook/manifests.yaml has no ValidatingWebhookConfiguration")
-	}
 	type hook struct {
 		Name, Service, Path string
 		Rules               []admissionregistrationv1.RuleWithOperations
 		SideEffects         admissionregistrationv1.SideEffectClass
 		Versions            []string
 	}
-	summary := func(v *admissionregistrationv1.ValidatingWebhookConfiguration) (string, []hook) {
-		var hs []hook
-		for _, w := range v.Webhooks {
-			rules := slices.Clone(w.Rules)
-			for i := range rules {
-				rules[i].Scope = nil // the chart states the default scope explicitly
-			}
-			hs = append(hs, hook{Name: w.Name, Service: w.ClientConfig.Service.Name, Path: *w.ClientConfig.Service.Path, Rules: rules, SideEffects: *w.SideEffects, Versions: w.AdmissionReviewVersions})
+	summarize := func(name string, cc admissionregistrationv1.WebhookClientConfig, rules []admissionregistrationv1.RuleWithOperations, se *admissionregistrationv1.SideEffectClass, versions []string) hook {
+		rules = slices.Clone(rules)
+		for i := range rules {
+			rules[i].Scope = nil // the chart states the default scope explicitly
 		}
-		return v.Name, hs
+		return hook{Name: name, Service: cc.Service.Name, Path: *cc.Service.Path, Rules: rules, SideEffects: *se, Versions: versions}
 	}
-	genName, genHooks := summary(gen)
-	chartName, chartHooks := summary(chart)
-	if genName != chartName {
-		t.Errorf("chart ValidatingWebhookConfiguration %s, generated %s", chartName, genName)
+	// summary maps "Kind name" to its webhooks.
+	summary := func(objs []client.Object) map[string][]hook {
+		out := map[string][]hook{}
+		for _, o := range objs {
+			switch v := o.(type) {
+			case *admissionregistrationv1.ValidatingWebhookConfiguration:
+				for _, w := range v.Webhooks {
+					out["ValidatingWebhookConfiguration "+v.Name] = append(out["ValidatingWebhookConfiguration "+v.Name], summarize(w.Name, w.ClientConfig, w.Rules, w.SideEffects, w.AdmissionReviewVersions))
+				}
+			case *admissionregistrationv1.MutatingWebhookConfiguration:
+				for _, w := range v.Webhooks {
+					out["MutatingWebhookConfiguration "+v.Name] = append(out["MutatingWebhookConfiguration "+v.Name], summarize(w.Name, w.ClientConfig, w.Rules, w.SideEffects, w.AdmissionReviewVersions))
+				}
+			}
+		}
+		return out
 	}
-	if diff := cmp.Diff(genHooks, chartHooks); diff != "" {
-		t.Errorf("chart webhooks differ from controller-gen's (-generated +chart):\n%s", diff)
+	gen := summary(objs)
+	var rendered []client.Object
+	for _, v := range ofType[*admissionregistrationv1.ValidatingWebhookConfiguration](m) {
+		rendered = append(rendered, v)
+	}
+	for _, v := range ofType[*admissionregistrationv1.MutatingWebhookConfiguration](m) {
+		rendered = append(rendered, v)
+	}
+	chart := summary(rendered)
+	if len(chart) == 0 {
+		t.Fatal("the chart renders no webhook configuration")
+	}
+	for key, hooks := range chart {
+		if diff := cmp.Diff(gen[key], hooks); diff != "" {
+			t.Errorf("chart %s differs from controller-gen's (-generated +chart):\n%s", key, diff)
+		}
 	}
 }

@@ -62,7 +62,9 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 			o.PprofBindAddress = cfg.PprofAddr // off unless asked for (profiling)
 		},
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
-			if _, err := webhook.Setup(mgr, webhook.OptionsFrom(cfg.Webhook, cfg.Namespace), log.WithName("webhook")); err != nil {
+			wo := webhook.OptionsFrom(cfg.Webhook, cfg.Namespace)
+			wo.Finalizer, wo.Fleet, wo.WatchNamespaces = controller.FinalizerFor(cfg.Fleet), cfg.Fleet, cfg.WatchNamespaces
+			if _, err := webhook.Setup(mgr, wo, log.WithName("webhook")); err != nil {
 				return err
 			}
 			opts := options(cfg)

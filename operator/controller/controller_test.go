@@ -204,6 +204,30 @@ var _ = Describe("An HTTPScaledObject", func() {
 		Expect(sawTerminating).To(BeTrue(), "never saw the object terminating while still routed: the test proved nothing")
 	})
 
+	It("routes an object that arrives with its finalizer (the mutating webhook's), and lets go of one that never routed", func() {
+		// As the webhook admits it: the routing controller has no patch to make.
+		h := app(ns, "early", "early.example.com")
+		h.Finalizers = []string{controller.Finalizer}
+		Expect(k8s.Create(ctx, h)).To(Succeed())
+		key := ns + "/early"
+		Eventually(entryOf(key)).ShouldNot(BeNil())
+		Eventually(condition(h, v1.ConditionValid)).Should(haveCondition(True, "Resolved"))
+		Eventually(scaledObject(h)).ShouldNot(BeNil())
+		Expect(current(h).Finalizers).To(ConsistOf(controller.Finalizer))
+		Expect(k8s.Delete(ctx, h)).To(Succeed())
+		Eventually(isNotFound(h)).Should(BeTrue())
+		Expect(tableEntry(key)).To(BeNil())
+
+		// An object whose Service does not exist is never routed; the finalizer it was admitted with
+		// must not keep it from being deleted.
+		stray := hso(ns, "stray", "stray.example.com")
+		stray.Finalizers = []string{controller.Finalizer}
+		Expect(k8s.Create(ctx, stray)).To(Succeed())
+		Eventually(condition(stray, v1.ConditionValid)).Should(haveCondition(False, "ServiceNotFound"))
+		Expect(k8s.Delete(ctx, stray)).To(Succeed())
+		Eventually(isNotFound(stray)).Should(BeTrue())
+	})
+
 	It("reports a missing Service and recovers when it appears, without affecting other apps", func() {
 		good := app(ns, "good", "good.example.com")
 		Expect(k8s.Create(ctx, good)).To(Succeed())

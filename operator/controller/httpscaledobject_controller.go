@@ -105,15 +105,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	entry, err := r.resolve(ctx, hso)
 	var inv *invalidError
+	if written := r.Table.Written(); !errors.As(err, &inv) && err == nil && !written.Contains(key) && !written.Lost(key) {
+		// Not settled in a written table yet: neither routed nor reported as the loser of a route
+		// conflict. The table writer's Notify brings the object back here once it is; until then this
+		// reconcile's writes (ScaledObject, events, status) would only compete for the API server with
+		// the routing table's writes (and a burst's creates and finalizer patches), and race the
+		// routing controller's finalizer patch. That holds whether the finalizer came with the create
+		// (the mutating webhook) or comes from the routing controller. The requeue is a safety net.
+		return ctrl.Result{RequeueAfter: notRoutedRecheck}, nil
+	}
 	if !errors.As(err, &inv) && err == nil && !controllerutil.ContainsFinalizer(hso, r.finalizer()) {
-		if !r.Table.Written().Contains(key) {
-			// Not routed yet. The routing controller adds the finalizer before it routes the object,
-			// and the table writer's Notify brings the object back here once a table holding it is
-			// written; until then this reconcile's writes (ScaledObject, events, status) would only
-			// compete with a burst's creates and finalizer patches for the API server, and race the
-			// routing controller's patch. The requeue is a safety net.
-			return ctrl.Result{RequeueAfter: notRoutedRecheck}, nil
-		}
 		// Routed without the finalizer (someone removed it, or this cache has not seen the routing
 		// controller's patch yet): put it back, so that the object cannot leave the API while
 		// interceptors still route it.

@@ -61,6 +61,12 @@ func (w *Written) Contains(key string) bool {
 	return ok
 }
 
+// Lost reports whether the written table reports key as the loser of a route conflict.
+func (w *Written) Lost(key string) bool {
+	_, ok := w.Conflicts[key]
+	return ok
+}
+
 // Seq returns the order of a table version, or false for a version this process never wrote or read.
 func (w *Written) Seq(version string) (uint64, bool) {
 	s, ok := w.versions[version]

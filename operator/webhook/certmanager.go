@@ -20,7 +20,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",namespace=httpscale-system,resources=secrets,verbs=get;create;update
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;update
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update
 
 // CertManager keeps the webhook's serving certificate: it creates a CA and a certificate for the
 // webhook Service's DNS names, stores them in a Secret in the install namespace (shared by all operator
@@ -158,28 +158,54 @@ func (m *CertManager) sync(ctx context.Context) (time.Time, error) {
 	return next, vwcErr
 }
 
-// patchCABundle writes bundle into every webhook of the configuration.
+// patchCABundle writes bundle into every webhook of the ValidatingWebhookConfiguration and of the
+// MutatingWebhookConfiguration of the same name. The mutating one is optional (an install without
+// it gets the finalizer from the routing controller instead).
 func (m *CertManager) patchCABundle(ctx context.Context, bundle []byte) error {
 	if m.WebhookConfigurationName == "" {
 		return nil
 	}
+	key := types.NamespacedName{Name: m.WebhookConfigurationName}
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := m.Reader.Get(ctx, types.NamespacedName{Name: m.WebhookConfigurationName}, vwc); err != nil {
+	if err := m.Reader.Get(ctx, key, vwc); err != nil {
 		return fmt.Errorf("reading ValidatingWebhookConfiguration %s (is the chart installed with the webhook enabled?): %w", m.WebhookConfigurationName, err)
 	}
-	dirty := false
+	vcfgs := make([]*admissionregistrationv1.WebhookClientConfig, len(vwc.Webhooks))
 	for i := range vwc.Webhooks {
-		if !bytes.Equal(vwc.Webhooks[i].ClientConfig.CABundle, bundle) {
-			vwc.Webhooks[i].ClientConfig.CABundle = bundle
-			dirty = true
+		vcfgs[i] = &vwc.Webhooks[i].ClientConfig
+	}
+	if setCABundle(bundle, vcfgs) {
+		if err := m.Client.Update(ctx, vwc); err != nil {
+			return fmt.Errorf("writing caBundle of ValidatingWebhookConfiguration %s: %w", m.WebhookConfigurationName, err)
+		}
+		m.Log.Info("webhook caBundle updated", "validatingWebhookConfiguration", m.WebhookConfigurationName)
+	}
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := m.Reader.Get(ctx, key, mwc); apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", m.WebhookConfigurationName, err)
+	}
+	mcfgs := make([]*admissionregistrationv1.WebhookClientConfig, len(mwc.Webhooks))
+	for i := range mwc.Webhooks {
+		mcfgs[i] = &mwc.Webhooks[i].ClientConfig
+	}
+	if setCABundle(bundle, mcfgs) {
+		if err := m.Client.Update(ctx, mwc); err != nil {
+			return fmt.Errorf("writing caBundle of MutatingWebhookConfiguration %s: %w", m.WebhookConfigurationName, err)
+		}
+		m.Log.Info("webhook caBundle updated", "mutatingWebhookConfiguration", m.WebhookConfigurationName)
+	}
+	return nil
+}
+
+// setCABundle puts bundle into every client configuration and reports whether any changed.
+func setCABundle(bundle []byte, cfgs []*admissionregistrationv1.WebhookClientConfig) (changed bool) {
+	for _, c := range cfgs {
+		if !bytes.Equal(c.CABundle, bundle) {
+			c.CABundle = bundle
+			changed = true
 		}
 	}
-	if !dirty {
-		return nil
-	}
-	if err := m.Client.Update(ctx, vwc); err != nil {
-		return fmt.Errorf("writing caBundle of ValidatingWebhookConfiguration %s: %w", m.WebhookConfigurationName, err)
-	}
-	m.Log.Info("webhook caBundle updated", "validatingWebhookConfiguration", m.WebhookConfigurationName)
-	return nil
+	return changed
 }

@@ -30,6 +30,9 @@ const (
 	secretName  = "httpscale-operator-webhook-tls"
 	configName  = "httpscale-operator-webhook"
 	serviceName = "httpscale-operator-webhook"
+	// watchedNS is the one namespace the operator under test watches: its new objects get finalizer.
+	watchedNS = "watched"
+	finalizer = "httpscale.dev/routing-table"
 )
 
 var (
@@ -42,7 +45,7 @@ var (
 
 func TestWebhook(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "HTTPScaledObject validating webhook (real kube-apiserver)")
+	RunSpecs(t, "HTTPScaledObject admission webhooks (real kube-apiserver)")
 }
 
 var _ = BeforeSuite(func() {
@@ -61,6 +64,7 @@ var _ = BeforeSuite(func() {
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})).To(Succeed())
+	Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: watchedNS}})).To(Succeed())
 
 	log := zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -82,6 +86,8 @@ var _ = BeforeSuite(func() {
 		CAValidity:               10 * 365 * 24 * time.Hour,
 		CertValidity:             365 * 24 * time.Hour,
 		Location:                 time.UTC,
+		Finalizer:                finalizer,
+		WatchNamespaces:          []string{watchedNS},
 	}, log)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(certs).NotTo(BeNil())

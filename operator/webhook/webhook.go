@@ -1,6 +1,7 @@
-// Package webhook is the operator's validating admission webhook for HTTPScaledObjects and the
-// self-managed serving certificate it is reached with (generated, stored in a Secret, rotated, and
-// trusted through the ValidatingWebhookConfiguration's caBundle), or a certificate cert-manager mounts.
+// Package webhook is the operator's admission webhooks for HTTPScaledObjects (validating, and
+// mutating to put the fleet's finalizer on new objects) and the self-managed serving certificate they
+// are reached with (generated, stored in a Secret, rotated, and trusted through the webhook
+// configurations' caBundle), or a certificate cert-manager mounts.
 package webhook
 
 import (
@@ -39,6 +40,10 @@ type Options struct {
 	CAValidity, CertValidity time.Duration
 	// Location is the operator's zone for schedule rules without a timeZone (nil: UTC).
 	Location *time.Location
+	// Finalizer, when set, is put on new objects of Fleet in WatchNamespaces (all when empty) by the
+	// mutating webhook at MutatePath (FinalizerOnCreate); empty serves no mutating webhook.
+	Finalizer, Fleet string
+	WatchNamespaces  []string
 	// Now is the certificate clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -98,6 +103,9 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*CertManager, error
 	server := ctrlwebhook.NewServer(serverOpts)
 	hook := admission.WithValidator[*v1.HTTPScaledObject](mgr.GetScheme(), Validator{Location: o.Location})
 	server.Register(Path, hook)
+	if o.Finalizer != "" {
+		server.Register(MutatePath, &admission.Webhook{Handler: FinalizerOnCreate{Finalizer: o.Finalizer, Fleet: o.Fleet, Namespaces: o.WatchNamespaces}})
+	}
 	if err := mgr.Add(server); err != nil {
 		return nil, fmt.Errorf("adding webhook server: %w", err)
 	}

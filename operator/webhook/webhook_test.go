@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,6 +40,12 @@ func caBundle(ctx context.Context) []byte {
 	return vwc.Webhooks[0].ClientConfig.CABundle
 }
 
+func mutatingCABundle(ctx context.Context) []byte {
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: configName}, mwc)).To(Succeed())
+	return mwc.Webhooks[0].ClientConfig.CABundle
+}
+
 func secret(ctx context.Context) *corev1.Secret {
 	s := &corev1.Secret{}
 	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: secretName}, s)).To(Succeed())
@@ -58,7 +65,7 @@ func acceptsValidObjects(ctx context.Context, name string) {
 	}, time.Minute, 200*time.Millisecond).Should(Succeed())
 }
 
-var _ = Describe("Validating webhook", Ordered, func() {
+var _ = Describe("Admission webhooks", Ordered, func() {
 	ctx := context.Background()
 
 	It("serves with its own certificate: Secret written, caBundle patched, valid objects admitted", func() {
@@ -131,6 +138,27 @@ var _ = Describe("Validating webhook", Ordered, func() {
 		Expect(k8s.Delete(ctx, obj)).To(Succeed())
 	})
 
+	It("puts the fleet's finalizer on new objects of its fleet in the namespaces it watches, and on no other", func() {
+		Eventually(func() []byte { return mutatingCABundle(ctx) }).Should(Equal(secret(ctx).Data[webhook.KeyCA]), "the mutating configuration trusts the Secret's CA bundle")
+		create := func(ns, name, fleet string, finalizers ...string) []string {
+			obj := valid(name)
+			obj.Namespace, obj.Spec.Fleet, obj.Finalizers = ns, fleet, finalizers
+			Expect(k8s.Create(ctx, obj)).To(Succeed())
+			DeferCleanup(func() {
+				// No operator runs here to take its finalizer away.
+				Expect(client.IgnoreNotFound(k8s.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))).To(Succeed())
+				Expect(client.IgnoreNotFound(k8s.Delete(ctx, obj))).To(Succeed())
+			})
+			return obj.Finalizers
+		}
+		Expect(create(watchedNS, "mine", "")).To(Equal([]string{finalizer}), "the create's answer carries the finalizer")
+		Expect(create(watchedNS, "mine-default", "default")).To(Equal([]string{finalizer}))
+		Expect(create(watchedNS, "has-others", "", "example.com/keep")).To(Equal([]string{"example.com/keep", finalizer}))
+		Expect(create(watchedNS, "has-it", "", finalizer)).To(Equal([]string{finalizer}), "never twice")
+		Expect(create(watchedNS, "blue", "blue")).To(BeEmpty(), "another fleet's object")
+		Expect(create("default", "unwatched", "")).To(BeEmpty(), "a namespace this operator does not watch")
+	})
+
 	It("recovers from a lost Secret with a new CA and re-published caBundle", func() {
 		before := caBundle(ctx)
 		Expect(k8s.Delete(ctx, secret(ctx))).To(Succeed())
@@ -139,6 +167,7 @@ var _ = Describe("Validating webhook", Ordered, func() {
 		after := secret(ctx)
 		Expect(bytes.Equal(after.Data[webhook.KeyCA], before)).To(BeFalse(), "a new CA was generated")
 		Expect(caBundle(ctx)).To(Equal(after.Data[webhook.KeyCA]))
+		Expect(mutatingCABundle(ctx)).To(Equal(after.Data[webhook.KeyCA]))
 		acceptsValidObjects(ctx, "after-rotation")
 	})
 })

@@ -20,7 +20,8 @@ type Webhook struct {
 	ServiceName string
 	// SecretName stores the self-managed CA and certificate in the install namespace.
 	SecretName string
-	// ConfigurationName is the ValidatingWebhookConfiguration whose caBundle is kept current.
+	// ConfigurationName is the ValidatingWebhookConfiguration (and the MutatingWebhookConfiguration of the
+	// same name, if any) whose caBundle is kept current.
 	ConfigurationName string
 	// CAValidity and CertValidity are certificate lifetimes (renewed two thirds in).
 	CAValidity, CertValidity time.Duration
@@ -28,12 +29,12 @@ type Webhook struct {
 
 // Bind registers the webhook flags on fs (Operator.Bind reads the environment).
 func (w *Webhook) Bind(fs *flag.FlagSet) {
-	fs.StringVar(&w.BindAddress, "webhook-bind-address", ":9443", `Address the validating webhook serves on; "0" disables it.`)
+	fs.StringVar(&w.BindAddress, "webhook-bind-address", ":9443", `Address the admission webhooks (validating, and mutating for the finalizer) serve on; "0" disables them.`)
 	fs.BoolVar(&w.SelfManagedCerts, "webhook-self-managed-certs", true, "Generate, rotate and publish the webhook's serving certificate; false reads it from --webhook-cert-dir (cert-manager).")
 	fs.StringVar(&w.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Folder with tls.crt and tls.key when certificates are not self-managed.")
 	fs.StringVar(&w.ServiceName, "webhook-service-name", "httpscale-operator-webhook", "Service the API server reaches the webhook through.")
 	fs.StringVar(&w.SecretName, "webhook-secret-name", "httpscale-operator-webhook-tls", "Secret in the install namespace holding the self-managed CA and certificate.")
-	fs.StringVar(&w.ConfigurationName, "webhook-configuration-name", "httpscale-operator-webhook", "ValidatingWebhookConfiguration whose caBundle is kept current.")
+	fs.StringVar(&w.ConfigurationName, "webhook-configuration-name", "httpscale-operator-webhook", "ValidatingWebhookConfiguration, and MutatingWebhookConfiguration of the same name if it exists, whose caBundle is kept current.")
 	fs.DurationVar(&w.CAValidity, "webhook-ca-validity", 10*365*24*time.Hour, "Lifetime of the self-managed CA.")
 	fs.DurationVar(&w.CertValidity, "webhook-cert-validity", 365*24*time.Hour, "Lifetime of the self-managed serving certificate.")
 }
