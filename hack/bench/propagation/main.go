@@ -1,6 +1,6 @@
 // Command propagation measures how long one new HTTPScaledObject takes to become routable when N
 // objects already exist: it starts a real kube-apiserver (envtest, with httpscale's and KEDA's CRDs),
-// runs the real operator binary (--kubeconfig, no leader election, no webhook) and -interceptors K
+// runs the real operator binary (--kubeconfig, no leader election, its webhooks with -webhook) and -interceptors K
 // real interceptor binaries, creates N HTTPScaledObjects and waits until every interceptor serves
 // all of them, then, S times, creates one more object and measures:
 //
@@ -101,6 +101,7 @@ type config struct {
 	conns        int
 	endpointIP   string
 	profiles     string
+	webhook      bool
 }
 
 type binaries struct{ operator, interceptor, backend string }
@@ -129,6 +130,7 @@ func run() error {
 	flag.StringVar(&bins.operator, "operator", "", "operator binary (built from this tree when empty)")
 	flag.StringVar(&bins.interceptor, "interceptor", "", "interceptor binary (built from this tree when empty)")
 	flag.StringVar(&bins.backend, "backend", "", "hack/bench/backend binary for -throughput (built from this tree when empty)")
+	flag.BoolVar(&c.webhook, "webhook", false, "serve the operator's admission webhooks as the chart installs them (validating, and mutating for the finalizer at create) once it runs; objects prefilled before it started have none")
 	opArgs := flag.String("operator-args", "", "extra operator flags, space-separated")
 	flag.Parse()
 	for _, f := range strings.Split(*ns, ",") {
@@ -220,16 +222,31 @@ func run() error {
 	for i := range watched {
 		watched[i] = nsName(i)
 	}
-	opMetrics, opPprof := freeAddr(), freeAddr()
-	op, err := startProc("operator", bins.operator, append([]string{
+	opMetrics, opPprof, opHealth := freeAddr(), freeAddr(), freeAddr()
+	webhookArgs := []string{"--webhook-bind-address=0"}
+	var hook *benchWebhook
+	if c.webhook {
+		if hook, err = newBenchWebhook(); err != nil {
+			return err
+		}
+		defer hook.cleanup()
+		webhookArgs = hook.args()
+	}
+	op, err := startProc("operator", bins.operator, append(append([]string{
 		"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--namespace=" + installNS, "--pprof-bind-address=" + opPprof,
-		"--webhook-bind-address=0", "--metrics-bind-address=" + opMetrics, "--health-probe-bind-address=" + freeAddr(),
+		"--metrics-bind-address=" + opMetrics, "--health-probe-bind-address=" + opHealth,
 		"--zap-log-level=error", "--watch-namespaces=" + strings.Join(watched, ","),
-	}, strings.Fields(*opArgs)...))
+	}, webhookArgs...), strings.Fields(*opArgs)...))
 	if err != nil {
 		return err
 	}
 	defer op.stop()
+	if hook != nil {
+		if err := hook.register(ctx, k8s, opHealth, watched); err != nil {
+			return err
+		}
+		fmt.Printf("# webhooks served by the operator at %s: validating (Fail) and mutating (finalizer at create, Ignore)\n", hook.addr)
+	}
 	opStart := time.Now()
 	var ics []*interceptor
 	defer func() {
