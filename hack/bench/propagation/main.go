@@ -1,6 +1,6 @@
 // Command propagation measures how long one new HTTPScaledObject takes to become routable when N
 // objects already exist: it starts a real kube-apiserver (envtest, with httpscale's and KEDA's CRDs),
-// runs the real operator binary (--kubeconfig, no leader election, its webhooks with -webhook) and -interceptors K
+// runs the real operator binary (--kubeconfig, no leader election, its webhooks with -webhooks) and -interceptors K
 // real interceptor binaries, creates N HTTPScaledObjects and waits until every interceptor serves
 // all of them, then, S times, creates one more object and measures:
 //
@@ -101,7 +101,7 @@ type config struct {
 	conns        int
 	endpointIP   string
 	profiles     string
-	webhook      bool
+	webhooks     string
 }
 
 type binaries struct{ operator, interceptor, backend string }
@@ -130,7 +130,7 @@ func run() error {
 	flag.StringVar(&bins.operator, "operator", "", "operator binary (built from this tree when empty)")
 	flag.StringVar(&bins.interceptor, "interceptor", "", "interceptor binary (built from this tree when empty)")
 	flag.StringVar(&bins.backend, "backend", "", "hack/bench/backend binary for -throughput (built from this tree when empty)")
-	flag.BoolVar(&c.webhook, "webhook", false, "serve the operator's admission webhooks as the chart installs them (validating, and mutating for the finalizer at create) once it runs; objects prefilled before it started have none")
+	flag.StringVar(&c.webhooks, "webhooks", "", `serve the operator's admission webhooks as the chart installs them once it runs: "validating" (webhook.finalizers.enabled=false), "all" (validating, and mutating to put the finalizer on at create); objects prefilled before it started met none`)
 	opArgs := flag.String("operator-args", "", "extra operator flags, space-separated")
 	flag.Parse()
 	for _, f := range strings.Split(*ns, ",") {
@@ -225,12 +225,16 @@ func run() error {
 	opMetrics, opPprof, opHealth := freeAddr(), freeAddr(), freeAddr()
 	webhookArgs := []string{"--webhook-bind-address=0"}
 	var hook *benchWebhook
-	if c.webhook {
-		if hook, err = newBenchWebhook(); err != nil {
+	switch c.webhooks {
+	case "":
+	case "validating", "all":
+		if hook, err = newBenchWebhook(c.webhooks == "all"); err != nil {
 			return err
 		}
 		defer hook.cleanup()
 		webhookArgs = hook.args()
+	default:
+		return fmt.Errorf("-webhooks %q: want validating or all", c.webhooks)
 	}
 	op, err := startProc("operator", bins.operator, append(append([]string{
 		"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--namespace=" + installNS, "--pprof-bind-address=" + opPprof,
@@ -245,7 +249,7 @@ func run() error {
 		if err := hook.register(ctx, k8s, opHealth, watched); err != nil {
 			return err
 		}
-		fmt.Printf("# webhooks served by the operator at %s: validating (Fail) and mutating (finalizer at create, Ignore)\n", hook.addr)
+		fmt.Printf("# webhooks served by the operator at %s: validating (Fail)%s\n", hook.addr, map[bool]string{true: " and mutating (finalizer at create, Ignore)"}[hook.mutating])
 	}
 	opStart := time.Now()
 	var ics []*interceptor

@@ -25,14 +25,16 @@ import (
 )
 
 // benchWebhook is the operator's webhook server as the chart installs it (the validating webhook,
-// failure policy Fail, and the mutating one that puts the finalizer on new objects, Ignore), reached
+// failure policy Fail, and optionally the mutating one that puts the finalizer on new objects,
+// Ignore), reached
 // by the API server at addr on loopback with a certificate this process makes for 127.0.0.1.
 type benchWebhook struct {
 	addr, certDir string
 	caPEM         []byte
+	mutating      bool // also the finalizer webhook
 }
 
-func newBenchWebhook() (*benchWebhook, error) {
+func newBenchWebhook(mutating bool) (*benchWebhook, error) {
 	dir, err := os.MkdirTemp("", "propagation-webhook-")
 	if err != nil {
 		return nil, err
@@ -63,7 +65,7 @@ func newBenchWebhook() (*benchWebhook, error) {
 	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		return nil, err
 	}
-	return &benchWebhook{addr: freeAddr(), certDir: dir, caPEM: certPEM}, nil
+	return &benchWebhook{addr: freeAddr(), certDir: dir, caPEM: certPEM, mutating: mutating}, nil
 }
 
 // args are the operator's flags that serve the webhook with this certificate.
@@ -72,7 +74,7 @@ func (b *benchWebhook) args() []string {
 }
 
 // register waits until the operator's readiness (which includes its webhook server) passes on
-// health, then installs both webhook configurations for the objects in namespaces.
+// health, then installs the webhook configurations for the objects in namespaces.
 func (b *benchWebhook) register(ctx context.Context, k8s client.Client, health string, namespaces []string) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -111,10 +113,17 @@ func (b *benchWebhook) register(ctx context.Context, k8s client.Client, health s
 			FailurePolicy: ptr.To(admissionregistrationv1.Ignore), SideEffects: &none, AdmissionReviewVersions: []string{"v1"}, TimeoutSeconds: ptr.To[int32](3),
 			ReinvocationPolicy: ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
 		}}}
-	for _, obj := range []client.Object{validating, mutating} {
+	configs := []client.Object{validating}
+	if b.mutating {
+		configs = append(configs, mutating)
+	}
+	for _, obj := range configs {
 		if err := k8s.Create(ctx, obj); err != nil {
 			return fmt.Errorf("installing the bench's webhook configuration: %w", err)
 		}
+	}
+	if !b.mutating {
+		return nil
 	}
 	// The mutating webhook fails open: prove that it answers (a dry run is admitted like a create).
 	for {
