@@ -4,15 +4,19 @@ package e2e
 
 import (
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+	"github.com/httpscale/httpscale/operator/controller"
 )
 
 // How every scenario runs httpscale: `helm install` of charts/httpscale with its default values, the
@@ -69,6 +73,24 @@ spec:
 		ca, err := f.Cluster.KubectlRun(ctx, "", "get", "validatingwebhookconfiguration", "httpscale-operator-webhook", "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(len(ca)).To(BeNumerically(">", 100), "caBundle patched by the operator")
+
+		// The mutating webhook puts the default fleet's finalizer on a new object in its create (a
+		// dry run is admitted like a create). It fails open, so ask until it answers: right after an
+		// install the operator's Service may not route to a ready pod yet.
+		Eventually(func(g Gomega) {
+			probe := &httpscalev1alpha1.HTTPScaledObject{
+				ObjectMeta: metav1.ObjectMeta{Name: "finalizer-probe", Namespace: "default"},
+				Spec: httpscalev1alpha1.HTTPScaledObjectSpec{
+					Hosts:          []httpscalev1alpha1.Host{"probe.example"},
+					ScaleTargetRef: httpscalev1alpha1.ScaleTargetRef{Name: "app", Service: "app", Port: ptr.To[int32](80)},
+				},
+			}
+			g.Expect(f.Client.Create(ctx, probe, client.DryRunAll)).To(Succeed())
+			g.Expect(probe.Finalizers).To(ConsistOf(controller.Finalizer))
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+		mca, err := f.Cluster.KubectlRun(ctx, "", "get", "mutatingwebhookconfiguration", "httpscale-operator-webhook", "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(mca).To(Equal(ca), "both configurations trust the same CA")
 	})
 
 	It("publishes the interceptors' admin endpoints with their zones", func(ctx SpecContext) {

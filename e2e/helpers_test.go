@@ -26,7 +26,6 @@ import (
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
-	"github.com/httpscale/httpscale/operator/controller"
 )
 
 // expectProxying fails the calling container unless every interceptor serves its proxy port within
@@ -91,9 +90,6 @@ func routedApp(ctx context.Context, ns, name string, replicas int32, spec func(*
 	}
 	spec(&hso.Spec)
 	Expect(f.Client.Create(ctx, hso)).To(Succeed())
-	// The create's answer: the chart's mutating webhook (the operator pod, reached through its Service)
-	// put the fleet's finalizer on, so the operator routes the object without a write of its own first.
-	Expect(hso.Finalizers).To(ContainElement(controller.FinalizerFor(hso.Spec.FleetName())), "finalizer put on at create")
 	Eventually(func(g Gomega) {
 		g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), hso)).To(Succeed())
 		g.Expect(hso.Status.Routing).NotTo(BeNil())

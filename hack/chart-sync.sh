@@ -31,6 +31,8 @@ for role in config/rbac/*/role.yaml; do
 			line = lines[i]
 			# Names per fleet: httpscale-<component> becomes the release'"'"'s prefix (see _helpers.tpl).
 			if (line ~ /^  name: httpscale-/) sub(/httpscale-/, prefix "-", line)
+			# resourceNames of the release'"'"'s own objects (its webhook configurations) get the prefix too.
+			if (line ~ /^  - httpscale-/) sub(/httpscale-/, prefix "-", line)
 			if (line ~ /^kind: /) kind = substr(line, 7)
 			if (line ~ /^  namespace: /) {
 				rns = substr(line, 14)

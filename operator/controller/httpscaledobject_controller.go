@@ -75,7 +75,15 @@ type Reconciler struct {
 	// Secrets reads the Secrets spec.tls names, uncached (the API reader).
 	Secrets client.Reader
 	Log     logr.Logger
+	// Now is the clock of the wait for routing (routingWait); nil means time.Now.
+	Now func() time.Time
 }
+
+// routingWait bounds how long a new object that already carries its finalizer (from the mutating
+// webhook) waits for its first routed table before its status and ScaledObject are written anyway:
+// when table writes keep failing, the status must still say so (RoutingPropagated) rather than stay
+// empty. It matches the table writer's start-up hold.
+const routingWait = 30 * time.Second
 
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -105,13 +113,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	entry, err := r.resolve(ctx, hso)
 	var inv *invalidError
-	if written := r.Table.Written(); !errors.As(err, &inv) && err == nil && !written.Contains(key) && !written.Lost(key) {
+	if written := r.Table.Written(); !errors.As(err, &inv) && err == nil && !written.Contains(key) && !written.Lost(key) &&
+		(!controllerutil.ContainsFinalizer(hso, r.finalizer()) || r.now().Sub(hso.CreationTimestamp.Time) < routingWait) {
 		// Not settled in a written table yet: neither routed nor reported as the loser of a route
 		// conflict. The table writer's Notify brings the object back here once it is; until then this
 		// reconcile's writes (ScaledObject, events, status) would only compete for the API server with
 		// the routing table's writes (and a burst's creates and finalizer patches), and race the
 		// routing controller's finalizer patch. That holds whether the finalizer came with the create
-		// (the mutating webhook) or comes from the routing controller. The requeue is a safety net.
+		// (the mutating webhook) or comes from the routing controller; with the finalizer, for at most
+		// routingWait. The requeue is a safety net.
 		return ctrl.Result{RequeueAfter: notRoutedRecheck}, nil
 	}
 	if !errors.As(err, &inv) && err == nil && !controllerutil.ContainsFinalizer(hso, r.finalizer()) {
@@ -414,6 +424,13 @@ func (r *Reconciler) setCondition(hso *v1.HTTPScaledObject, typ string, status m
 		kind = corev1.EventTypeWarning
 	}
 	r.event(hso, kind, typ+string(status), message)
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
 }
 
 func (r *Reconciler) event(hso *v1.HTTPScaledObject, kind, reason, message string) {

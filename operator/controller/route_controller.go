@@ -62,8 +62,9 @@ func (rr *routeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	if !controllerutil.ContainsFinalizer(hso, rr.r.finalizer()) {
 		// The finalizer goes on before the object is routed, so that it cannot leave the API while an
-		// interceptor still routes it. Only this controller adds it (the main reconcile waits for it),
-		// so in a burst each new object costs one write before it is routed.
+		// interceptor still routes it. The operator's mutating webhook normally puts it on in the
+		// create; when it did not (webhook unreachable or disabled, an object older than the webhook),
+		// this controller adds it, and the new object costs one write before it is routed.
 		uid, gen := hso.UID, hso.Generation
 		gone, err := rr.r.addFinalizer(ctx, hso)
 		if err != nil {

@@ -20,7 +20,10 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",namespace=httpscale-system,resources=secrets,verbs=get;create;update
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update
+// Only the release's own webhook configurations (the chart prefixes the name per fleet): update on
+// every MutatingWebhookConfiguration would let a compromised operator re-point another product's
+// (a sidecar injector, say) at itself.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,resourceNames=httpscale-operator-webhook,verbs=get;update
 
 // CertManager keeps the webhook's serving certificate: it creates a CA and a certificate for the
 // webhook Service's DNS names, stores them in a Secret in the install namespace (shared by all operator

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"net/http"
 	"slices"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -62,8 +61,9 @@ func (f FinalizerOnCreate) Handle(_ context.Context, req admission.Request) admi
 		} `json:"spec"`
 	}
 	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
-		// Not this webhook's to reject: the API server's validation answers malformed objects.
-		return admission.Errored(http.StatusBadRequest, err)
+		// Not this webhook's to reject (an error here would be a denial, whatever the failure
+		// policy): the schema validation that follows answers a malformed object with its own message.
+		return admission.Allowed("not decodable here; left to the schema")
 	}
 	if cmp.Or(obj.Spec.Fleet, v1.DefaultFleet) != cmp.Or(f.Fleet, v1.DefaultFleet) {
 		return admission.Allowed("another fleet's object")
