@@ -149,8 +149,17 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 					for _, group := range r.APIGroups {
 						for _, res := range r.Resources {
 							for _, verb := range r.Verbs {
-								attrs := resourceAttributes(roleNS, group, res, verb)
-								Expect(allowed(ctx, client, attrs)).To(BeTrue(), "%s should be allowed to %s %s.%s in %q", c, verb, res, group, roleNS)
+								// A rule limited to some names grants those (the chart's default
+								// fleet keeps the markers' names).
+								names := r.ResourceNames
+								if len(names) == 0 {
+									names = []string{""}
+								}
+								for _, name := range names {
+									attrs := resourceAttributes(roleNS, group, res, verb)
+									attrs.Name = name
+									Expect(allowed(ctx, client, attrs)).To(BeTrue(), "%s should be allowed to %s %s.%s %q in %q", c, verb, res, group, name, roleNS)
+								}
 							}
 						}
 					}
@@ -169,6 +178,9 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 				// Fleet Leases: listed cluster-wide, written only in the install namespace.
 				{Verb: "watch", Group: "coordination.k8s.io", Resource: "leases"},
 				{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"},
+				// Only its own webhook configurations: never another product's (a sidecar injector).
+				{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Name: "sidecar-injector"},
+				{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "policy"},
 			},
 			"interceptor": {
 				{Verb: "create", Resource: "configmaps", Namespace: ns},
