@@ -106,6 +106,12 @@ type config struct {
 
 type binaries struct{ operator, interceptor, backend string }
 
+// interceptorBin is the binary interceptor i runs: -interceptor may list several.
+func (b binaries) interceptorBin(i int) string {
+	list := strings.Split(b.interceptor, ",")
+	return list[i%len(list)]
+}
+
 func run() error {
 	var c config
 	var bins binaries
@@ -128,7 +134,7 @@ func run() error {
 	flag.StringVar(&c.endpointIP, "endpoint-ip", "", "non-loopback address of this host (or network namespace) the backend listens on")
 	flag.StringVar(&c.profiles, "profiles", "", "directory for heap profiles of the operator and every interceptor at each N, taken after the memory readings, and their CPU profiles over the samples (none when empty)")
 	flag.StringVar(&bins.operator, "operator", "", "operator binary (built from this tree when empty)")
-	flag.StringVar(&bins.interceptor, "interceptor", "", "interceptor binary (built from this tree when empty)")
+	flag.StringVar(&bins.interceptor, "interceptor", "", "interceptor binary (built from this tree when empty); a comma-separated list runs interceptor i from binary i mod the list's length, to compare builds in one run (the throughput rounds use the first)")
 	flag.StringVar(&bins.backend, "backend", "", "hack/bench/backend binary for -throughput (built from this tree when empty)")
 	flag.StringVar(&c.webhooks, "webhooks", "", `serve the operator's admission webhooks as the chart installs them once it runs: "validating" (webhook.finalizers.enabled=false), "all" (validating, and mutating to put the finalizer on at create); objects prefilled before it started met none`)
 	opArgs := flag.String("operator-args", "", "extra operator flags, space-separated")
@@ -259,12 +265,13 @@ func run() error {
 		}
 	}()
 	for i := range c.interceptors {
-		ic, err := startInterceptor(fmt.Sprintf("interceptor-%d", i), bins.interceptor, kubeconfig)
+		bin := bins.interceptorBin(i)
+		ic, err := startInterceptor(fmt.Sprintf("interceptor-%d", i), bin, kubeconfig)
 		if err != nil {
 			return err
 		}
 		ics = append(ics, ic)
-		fmt.Printf("# %s: pid %d, admin %s, pprof %s, log %s\n", ic.name, ic.cmd.Process.Pid, ic.admin, ic.pprof, ic.log)
+		fmt.Printf("# %s: pid %d, admin %s, pprof %s, log %s, binary %s\n", ic.name, ic.cmd.Process.Pid, ic.admin, ic.pprof, ic.log, bin)
 	}
 	fmt.Printf("# operator: pid %d, metrics %s, pprof %s, log %s\n", op.cmd.Process.Pid, opMetrics, opPprof, op.log)
 	procs := []*proc{op}
@@ -454,7 +461,10 @@ func build(dir string, bins *binaries, backend bool) error {
 			continue
 		}
 		*b.bin = filepath.Join(dir, filepath.Base(b.pkg))
-		cmd := exec.Command("go", "build", "-o", *b.bin, b.pkg)
+		// Built as hack/images builds what users run: static and stripped, so that the resident
+		// memory reported is the shipped binary's (a cgo build maps libc and resolves through it).
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", *b.bin, b.pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Dir = testenv.RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
@@ -489,9 +499,46 @@ func (ic *interceptor) statusURL() string { return "http://" + ic.admin + admin.
 func memories(op *proc, ics []*interceptor) string {
 	parts := []string{"operator RSS " + op.memory()}
 	for _, ic := range ics {
-		parts = append(parts, ic.name+" RSS "+ic.memory())
+		parts = append(parts, ic.name+" RSS "+ic.memory()+" ["+goMemory(ic.pprof)+"]")
 	}
 	return strings.Join(parts, ", ")
+}
+
+// goMemory reports where the Go runtime of the process serving pprof at addr says its memory is
+// (runtime.MemStats, from the heap profile's text form): the heap in use, free heap pages not yet
+// returned to the OS, goroutine stacks, the runtime's own structures, and the next GC's heap goal.
+func goMemory(addr string) string {
+	hc := &http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Get("http://" + addr + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		return "go: " + err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "go: " + err.Error()
+	}
+	return memStatsSummary(string(b))
+}
+
+// memStatsSummary summarizes the "# Name = value" lines a heap profile's text form ends with.
+func memStatsSummary(text string) string {
+	v := map[string]float64{}
+	for _, line := range strings.Split(text, "\n") {
+		name, val, ok := strings.Cut(strings.TrimPrefix(line, "# "), " = ")
+		if !ok || !strings.HasPrefix(line, "# ") {
+			continue
+		}
+		val, _, _ = strings.Cut(val, " ") // "Stack = 1234 / 5678": in use / obtained
+		if n, err := strconv.ParseFloat(val, 64); err == nil {
+			v[name] = n / (1 << 20)
+		}
+	}
+	if len(v) == 0 {
+		return "go: no MemStats"
+	}
+	return fmt.Sprintf("go: heap in use %.0f, free not released %.0f, stacks %.0f, runtime %.0f, next GC %.0f MiB",
+		v["HeapInuse"], v["HeapIdle"]-v["HeapReleased"], v["Stack"], v["MSpan"]+v["MCache"]+v["BuckHashSys"]+v["GCSys"]+v["OtherSys"], v["NextGC"])
 }
 
 // routedBy waits until every interceptor's table holds n entries and returns, per interceptor, how

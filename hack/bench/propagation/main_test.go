@@ -117,6 +117,31 @@ func TestStatTicksAndStatusFields(t *testing.T) {
 	}
 }
 
+func TestMemStatsSummary(t *testing.T) {
+	// The end of a heap profile's text form (net/http/pprof, debug=1).
+	text := `heap profile: 1: 2 [3: 4] @ heap/1048576
+# runtime.MemStats
+# Alloc = 28311552
+# HeapIdle = 20971520
+# HeapInuse = 31457280
+# HeapReleased = 8388608
+# Stack = 2097152 / 2097152
+# MSpan = 1048576 / 1310720
+# MCache = 0 / 0
+# BuckHashSys = 1048576
+# GCSys = 3145728
+# OtherSys = 1048576
+# NextGC = 73400320
+`
+	want := "go: heap in use 30, free not released 12, stacks 2, runtime 6, next GC 70 MiB"
+	if got := memStatsSummary(text); got != want {
+		t.Errorf("memStatsSummary = %q, want %q", got, want)
+	}
+	if got := memStatsSummary("not a profile"); got != "go: no MemStats" {
+		t.Errorf("memStatsSummary of garbage = %q", got)
+	}
+}
+
 func TestStatsNearestRank(t *testing.T) {
 	var ds []time.Duration
 	for i := 1; i <= 20; i++ {

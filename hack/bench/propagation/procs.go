@@ -34,15 +34,16 @@ func startProc(name, bin string, args []string) (*proc, error) {
 	return p, nil
 }
 
-// memory returns the process's resident set size and its peak ("VmRSS", "VmHWM") as
-// "<rss> MiB (peak <hwm>)".
+// memory returns the process's resident set size, its anonymous and file-backed parts (the latter
+// is mostly the binary's own pages) and its peak as "<rss> MiB (anon <a>, file <f>; peak <hwm>)".
 func (p *proc) memory() string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		return "?"
 	}
-	rss, hwm := statusKiB(string(b), "VmRSS:"), statusKiB(string(b), "VmHWM:")
-	return fmt.Sprintf("%.0f MiB (peak %.0f)", float64(rss)/1024, float64(hwm)/1024)
+	s := string(b)
+	mib := func(field string) float64 { return float64(statusKiB(s, field)) / 1024 }
+	return fmt.Sprintf("%.0f MiB (anon %.0f, file %.0f; peak %.0f)", mib("VmRSS:"), mib("RssAnon:"), mib("RssFile:"), mib("VmHWM:"))
 }
 
 // statusKiB returns the kB value of a /proc/PID/status field ("VmRSS:"), -1 when absent.

@@ -68,7 +68,7 @@ func throughput(ctx context.Context, k8s client.Client, c config, bins binaries,
 	if err := writeOneRouteTable(ctx, k8s, entry); err != nil {
 		return err
 	}
-	ref, err := startInterceptor("interceptor-ref", bins.interceptor, kubeconfig, "--routing-table-name", refTable)
+	ref, err := startInterceptor("interceptor-ref", bins.interceptorBin(0), kubeconfig, "--routing-table-name", refTable)
 	if err != nil {
 		return err
 	}
