@@ -353,7 +353,6 @@ func decodeShardV2(ref ShardRef, data []byte, buckets int, prev *readShard) (rea
 	}
 	bucket, _ := strconv.Atoi(ref.Name) // validated
 	rs := readShard{sha: ref.SHA256, entries: make([]*Entry, len(lines)), sums: make([]uint64, len(lines))}
-	var fresh []Entry
 	for i, line := range lines {
 		sum := lineSum(line)
 		e := known[sum]
@@ -369,11 +368,9 @@ func decodeShardV2(ref ShardRef, data []byte, buckets int, prev *readShard) (rea
 			if b := int(keyHash(c.Key()) & uint64(buckets-1)); b != bucket {
 				return readShard{}, fmt.Errorf("%s belongs in bucket %d", c.Key(), b)
 			}
-			if fresh == nil {
-				fresh = make([]Entry, 0, len(lines)-i)
-			}
-			fresh = append(fresh, c)
-			e = &fresh[len(fresh)-1]
+			// One allocation per entry: entries decoded together must not share an array, or
+			// the one entry of a shard still in use keeps every replaced one alive with it.
+			e = &c
 		}
 		if i > 0 && compareKeys(rs.entries[i-1], e) >= 0 {
 			return readShard{}, fmt.Errorf("%s is out of order or repeated", e.Key())

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -256,6 +257,63 @@ func TestReaderReadsOnlyChangedShards(t *testing.T) {
 	}
 	if r.Table() != got {
 		t.Error("a failed read replaced the reader's table")
+	}
+}
+
+// TestReaderFollowingChangesHoldsNoMore checks that a Reader that decoded a table and then many
+// one-entry changes holds no more memory than one that decoded the final table at once: an entry
+// decoded again must not keep a whole shard's worth of entries alive with it.
+func TestReaderFollowingChangesHoldsNoMore(t *testing.T) {
+	enc, err := NewEncoder(DefaultMaxShardBytes, DefaultMaxShardEntries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range syntheticEntries(10_000) {
+		_, line, _ := EncodeEntry(e)
+		enc.Put(e.Key(), line)
+	}
+	m, shards, err := enc.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower := &Reader{}
+	if _, err := follower.Decode(m, shardMap(shards)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		e := entry(fmt.Sprintf("churn/app-%d", i), []string{fmt.Sprintf("app-%d.churn.example.com", i)})
+		_, line, _ := EncodeEntry(e)
+		enc.Put(e.Key(), line)
+		if m, shards, err = enc.Encode(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := follower.Decode(m, shardMap(shards)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := shardMap(shards)
+	heap := func() int64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	before := heap()
+	fresh := &Reader{}
+	if _, err := fresh.Decode(m, data); err != nil {
+		t.Fatal(err)
+	}
+	withBoth := heap()
+	freshHolds := withBoth - before
+	runtime.KeepAlive(follower)
+	follower = nil
+	followerHolds := withBoth - heap()
+	runtime.KeepAlive(fresh)
+	t.Logf("%d entries: a reader that followed 300 changes holds %d KiB, one that read the final table %d KiB",
+		fresh.Table().Len(), followerHolds>>10, freshHolds>>10)
+	if followerHolds > freshHolds*11/10+256<<10 {
+		t.Errorf("the reader that followed the changes holds %d KiB, more than the %d KiB of a fresh one", followerHolds>>10, freshHolds>>10)
 	}
 }
 
