@@ -94,12 +94,13 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 }
 
 // gcHeadroom and gcMinPercent bound the heap's growth between collections once the live heap is
-// large (see pkg/gcheadroom). 40 MiB is what --gc-percent 400 allows a 10 MiB heap (a few hundred
-// routed apps); below that nothing changes. With 10,000 apps (20–27 MiB live) the heap goal stays
-// near 65 MiB: 64 MiB of headroom let an interceptor that had followed 10,000 creates reach
-// 101–121 MiB resident (goal 92 MiB), over the 100 MiB it is allowed for 10,000 routes.
+// large (see pkg/gcheadroom). 24 MiB is what --gc-percent 400 allows a 6 MiB heap, about an
+// interceptor with one route; below that nothing changes. Under load the heap reaches its goal, so
+// it is what an interceptor with 10,000 apps (17–18 MiB live) holds: with 40 MiB it reached 102 MiB
+// resident, with 24 MiB 88 MiB, at the same CPU per request (the binary's own pages are 37 MiB of
+// either; docs/benchmarks/memory.md).
 const (
-	gcHeadroom   = 40 << 20
+	gcHeadroom   = 24 << 20
 	gcMinPercent = 50
 )
 
