@@ -5,12 +5,14 @@ import (
 	"hash/fnv"
 	"math/bits"
 	"slices"
+	"strconv"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
-	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -29,11 +31,16 @@ type watchKey struct {
 	bucket    uint32
 }
 
-// sliceWatch is an informer on the EndpointSlices of some Services of one namespace.
+// sliceWatch is a watch on the EndpointSlices of some Services of one namespace: a Reflector that
+// lists and watches them into store. It is not a SharedIndexInformer: an informer adds a DeltaFIFO, a
+// processor with a 16 KiB ring buffer per handler and six more goroutines to the Reflector, which
+// this cache needs none of (it has one handler and reads the store under its own lock). With
+// hundreds of watches (one per 64 routed Services of a namespace) that was most of the interceptor's
+// memory per app.
 type sliceWatch struct {
 	key      watchKey
 	services []string // sorted; the label selector's values
-	inf      cache.SharedIndexInformer
+	store    *sliceStore
 	cancel   context.CancelFunc
 }
 
@@ -114,7 +121,8 @@ func (c *Cache) reconcileWatches(namespaces map[string]struct{}) {
 	}
 }
 
-// startWatch starts an informer on the slices of services in wk's namespace. c.mu held.
+// startWatch starts a watch on the slices of services in wk's namespace; it takes over once it has
+// listed them (onList). c.mu held.
 func (c *Cache) startWatch(wk watchKey, services []string) *sliceWatch {
 	req, err := labels.NewRequirement(discoveryv1.LabelServiceName, selection.In, services)
 	if err != nil {
@@ -130,40 +138,50 @@ func (c *Cache) startWatch(wk watchKey, services []string) *sliceWatch {
 	}
 	selector := labels.NewSelector().Add(*req, *notRedirect).String()
 	ctx, cancel := context.WithCancel(c.ctx)
-	inf := discoveryinformers.NewFilteredEndpointSliceInformer(c.cs, wk.namespace, 0,
-		cache.Indexers{serviceIndex: indexByService},
-		func(o *metav1.ListOptions) { o.LabelSelector = selector })
-	w := &sliceWatch{key: wk, services: services, inf: inf, cancel: cancel}
-	if err := inf.SetTransform(trimSlice); err != nil {
-		c.log.Error(err, "configuring EndpointSlice informer", "namespace", wk.namespace)
+	api := c.cs.DiscoveryV1().EndpointSlices(wk.namespace)
+	// As client-go's informers do: a client that cannot stream the initial list (a fake) is
+	// listed, the others stream it.
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return api.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return api.Watch(ctx, o)
+		},
+	}, c.cs)
+	w := &sliceWatch{key: wk, services: services, cancel: cancel}
+	w.store = &sliceStore{
+		Indexer:  cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{serviceIndex: indexByService}),
+		onChange: func(o any) { c.onSlice(w, o) },
+		onList:   func() { c.onList(w) },
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { c.onSlice(w, o) },
-		UpdateFunc: func(_, o any) { c.onSlice(w, o) },
-		DeleteFunc: func(o any) { c.onSlice(w, o) },
-	}); err != nil {
-		c.log.Error(err, "configuring EndpointSlice informer", "namespace", wk.namespace)
-	}
+	r := cache.NewReflectorWithOptions(lw, &discoveryv1.EndpointSlice{}, w.store,
+		cache.ReflectorOptions{Name: "EndpointSlices " + wk.namespace + " " + strconv.FormatUint(uint64(wk.bucket), 10)})
 	c.log.V(1).Info("watching EndpointSlices", "namespace", wk.namespace, "bucket", wk.bucket, "services", len(services))
-	c.wg.Add(2)
-	go func() {
-		defer c.wg.Done()
-		inf.RunWithContext(ctx)
-	}()
-	go func() {
-		defer c.wg.Done()
-		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-			c.promote(w)
-		}
-	}()
+	c.wg.Go(func() { r.RunWithContext(ctx) })
 	return w
 }
 
-// promote makes a watch that has listed its slices the one in use, stops the watch it replaces and
-// recomputes the endpoints of every Service it covers.
-func (c *Cache) promote(w *sliceWatch) {
+// onList handles a complete list of w's slices (the first, or a re-list after the watch expired): the
+// first makes w the watch in use; a later one recomputes every Service it covers, since slices may
+// have gone while it was not watching.
+func (c *Cache) onList(w *sliceWatch) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.active[w.key] != w {
+		c.promoteLocked(w)
+		return
+	}
+	for _, svc := range w.services {
+		c.recompute(w, w.key.namespace, svc)
+	}
+}
+
+// promoteLocked makes a watch that has listed its slices the one in use, stops the watch it replaces
+// and recomputes the endpoints of every Service it covers. c.mu held.
+func (c *Cache) promoteLocked(w *sliceWatch) {
 	if c.pending[w.key] != w {
 		return // replaced or stopped while listing
 	}
@@ -203,7 +221,7 @@ func (c *Cache) recompute(w *sliceWatch, namespace, service string) {
 	if len(ports) == 0 {
 		return
 	}
-	objs, err := w.inf.GetIndexer().ByIndex(serviceIndex, service)
+	objs, err := w.store.ByIndex(serviceIndex, service)
 	if err != nil {
 		c.log.Error(err, "reading cached EndpointSlices", "namespace", namespace, "service", service)
 		return
@@ -251,4 +269,49 @@ func indexByService(obj any) ([]string, error) {
 		return []string{svc}, nil
 	}
 	return nil, nil
+}
+
+// sliceStore is a watch's store: the Reflector writes the slices it lists and watches into the
+// Indexer (trimmed first, see trimSlice), and the Cache hears of every change after it is stored.
+type sliceStore struct {
+	cache.Indexer
+	onChange func(obj any) // after a slice was added, updated or deleted
+	onList   func()        // after a complete list replaced the contents
+}
+
+func (s *sliceStore) Add(obj any) error {
+	obj, _ = trimSlice(obj)
+	if err := s.Indexer.Add(obj); err != nil {
+		return err
+	}
+	s.onChange(obj)
+	return nil
+}
+
+func (s *sliceStore) Update(obj any) error {
+	obj, _ = trimSlice(obj)
+	if err := s.Indexer.Update(obj); err != nil {
+		return err
+	}
+	s.onChange(obj)
+	return nil
+}
+
+func (s *sliceStore) Delete(obj any) error {
+	if err := s.Indexer.Delete(obj); err != nil {
+		return err
+	}
+	s.onChange(obj)
+	return nil
+}
+
+func (s *sliceStore) Replace(list []any, resourceVersion string) error {
+	for i := range list {
+		list[i], _ = trimSlice(list[i])
+	}
+	if err := s.Indexer.Replace(list, resourceVersion); err != nil {
+		return err
+	}
+	s.onList()
+	return nil
 }
