@@ -279,35 +279,27 @@ type sliceStore struct {
 	onList   func()        // after a complete list replaced the contents
 }
 
-func (s *sliceStore) Add(obj any) error {
-	obj, _ = trimSlice(obj)
-	if err := s.Indexer.Add(obj); err != nil {
+func (s *sliceStore) Add(obj any) error    { return s.change(trimmed(obj), s.Indexer.Add) }
+func (s *sliceStore) Update(obj any) error { return s.change(trimmed(obj), s.Indexer.Update) }
+func (s *sliceStore) Delete(obj any) error { return s.change(obj, s.Indexer.Delete) }
+
+// change stores obj with op, then tells the Cache.
+func (s *sliceStore) change(obj any, op func(any) error) error {
+	if err := op(obj); err != nil {
 		return err
 	}
 	s.onChange(obj)
 	return nil
 }
 
-func (s *sliceStore) Update(obj any) error {
-	obj, _ = trimSlice(obj)
-	if err := s.Indexer.Update(obj); err != nil {
-		return err
-	}
-	s.onChange(obj)
-	return nil
-}
-
-func (s *sliceStore) Delete(obj any) error {
-	if err := s.Indexer.Delete(obj); err != nil {
-		return err
-	}
-	s.onChange(obj)
-	return nil
+func trimmed(obj any) any {
+	obj, _ = trimSlice(obj) // never fails
+	return obj
 }
 
 func (s *sliceStore) Replace(list []any, resourceVersion string) error {
 	for i := range list {
-		list[i], _ = trimSlice(list[i])
+		list[i] = trimmed(list[i])
 	}
 	if err := s.Indexer.Replace(list, resourceVersion); err != nil {
 		return err
