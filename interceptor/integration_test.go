@@ -90,7 +90,7 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&st)
 		return st
 	}
-	eventually(t, 60*time.Second, "the interceptor serves a 2-app table and is ready", func() bool {
+	testenv.Eventually(t, 60*time.Second, "the interceptor serves a 2-app table and is ready", func() bool {
 		resp, err := http.Get("http://" + adminAddr + admin.PathReadyz)
 		if err != nil {
 			return false
@@ -107,7 +107,7 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 
 	// web is at zero: the request is held, counted, and answered once its EndpointSlice turns ready.
 	held := getAsync(proxyAddr, "web.example.com:8080", "/cart")
-	eventually(t, 10*time.Second, "the held request shows in /counts", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the held request shows in /counts", func() bool {
 		c := appCount(adminAddr, "shop/web")
 		return c.Held == 1 && c.Requests == 1
 	})
@@ -133,7 +133,7 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 
 	// tiny holds at most one request; the second gets 503 + Retry-After, the first 504 after 1.5s.
 	first := getAsync(proxyAddr, "tiny.example.com", "/")
-	eventually(t, 10*time.Second, "the first request to tiny is held", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the first request to tiny is held", func() bool {
 		return appCount(adminAddr, "shop/tiny").Held == 1
 	})
 	code, body, hdr := get(proxyAddr, "tiny.example.com", "/")
@@ -263,17 +263,6 @@ func getAsync(proxyAddr, host, path string) <-chan response {
 		ch <- response{code, body, hdr}
 	}()
 	return ch
-}
-
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // appCount reads one app's counters from the admin port (zero when absent or unreachable).

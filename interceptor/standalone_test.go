@@ -67,7 +67,7 @@ func TestStandaloneRoutesByFile(t *testing.T) {
 		"--drain-delay=0", "--drain-timeout=5s",
 	}, runOptions{logs: logs})
 
-	eventually(t, 30*time.Second, "the admin port is ready", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the admin port is ready", func() bool {
 		resp, err := http.Get("http://" + adminAddr + admin.PathReadyz)
 		if err != nil {
 			return false
@@ -85,7 +85,7 @@ func TestStandaloneRoutesByFile(t *testing.T) {
 
 	// An app without endpoints holds its requests, as an app at zero does, until the file lists one.
 	held := getAsync(proxyAddr, "cold.example.com", "/")
-	eventually(t, 10*time.Second, "the cold app's request is held", func() bool { return appCount(adminAddr, "default/cold").Held == 1 })
+	testenv.Eventually(t, 10*time.Second, "the cold app's request is held", func() bool { return appCount(adminAddr, "default/cold").Held == 1 })
 	select {
 	case r := <-held:
 		t.Fatalf("the cold app's request was answered before it had an endpoint: %d %q", r.code, r.body)
@@ -102,14 +102,14 @@ func TestStandaloneRoutesByFile(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the held request was not forwarded within 15s of the file listing an endpoint")
 	}
-	eventually(t, 10*time.Second, "shop is re-routed to green", func() bool {
+	testenv.Eventually(t, 10*time.Second, "shop is re-routed to green", func() bool {
 		_, body, _ := get(proxyAddr, "shop.example.com", "/")
 		return strings.HasPrefix(body, "green answered")
 	})
 
 	// A broken file keeps the last good table and logs an error naming the problem.
 	write(hso("shop", "shop.example.com", "shop", "localhost:9") + hso("cold", "cold.example.com", "cold", blue))
-	eventually(t, 10*time.Second, "the broken file is reported", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the broken file is reported", func() bool {
 		return strings.Contains(logs.String(), "standalone file not loaded")
 	})
 	if !strings.Contains(logs.String(), `is not an IP address; write 127.0.0.1 rather than localhost`) {

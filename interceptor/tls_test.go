@@ -102,7 +102,7 @@ func TestTLSAgainstAPIServer(t *testing.T) {
 		return ch
 	}
 	// The certificate is served once the Secret is loaded; the app itself is at zero.
-	eventually(t, 60*time.Second, "the TLS port presents web's certificate", func() bool {
+	testenv.Eventually(t, 60*time.Second, "the TLS port presents web's certificate", func() bool {
 		c, err := tls.Dial("tcp", tlsAddr, &tls.Config{ServerName: "web.example.com", RootCAs: web.Pool})
 		if err != nil {
 			return false
@@ -112,7 +112,7 @@ func TestTLSAgainstAPIServer(t *testing.T) {
 	})
 
 	h1, h2 := send(false, "/one"), send(true, "/two")
-	eventually(t, 10*time.Second, "both TLS requests are held and counted", func() bool {
+	testenv.Eventually(t, 10*time.Second, "both TLS requests are held and counted", func() bool {
 		c := appCount(adminAddr, "shop/web")
 		return c.Held == 2 && c.Requests == 2
 	})

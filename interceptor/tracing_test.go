@@ -38,7 +38,7 @@ func TestTracingFromTheEnvironment(t *testing.T) {
 		"--proxy-bind-address=" + proxyAddr, "--admin-bind-address=" + adminAddr,
 		"--drain-delay=0", "--drain-timeout=5s",
 	}, runOptions{logs: &testenv.LogBuffer{}})
-	eventually(t, 30*time.Second, "the admin port is ready", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the admin port is ready", func() bool {
 		resp, err := http.Get("http://" + adminAddr + admin.PathReadyz)
 		if err != nil {
 			return false

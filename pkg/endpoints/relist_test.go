@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // TestRelistForgetsSlicesGoneMeanwhile: when a watch expires (410 Gone), the Reflector lists the
@@ -59,7 +61,7 @@ func TestRelistForgetsSlicesGoneMeanwhile(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, "web-1's endpoint", func() bool { got := ips(); return len(got) == 1 && got[0] == "198.18.0.1" })
+	testenv.Eventually(t, 20*time.Second, "web-1's endpoint", func() bool { got := ips(); return len(got) == 1 && got[0] == "198.18.0.1" })
 
 	// Changed while the only watch hears nothing: web-1 goes, web-2 comes.
 	gvr := discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
@@ -70,18 +72,8 @@ func TestRelistForgetsSlicesGoneMeanwhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.Error(&metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
-	eventually(t, "only web-2's endpoint after the re-list", func() bool { got := ips(); return len(got) == 1 && got[0] == "198.18.0.2" })
+	testenv.Eventually(t, 20*time.Second, "only web-2's endpoint after the re-list", func() bool { got := ips(); return len(got) == 1 && got[0] == "198.18.0.2" })
 	if n := watches.Load(); n < 2 {
 		t.Errorf("%d watches, want a second one after the first expired", n)
 	}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }

@@ -292,11 +292,6 @@ func (s *sliceStore) change(obj any, op func(any) error) error {
 	return nil
 }
 
-func trimmed(obj any) any {
-	obj, _ = trimSlice(obj) // never fails
-	return obj
-}
-
 func (s *sliceStore) Replace(list []any, resourceVersion string) error {
 	for i := range list {
 		list[i] = trimmed(list[i])
@@ -306,4 +301,10 @@ func (s *sliceStore) Replace(list []any, resourceVersion string) error {
 	}
 	s.onList()
 	return nil
+}
+
+// trimmed is obj after trimSlice, which never fails.
+func trimmed(obj any) any {
+	obj, _ = trimSlice(obj)
+	return obj
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // TestAdminPortSeesColdRequestsAtOnce drives the admin contract over HTTP, as the scaler does: a
@@ -25,7 +26,7 @@ func TestAdminPortSeesColdRequestsAtOnce(t *testing.T) {
 	events := make(chan admin.WakeEvent, 4)
 	streamErr := make(chan error, 1)
 	go func() { streamErr <- client.Wake(ctx, adm.URL, func(ev admin.WakeEvent) { events <- ev }) }()
-	eventually(t, "the wake stream to subscribe", func() bool { return h.reg.Subscribers() == 1 })
+	testenv.Eventually(t, 10*time.Second, "the wake stream to subscribe", func() bool { return h.reg.Subscribers() == 1 })
 
 	sent := time.Now()
 	reqCtx, stopReq := context.WithCancel(context.Background())
@@ -42,7 +43,7 @@ func TestAdminPortSeesColdRequestsAtOnce(t *testing.T) {
 	}
 
 	var held int64
-	eventually(t, "the held request in /counts", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the held request in /counts", func() bool {
 		c, err := client.Counts(context.Background(), adm.URL, 0, "")
 		if err != nil {
 			t.Fatal(err)

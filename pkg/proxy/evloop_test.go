@@ -14,6 +14,7 @@ import (
 
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // loopHarness is a harness whose raw path runs on n event loops.
@@ -93,7 +94,7 @@ func TestEventLoopsManyConnections(t *testing.T) {
 	if _, _, req := h.count("ns/app"); req != clients*each {
 		t.Errorf("requests counted = %d, want %d", req, clients*each)
 	}
-	eventually(t, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
+	testenv.Eventually(t, 10*time.Second, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
 	if v := h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "2xx"}); v != clients*each {
 		t.Errorf("2xx responses = %v, want %d", v, clients*each)
 	}
@@ -186,7 +187,7 @@ func TestEventLoopsDrain(t *testing.T) {
 	busy := dialRaw(t, h)
 	answer := make(chan clientAnswer, 1)
 	go func() { answer <- busy.do(rawGet("/slow")) }()
-	eventually(t, "the slow request in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 1 })
+	testenv.Eventually(t, 10*time.Second, "the slow request in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 1 })
 	h.stop()
 	// The idle connection is closed without a response.
 	buf := make([]byte, 1)
@@ -258,7 +259,7 @@ func TestEventLoopsTakeBackAConnectionAfterAColdStart(t *testing.T) {
 	c := dialRaw(t, h)
 	held := make(chan clientAnswer, 1)
 	go func() { held <- c.do(rawGet("/cold")) }()
-	eventually(t, "the request held", func() bool { _, n, _ := h.count("ns/app"); return n == 1 })
+	testenv.Eventually(t, 10*time.Second, "the request held", func() bool { _, n, _ := h.count("ns/app"); return n == 1 })
 	if loops, goroutines := h.srv.FastConnections(); loops != 0 || goroutines != 1 {
 		t.Errorf("while held: %d connections on loops, %d on goroutines; want 0 and 1", loops, goroutines)
 	}
@@ -272,7 +273,7 @@ func TestEventLoopsTakeBackAConnectionAfterAColdStart(t *testing.T) {
 			t.Fatalf("%s: %+v", path, a)
 		}
 	}
-	eventually(t, "the connection back on a loop", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the connection back on a loop", func() bool {
 		loops, goroutines := h.srv.FastConnections()
 		return loops == 1 && goroutines == 0
 	})
@@ -324,8 +325,8 @@ func TestEventLoopsHalfClosedClientOfAHungRequestIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	upstreamClosed(t, be)
-	eventually(t, "the request recorded as 499", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the request recorded as 499", func() bool {
 		return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "499"}) == 1
 	})
-	eventually(t, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
+	testenv.Eventually(t, 10*time.Second, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
 }

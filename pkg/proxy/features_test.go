@@ -15,6 +15,7 @@ import (
 
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 func TestZonePreferenceFallbackAndOverride(t *testing.T) {
@@ -119,7 +120,7 @@ func TestWebSocketPassesThroughAndCountsAsInFlight(t *testing.T) {
 		t.Errorf("in flight with an open WebSocket = %d, want 1", in)
 	}
 	c.Close()
-	eventually(t, "the closed WebSocket to leave the in-flight count", func() bool { in, _, _ := h.count("ns/ws"); return in == 0 })
+	testenv.Eventually(t, 10*time.Second, "the closed WebSocket to leave the in-flight count", func() bool { in, _, _ := h.count("ns/ws"); return in == 0 })
 }
 
 func TestH2CFromClientsAndToBackends(t *testing.T) {
@@ -186,7 +187,7 @@ func TestDrainFinishesInFlightHeldAndWebSockets(t *testing.T) {
 		coldRes <- result{c, b, err}
 	}()
 	c, br := dialUpgrade(t, h, "ws.example.com")
-	eventually(t, "the slow request to be in flight", func() bool { in, _, _ := h.count("ns/slow"); return in == 1 })
+	testenv.Eventually(t, 10*time.Second, "the slow request to be in flight", func() bool { in, _, _ := h.count("ns/slow"); return in == 1 })
 	wctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer stop()
 	if err := h.src.WaitWaiting(wctx, key("cold"), 1); err != nil {
@@ -194,13 +195,13 @@ func TestDrainFinishesInFlightHeldAndWebSockets(t *testing.T) {
 	}
 
 	h.stop() // SIGTERM
-	eventually(t, "readiness to fail", func() bool { return h.srv.Ready() != nil })
+	testenv.Eventually(t, 10*time.Second, "readiness to fail", func() bool { return h.srv.Ready() != nil })
 	// During the delay new requests are still served.
 	if code, body, _ := h.mustGet("fast.example.com", "/"); code != 200 || body != "fast /" {
 		t.Errorf("request during the drain delay: %d %q", code, body)
 	}
 	// Past the delay the listener closes; Shutdown then waits for the requests.
-	eventually(t, "the listener to close after the delay", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the listener to close after the delay", func() bool {
 		c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
 		if err == nil {
 			c.Close()

@@ -185,18 +185,6 @@ func (h *harness) count(key string) (inFlight, held int64, requests uint64) {
 	return 0, 0, 0
 }
 
-// eventually polls cond for up to 10 s; integration tests observe other goroutines' effects.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // backend is a loopback HTTP server that says who it is.
 func backend(t *testing.T, name string) (*httptest.Server, endpoints.Endpoint) {
 	t.Helper()

@@ -20,6 +20,7 @@ import (
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 func TestRoutesWarmRequestsAndRejectsUnknownHosts(t *testing.T) {
@@ -160,7 +161,7 @@ func TestFullHoldQueueAnswers503WithRetryAfter(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
-	eventually(t, "held requests to leave the queue", func() bool { _, held, _ := h.count("ns/app"); return held == 0 })
+	testenv.Eventually(t, 10*time.Second, "held requests to leave the queue", func() bool { _, held, _ := h.count("ns/app"); return held == 0 })
 }
 
 func TestReadinessTimeoutAnswers504(t *testing.T) {
@@ -342,7 +343,7 @@ func TestClientCancelIs499NotUpstreamError(t *testing.T) {
 			if err := <-errc; !errors.Is(err, context.Canceled) {
 				t.Fatalf("client error %v, want context.Canceled", err)
 			}
-			eventually(t, "the 499 to be recorded", func() bool {
+			testenv.Eventually(t, 10*time.Second, "the 499 to be recorded", func() bool {
 				return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "499"}) == 1
 			})
 			if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {

@@ -25,6 +25,7 @@ import (
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // Tests of the raw path (raw.go): what a backend and a client see must be what the general path
@@ -787,13 +788,13 @@ func TestRawPathUpstreamBreakingMidBody(t *testing.T) {
 		}
 		// The status was sent before the body broke: it is counted as the 200 it was, on both
 		// paths, and nothing is left in flight.
-		eventually(t, "the broken request to be recorded", func() bool {
+		testenv.Eventually(t, 10*time.Second, "the broken request to be recorded", func() bool {
 			return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "2xx"}) == 1
 		})
 		if v := h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "5xx"}); v != 0 {
 			t.Errorf("5xx responses = %v, want 0", v)
 		}
-		eventually(t, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
+		testenv.Eventually(t, 10*time.Second, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
 		// The broken upstream connection is not reused.
 		if a := dialRaw(t, h).do(rawGet("/after")); a.Err != "" || a.Code != http.StatusOK || a.Body != "whole" {
 			t.Errorf("request after the break: %+v", a)
@@ -872,8 +873,8 @@ func TestRawPathDrainCutsOffHungRequest(t *testing.T) {
 			if resp, err := http.ReadResponse(c.br, nil); err == nil {
 				t.Errorf("the cut-off request got a response: %s", resp.Status)
 			}
-			eventually(t, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
-			eventually(t, "the cut-off request to be recorded as 499", func() bool {
+			testenv.Eventually(t, 10*time.Second, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
+			testenv.Eventually(t, 10*time.Second, "the cut-off request to be recorded as 499", func() bool {
 				return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "499"}) == 1
 			})
 			if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {
@@ -889,8 +890,8 @@ func TestRawPathClientGoneClosesUpstream(t *testing.T) {
 			h, be, c := hungRequest(t, fast, nil)
 			_ = c.c.Close()
 			upstreamClosed(t, be)
-			eventually(t, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
-			eventually(t, "the request to be recorded as 499", func() bool {
+			testenv.Eventually(t, 10*time.Second, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
+			testenv.Eventually(t, 10*time.Second, "the request to be recorded as 499", func() bool {
 				return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "499"}) == 1
 			})
 			if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {
@@ -1161,13 +1162,13 @@ func TestClientGoneDuringConnectMarksNoOtherEndpointBad(t *testing.T) {
 			// Round robin starts at the first endpoint: the blackhole. The client leaves.
 			c := dialRaw(t, h)
 			_, _ = io.WriteString(c.c, rawGet("/"))
-			eventually(t, "the connect to the unresponsive pod", func() bool {
+			testenv.Eventually(t, 10*time.Second, "the connect to the unresponsive pod", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return dialed[blackhole] == 1
 			})
 			_ = c.c.Close()
-			eventually(t, "the request to end", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
+			testenv.Eventually(t, 10*time.Second, "the request to end", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
 			mu.Lock()
 			got := dialed[good.ep.Addr()]
 			mu.Unlock()

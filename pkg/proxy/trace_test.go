@@ -17,6 +17,7 @@ import (
 
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv"
 	"github.com/httpscale/httpscale/pkg/tracing"
 	"github.com/httpscale/httpscale/pkg/tracing/tracingtest"
 )
@@ -255,7 +256,7 @@ func TestTracingHeldRequest(t *testing.T) {
 			resp, seenTP, _ := sendTraced(t, h.client, h.url, "app.example.com", "/x?q=1", http.Header{"Traceparent": {tp}})
 			done <- answer{resp, seenTP}
 		}()
-		eventually(t, "the request to be held", func() bool { _, held, _ := h.count("ns/app"); return held == 1 })
+		testenv.Eventually(t, 10*time.Second, "the request to be held", func() bool { _, held, _ := h.count("ns/app"); return held == 1 })
 		time.Sleep(30 * time.Millisecond)
 		h.src.Set(key("app"), be)
 		a := <-done

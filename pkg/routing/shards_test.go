@@ -201,23 +201,46 @@ func changedShards(a, b Manifest) int {
 	return n + len(old)
 }
 
-// TestReaderReadsOnlyChangedShards counts the shards a Reader asks for.
-func TestReaderReadsOnlyChangedShards(t *testing.T) {
-	enc, err := NewEncoder(DefaultMaxShardBytes, 32)
+// filledEncoder returns an Encoder of shards of at most maxEntries holding n synthetic entries, and
+// the table it encodes.
+func filledEncoder(tb testing.TB, n, maxEntries int) (*Encoder, Manifest, []Shard) {
+	tb.Helper()
+	enc, err := NewEncoder(DefaultMaxShardBytes, maxEntries)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	for _, e := range syntheticEntries(1000) {
+	for _, e := range syntheticEntries(n) {
 		_, line, err := EncodeEntry(e)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		enc.Put(e.Key(), line)
 	}
 	m, shards, err := enc.Encode()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return enc, m, shards
+}
+
+// putEncode adds e to enc and returns the table it encodes then.
+func putEncode(tb testing.TB, enc *Encoder, e Entry) (Manifest, []Shard) {
+	tb.Helper()
+	_, line, err := EncodeEntry(e)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	enc.Put(e.Key(), line)
+	m, shards, err := enc.Encode()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m, shards
+}
+
+// TestReaderReadsOnlyChangedShards counts the shards a Reader asks for.
+func TestReaderReadsOnlyChangedShards(t *testing.T) {
+	enc, m, shards := filledEncoder(t, 1000, 32)
 	var r Reader
 	data := shardMap(shards)
 	asked := 0
@@ -228,12 +251,7 @@ func TestReaderReadsOnlyChangedShards(t *testing.T) {
 	if asked != len(m.Shards) || len(m.Shards) < 32 {
 		t.Fatalf("first read asked for %d shards of %d", asked, len(m.Shards))
 	}
-	_, line, _ := EncodeEntry(entry("new/app", []string{"new.example.com"}))
-	enc.Put("new/app", line)
-	m, shards, err = enc.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, shards = putEncode(t, enc, entry("new/app", []string{"new.example.com"}))
 	data = shardMap(shards)
 	asked = 0
 	got, err := r.Read(m, get)
@@ -264,29 +282,13 @@ func TestReaderReadsOnlyChangedShards(t *testing.T) {
 // one-entry changes holds no more memory than one that decoded the final table at once: an entry
 // decoded again must not keep a whole shard's worth of entries alive with it.
 func TestReaderFollowingChangesHoldsNoMore(t *testing.T) {
-	enc, err := NewEncoder(DefaultMaxShardBytes, DefaultMaxShardEntries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range syntheticEntries(10_000) {
-		_, line, _ := EncodeEntry(e)
-		enc.Put(e.Key(), line)
-	}
-	m, shards, err := enc.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
+	enc, m, shards := filledEncoder(t, 10_000, DefaultMaxShardEntries)
 	follower := &Reader{}
 	if _, err := follower.Decode(m, shardMap(shards)); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 300 {
-		e := entry(fmt.Sprintf("churn/app-%d", i), []string{fmt.Sprintf("app-%d.churn.example.com", i)})
-		_, line, _ := EncodeEntry(e)
-		enc.Put(e.Key(), line)
-		if m, shards, err = enc.Encode(); err != nil {
-			t.Fatal(err)
-		}
+		m, shards = putEncode(t, enc, entry(fmt.Sprintf("churn/app-%d", i), []string{fmt.Sprintf("app-%d.churn.example.com", i)}))
 		if _, err := follower.Decode(m, shardMap(shards)); err != nil {
 			t.Fatal(err)
 		}
@@ -318,15 +320,7 @@ func TestReaderFollowingChangesHoldsNoMore(t *testing.T) {
 }
 
 func BenchmarkReaderOneChange10k(b *testing.B) {
-	enc, err := NewEncoder(DefaultMaxShardBytes, DefaultMaxShardEntries)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, e := range syntheticEntries(10_000) {
-		_, line, _ := EncodeEntry(e)
-		enc.Put(e.Key(), line)
-	}
-	m, shards, _ := enc.Encode()
+	enc, m, shards := filledEncoder(b, 10_000, DefaultMaxShardEntries)
 	var r Reader
 	if _, err := r.Decode(m, shardMap(shards)); err != nil {
 		b.Fatal(err)
@@ -335,13 +329,7 @@ func BenchmarkReaderOneChange10k(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		i++
-		e := entry(fmt.Sprintf("bench/app-%d", i), []string{fmt.Sprintf("app-%d.bench.example.com", i)})
-		_, line, _ := EncodeEntry(e)
-		enc.Put(e.Key(), line)
-		m, shards, err := enc.Encode()
-		if err != nil {
-			b.Fatal(err)
-		}
+		m, shards := putEncode(b, enc, entry(fmt.Sprintf("bench/app-%d", i), []string{fmt.Sprintf("app-%d.bench.example.com", i)}))
 		if _, err := r.Decode(m, shardMap(shards)); err != nil {
 			b.Fatal(err)
 		}
