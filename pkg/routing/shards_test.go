@@ -210,27 +210,30 @@ func filledEncoder(tb testing.TB, n, maxEntries int) (*Encoder, Manifest, []Shar
 		tb.Fatal(err)
 	}
 	for _, e := range syntheticEntries(n) {
-		_, line, err := EncodeEntry(e)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		enc.Put(e.Key(), line)
+		put(tb, enc, e)
 	}
-	m, shards, err := enc.Encode()
-	if err != nil {
-		tb.Fatal(err)
-	}
+	m, shards := encode(tb, enc)
 	return enc, m, shards
 }
 
 // putEncode adds e to enc and returns the table it encodes then.
 func putEncode(tb testing.TB, enc *Encoder, e Entry) (Manifest, []Shard) {
 	tb.Helper()
+	put(tb, enc, e)
+	return encode(tb, enc)
+}
+
+func put(tb testing.TB, enc *Encoder, e Entry) {
+	tb.Helper()
 	_, line, err := EncodeEntry(e)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	enc.Put(e.Key(), line)
+}
+
+func encode(tb testing.TB, enc *Encoder) (Manifest, []Shard) {
+	tb.Helper()
 	m, shards, err := enc.Encode()
 	if err != nil {
 		tb.Fatal(err)
