@@ -111,13 +111,19 @@ type TableWriter struct {
 	// after was encoded without that object.
 	snap    uint64
 	touched map[string]struct{} // keys decided since the last successful write
+	// early holds the keys decided before seed read the stored table (nil once it has): such a
+	// decision is newer than anything the stored table says of the key, removals included.
+	early   map[string]struct{}
+	seeded  bool
 	dirty   chan struct{}
 	initErr error
 
-	// Owned by the Start goroutine: the shard ConfigMaps known to exist (nil: list them) and the
-	// head's last resourceVersion written.
+	// Owned by the Start goroutine: the shard ConfigMaps known to exist (nil: list them), the
+	// head's last resourceVersion written, and the version the stored head is known to hold (""
+	// when unknown: not read yet, or a head write failed and may or may not have been applied).
 	shardCMs map[string]bool
 	headRV   string
+	stored   string
 
 	written atomic.Pointer[Written]
 	// Writes counts ConfigMap creates, updates and deletes; Tables counts table versions written.
@@ -159,6 +165,12 @@ func (w *TableWriter) Set(key string, c *candidate) {
 		}
 	}
 	w.mu.Lock()
+	if !w.seeded {
+		if w.early == nil {
+			w.early = map[string]struct{}{}
+		}
+		w.early[key] = struct{}{}
+	}
 	if d, ok := w.deleting[key]; ok && c != nil {
 		if c.uid == d.uid {
 			w.mu.Unlock()
@@ -362,9 +374,11 @@ func (w *TableWriter) seed(ctx context.Context) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	early := w.early
+	w.early, w.seeded = nil, true
 	w.pending = map[string]struct{}{}
 	for key := range existing {
-		if _, decided := w.state.desired[key]; !decided {
+		if _, decided := early[key]; !decided {
 			w.pending[key] = struct{}{}
 		}
 	}
@@ -376,13 +390,18 @@ func (w *TableWriter) seed(ctx context.Context) error {
 	}
 	// Keep the table's bucket count, so that the first write rewrites only what changed.
 	w.state.enc.Grow(buckets)
+	w.stored = table.Version()
 	prev := w.written.Load()
 	next := &Written{Version: table.Version(), Conflicts: prev.Conflicts, versions: map[string]uint64{table.Version(): 0}, introduced: map[string]introduction{}}
 	for key, c := range seeded {
 		next.introduced[key] = introduction{generation: c.entry.Generation, seq: 0, version: table.Version()}
-		if _, decided := w.state.desired[key]; !decided {
-			w.state.set(key, c)
+		if _, decided := early[key]; decided {
+			// Decided meanwhile (a removal, say): the decision stands, and the next write records
+			// what it did to the key, even when it left the key out of a state that never held it.
+			w.touched[key] = struct{}{}
+			continue
 		}
+		w.state.set(key, c)
 	}
 	w.written.Store(next)
 	w.markDirty()
@@ -449,15 +468,29 @@ func (w *TableWriter) write(ctx context.Context) error {
 	}
 
 	prev := w.written.Load()
-	if manifest.Version != prev.Version {
-		// An interceptor may serve the new version as soon as the head is written, before the write
-		// returns here; a probe must then find it known (see announce).
-		prev = w.announce(prev, manifest.Version)
-		w.written.Store(prev)
-		if err := w.writeConfigMaps(ctx, manifest, shards); err != nil {
+	// The stored table is written whenever it may differ from this one: a new version, a head whose
+	// content is unknown (a failed write may have been applied), or shards left to clean up. Comparing
+	// with the recorded view alone is not enough: a write that failed after its head was applied,
+	// followed by a return to the recorded content, would skip the write and record a table the
+	// cluster does not hold (an object released while the stored head still routes it).
+	var cleanupErr error
+	if manifest.Version != prev.Version || manifest.Version != w.stored || w.shardCMs == nil {
+		if manifest.Version != prev.Version {
+			// An interceptor may serve the new version as soon as the head is written, before the
+			// write returns here; a probe must then find it known (see announce).
+			prev = w.announce(prev, manifest.Version)
+			w.written.Store(prev)
+		}
+		headWritten, err := w.writeConfigMaps(ctx, manifest, shards)
+		if !headWritten {
 			return err
 		}
-		w.Tables.Add(1)
+		// The head holds this version: record it even when cleaning up the stale shards failed
+		// (retried with the next write).
+		cleanupErr = err
+		if manifest.Version != prev.Version {
+			w.Tables.Add(1)
+		}
 	}
 	next := w.record(prev, manifest.Version, touched, conflicts)
 	next.snap = snap
@@ -478,7 +511,7 @@ func (w *TableWriter) write(ctx context.Context) error {
 	if w.Notify != nil && len(changed) > 0 {
 		w.Notify(changed)
 	}
-	return nil
+	return cleanupErr
 }
 
 // maxKnownVersions bounds how many table versions the writer remembers for the propagation proof. A
@@ -579,14 +612,16 @@ func changedKeys(prev, next *Written, touched map[string]int64) []string {
 }
 
 // writeConfigMaps writes the table in the order routing.ToConfigMaps documents: new shards, then the
-// head, then stale shards deleted. Shards that already exist (content-addressed names) are not
-// written again, so a change that touched one shard creates one ConfigMap.
-func (w *TableWriter) writeConfigMaps(ctx context.Context, manifest routing.Manifest, shards []routing.Shard) error {
+// head (unless it is known to hold this version already), then stale shards deleted. Shards that
+// already exist (content-addressed names) are not written again, so a change that touched one shard
+// creates one ConfigMap. headWritten reports whether the head now holds the version; an error with
+// headWritten true failed only the clean-up of stale shards.
+func (w *TableWriter) writeConfigMaps(ctx context.Context, manifest routing.Manifest, shards []routing.Shard) (headWritten bool, err error) {
 	head, shardCMs := routing.ToConfigMaps(w.Namespace, w.Base, manifest, shards)
 	if w.shardCMs == nil {
 		existing, err := w.listShards(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
 		w.shardCMs = map[string]bool{}
 		for _, cm := range existing {
@@ -601,7 +636,7 @@ func (w *TableWriter) writeConfigMaps(ctx context.Context, manifest routing.Mani
 			create = append(create, cm)
 		}
 	}
-	err := concurrently(len(create), func(i int) error {
+	err = concurrently(len(create), func(i int) error {
 		if err := w.Client.Create(ctx, create[i]); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating routing-table shard %s: %w", create[i].Name, err)
 		}
@@ -610,15 +645,19 @@ func (w *TableWriter) writeConfigMaps(ctx context.Context, manifest routing.Mani
 	})
 	if err != nil {
 		w.shardCMs = nil // re-list before the next attempt
-		return err
+		return false, err
 	}
 	for _, cm := range create {
 		w.shardCMs[cm.Name] = true
 	}
-	if err := w.writeHead(ctx, head); err != nil {
-		return err
+	if w.stored != manifest.Version {
+		if err := w.writeHead(ctx, head); err != nil {
+			w.stored = "" // it may have been applied all the same
+			return false, err
+		}
+		w.stored = manifest.Version
+		w.Writes.Add(1)
 	}
-	w.Writes.Add(1)
 	var stale []string
 	for name := range w.shardCMs {
 		if !keep[name] {
@@ -635,12 +674,12 @@ func (w *TableWriter) writeConfigMaps(ctx context.Context, manifest routing.Mani
 	})
 	if err != nil {
 		w.shardCMs = nil
-		return err
+		return true, err
 	}
 	for _, name := range stale {
 		delete(w.shardCMs, name)
 	}
-	return nil
+	return true, nil
 }
 
 // writeParallelism bounds the ConfigMap requests one table write has in flight. A burst rewrites most

@@ -13,7 +13,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -566,4 +568,112 @@ func TestVersionKnownBeforeTheHeadIsWritten(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A write whose head was applied but whose clean-up of stale shards failed must still be recorded as
+// the stored table. Otherwise a return to the previously recorded content (an object added, then
+// deleted within the writer's one-second retry) looks unchanged, is not written, and the deleted
+// object is released while the stored head still routes it.
+func TestFailedCleanupStillRecordsTheStoredHead(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	deletes := 0
+	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if deletes++; deletes == 1 {
+				return fmt.Errorf("injected: the API server timed out")
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+	}).Build()
+	w := &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
+		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard()}
+	ctx := context.Background()
+	w.Set("ns/kept", ptrTo(cand("ns/kept", "kept.example.com", time.Hour)))
+	if err := w.write(ctx); err != nil {
+		t.Fatal(err)
+	}
+	app := cand("ns/app", "app.example.com", time.Hour)
+	app.uid = "uid-1"
+	w.Set("ns/app", &app)
+	if err := w.write(ctx); err == nil || deletes != 1 {
+		t.Fatalf("second write: err %v after %d deletes; want the injected failure of the stale shard's delete", err, deletes)
+	}
+	if stored, err := readStored(ctx, c); err != nil {
+		t.Fatal(err)
+	} else if _, ok := stored.Lookup("ns/app"); !ok {
+		t.Fatal("the head was not written with ns/app: the test proves nothing")
+	}
+	w.SetDeleting("ns/app", "uid-1") // back to the first table's content
+	if err := w.write(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := readStored(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, routed := stored.Lookup("ns/app"); routed || !w.Released("ns/app", "uid-1") {
+		t.Errorf("after the removal's write: stored table routes ns/app %v, released %v; want false, true", routed, w.Released("ns/app", "uid-1"))
+	}
+	if _, ok := stored.Lookup("ns/kept"); !ok {
+		t.Error("ns/kept missing from the stored table")
+	}
+	if w.Written().Version != stored.Version() {
+		t.Errorf("recorded version %s, stored %s", w.Written().Version, stored.Version())
+	}
+}
+
+// Decisions made before the writer read the stored table at start-up (the routing controller starts
+// with it) are newer than that table: a removal decided then is not undone by the seed, and the
+// object is released once a table without it is written.
+func TestSeedKeepsDecisionsMadeBeforeIt(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	objs := []client.Object{}
+	for _, name := range []string{"gone", "kept"} {
+		objs = append(objs, &v1.HTTPScaledObject{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}})
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	// The table a previous leader wrote: both objects routed.
+	prev := &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
+		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard()}
+	for _, name := range []string{"gone", "kept"} {
+		cd := cand("ns/"+name, name+".example.com", time.Hour)
+		cd.uid = types.UID("uid-" + name)
+		prev.Set("ns/"+name, &cd)
+	}
+	if err := prev.write(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	w := &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
+		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard()}
+	w.SetDeleting("ns/gone", "uid-gone") // decided before the seed
+	if err := w.seed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.write(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := readStored(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, routed := stored.Lookup("ns/gone"); routed {
+		t.Error("the seed put back ns/gone, whose removal was decided before it")
+	}
+	if !w.Released("ns/gone", "uid-gone") {
+		t.Error("ns/gone not released after a table without it was written")
+	}
+	if _, ok := stored.Lookup("ns/kept"); !ok {
+		t.Error("ns/kept, not decided yet, was not carried over from the stored table")
+	}
 }
