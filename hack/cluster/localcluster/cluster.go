@@ -521,19 +521,10 @@ spec:
 	if err := c.Apply(ctx, reg); err != nil {
 		return err
 	}
-	kc := c.path("kubeconfigs", "keda.kubeconfig")
-	certs := filepath.Join(c.PKIDir(), "keda")
-	env := []string{"KUBECONFIG=" + kc, "WATCH_NAMESPACE=", "KEDA_CLUSTER_OBJECT_NAMESPACE=keda", "POD_NAMESPACE=keda"}
-	if _, err := c.StartProcessWithClusterDNS("keda-operator", "keda", filepath.Join(c.KEDADir, "keda"), []string{
-		"--leader-elect=false", "--enable-cert-rotation=false", "--enable-webhook-patching=false",
-		"--enable-apiservice-patching=false", "--cert-dir=" + certs,
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", c.KEDAPortBase),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", c.KEDAPortBase+1),
-		fmt.Sprintf("--metrics-service-bind-address=127.0.0.1:%d", c.KEDAGRPCPort),
-		"--zap-log-level=info", "--zap-encoder=console",
-	}, env); err != nil {
+	if _, err := c.StartKEDAOperator(); err != nil {
 		return err
 	}
+	kc, certs, env := c.kedaEnv()
 	_, err = c.StartProcessWithClusterDNS("keda-adapter", "keda", filepath.Join(c.KEDADir, "keda-adapter"), []string{
 		"--secure-port=" + strconv.Itoa(c.KEDAAdapterPort), "--bind-address=" + c.KEDAAdapterIP,
 		"--cert-dir=" + certs, "--tls-cert-file=" + filepath.Join(certs, "tls.crt"),
@@ -544,6 +535,27 @@ spec:
 		"--zap-log-level=info",
 	}, env)
 	return err
+}
+
+// kedaEnv returns the kubeconfig, certificate directory and environment KEDA's processes run with.
+func (c Config) kedaEnv() (kubeconfig, certs string, env []string) {
+	kubeconfig = c.path("kubeconfigs", "keda.kubeconfig")
+	certs = filepath.Join(c.PKIDir(), "keda")
+	return kubeconfig, certs, []string{"KUBECONFIG=" + kubeconfig, "WATCH_NAMESPACE=", "KEDA_CLUSTER_OBJECT_NAMESPACE=keda", "POD_NAMESPACE=keda"}
+}
+
+// StartKEDAOperator starts KEDA's operator process (Up does; a fault scenario that stopped it starts it
+// again the same way).
+func (c Config) StartKEDAOperator() (*Process, error) {
+	_, certs, env := c.kedaEnv()
+	return c.StartProcessWithClusterDNS("keda-operator", "keda", filepath.Join(c.KEDADir, "keda"), []string{
+		"--leader-elect=false", "--enable-cert-rotation=false", "--enable-webhook-patching=false",
+		"--enable-apiservice-patching=false", "--cert-dir=" + certs,
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", c.KEDAPortBase),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", c.KEDAPortBase+1),
+		fmt.Sprintf("--metrics-service-bind-address=127.0.0.1:%d", c.KEDAGRPCPort),
+		"--zap-log-level=info", "--zap-encoder=console",
+	}, env)
 }
 
 // writeHelpers writes <dir>/bin/kubectl (kubectl as administrator inside the namespace) and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -133,6 +134,15 @@ func (c Config) startNode(ctx context.Context, n RealNode) error {
 			return err
 		}
 	}
+	if err := c.startContainerd(ctx, n); err != nil {
+		return err
+	}
+	_, err := c.startKubelet(n)
+	return err
+}
+
+// startContainerd starts the containerd of node n and waits until it accepts connections on its socket.
+func (c Config) startContainerd(ctx context.Context, n RealNode) error {
 	// containerd finds containerd-shim-runc-v2 on PATH.
 	env := []string{"PATH=" + c.NodeDir + ":" + os.Getenv("PATH")}
 	ctrd, err := c.startNodeProcess("containerd-"+n.Zone, filepath.Join(c.NodeDir, "containerd"),
@@ -140,17 +150,17 @@ func (c Config) startNode(ctx context.Context, n RealNode) error {
 	if err != nil {
 		return err
 	}
-	if err := poll(ctx, "containerd of "+n.Name, c.ReadyTimeout, func(ctx context.Context) (bool, error) {
+	// Dialled, not just found: a containerd that was killed leaves its socket file behind.
+	return poll(ctx, "containerd of "+n.Name, c.ReadyTimeout, func(ctx context.Context) (bool, error) {
 		if err := alive(ctrd); err != nil {
 			return false, err
 		}
-		_, err := os.Stat(c.containerdSocket(n))
+		conn, err := net.DialTimeout("unix", c.containerdSocket(n), time.Second)
+		if err == nil {
+			conn.Close()
+		}
 		return err == nil, nil
-	}); err != nil {
-		return err
-	}
-	_, err = c.startKubelet(n)
-	return err
+	})
 }
 
 // startKubelet starts the kubelet of node n (its containerd must run).
@@ -341,6 +351,8 @@ func (c Config) drainRealNodes(progress io.Writer) {
 func (c Config) cleanupRealNodes(progress io.Writer) []error {
 	var errs []error
 	for _, n := range c.Real {
+		// A node a fault scenario left lost has frozen pods, which would not die of SIGKILL.
+		_, _ = freezeTree(filepath.Join("/sys/fs/cgroup/freezer", c.cgroupRoot(n)), "THAWED")
 		killStrays(c.containerdSocket(n), c.cgroupRoot(n), progress)
 	}
 	if err := unmountUnder(c.Dir); err != nil {

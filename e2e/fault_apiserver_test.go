@@ -1,0 +1,177 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+)
+
+// The API server stops answering for a minute (SIGSTOP: its connections stay open and go silent, as
+// in a hung control plane or a partition) while a warm app gets a request every 100 ms through the
+// interceptor Service and two apps at zero get a request each. The data path needs no API server: no
+// warm request may fail. A held request cannot be woken while the API is away (KEDA cannot scale);
+// it is answered once the API is back, or at its readiness timeout with 504 — never left hanging.
+// Afterwards routing and status work again.
+var _ = Describe("Fault: API server stopped for 60 s", Ordered, func() {
+	const (
+		outage     = 60 * time.Second
+		shortReady = 15 * time.Second  // readiness timeout of the app whose held request times out
+		longReady  = 150 * time.Second // of the app whose held request outlives the outage
+	)
+	sc := setUpScenario("apiout",
+		hostApp("warm", 2, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+			s.Replicas = &httpscalev1alpha1.ReplicaBounds{Min: ptr.To[int32](2), Max: ptr.To[int32](2)}
+		}),
+		func(ctx SpecContext, e *scenarioEnv) {
+			for name, ready := range map[string]time.Duration{"short": shortReady, "long": longReady} {
+				routedApp(ctx, e.ns, name, 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+					s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(name + "." + e.host)}
+					s.Timeouts = &httpscalev1alpha1.Timeouts{Readiness: ptr.To(httpscalev1alpha1.Duration(ready.String()))}
+				})
+			}
+		})
+
+	It("serves warm traffic throughout, answers or times out held requests, and routes again afterwards", func(ctx SpecContext) {
+		svc := sc.h.InterceptorService
+		Eventually(statusOf(ctx, serviceURL(svc, "/warmup"), sc.host)).WithContext(ctx).Should(Equal(http.StatusOK))
+
+		readiness := watchPodReadiness(ctx, sc.ns, "app=warm")
+		load := startSteady(ctx, serviceURL(svc, "/steady"), sc.host, 100*time.Millisecond, 5*time.Second)
+		time.Sleep(5 * time.Second)
+
+		By("stopping kube-apiserver with SIGSTOP")
+		stopped := time.Now()
+		Expect(f.Cluster.SignalProcess("kube-apiserver", syscall.SIGSTOP)).To(Succeed())
+		resumed := false
+		DeferCleanup(func() {
+			if !resumed {
+				_ = f.Cluster.SignalProcess("kube-apiserver", syscall.SIGCONT)
+			}
+		})
+		time.Sleep(5 * time.Second)
+		held := map[string]chan shot{}
+		hc := &http.Client{Timeout: 4 * time.Minute, Transport: &http.Transport{DialContext: localcluster.DialContext(f.Cluster.NetNS)}}
+		for _, name := range []string{"short", "long"} {
+			ch := make(chan shot, 1)
+			held[name] = ch
+			go func() { ch <- getShot(ctx, hc, serviceURL(svc, "/held"), name+"."+sc.host) }()
+		}
+		time.Sleep(outage - time.Since(stopped))
+		By("resuming kube-apiserver")
+		Expect(f.Cluster.SignalProcess("kube-apiserver", syscall.SIGCONT)).To(Succeed())
+		resumed = true
+		back := time.Now()
+		time.Sleep(40 * time.Second)
+		shots := load.stopSteady()
+		_, summary := loadReport(shots)
+		report("API server outage: warm traffic through the interceptor Service", "%s (outage %s)", summary, back.Sub(stopped).Round(time.Millisecond))
+		report("API server outage: readiness of the warm app's pods", "%s", readiness.stop())
+
+		short := <-held["short"]
+		report("API server outage: held request, readiness timeout 15 s", "%s", short)
+		Expect(short.err).NotTo(HaveOccurred())
+		Expect(short.status).To(Equal(http.StatusGatewayTimeout))
+		Expect(short.body).To(ContainSubstring("readiness_timeout"))
+		Expect(short.done.Sub(short.sent)).To(BeNumerically("~", shortReady, 3*time.Second), "answered at its readiness timeout")
+		var long shot
+		Eventually(held["long"]).WithTimeout(longReady).Should(Receive(&long))
+		report("API server outage: held request, readiness timeout 150 s", "%s; answered %s after the API server came back", long, long.done.Sub(back).Round(time.Millisecond))
+		Expect(long.ok()).To(BeTrue(), "%s", long)
+		Expect(long.coldStart).To(BeTrue())
+		Expect(long.done).To(BeTemporally(">", back), "woken only once the API server was back")
+
+		expectShotsOK("warm requests during and after the outage", shots)
+
+		By("routing and status work again: a new object is routed by every interceptor and Ready")
+		t0 := time.Now()
+		hso := routedApp(ctx, sc.ns, "after", 1, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host("after." + sc.host)}
+		})
+		Eventually(func(g Gomega) {
+			g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), hso)).To(Succeed())
+			g.Expect(readyCondition(hso)).To(Equal("True"))
+		}).WithContext(ctx).Should(Succeed())
+		report("API server outage: a new object after the outage", "routed by every interceptor and Ready in %s", time.Since(t0).Round(time.Millisecond))
+		Eventually(statusOf(ctx, serviceURL(svc, "/after"), "after."+sc.host)).WithContext(ctx).Should(Equal(http.StatusOK))
+	})
+})
+
+// readyCondition is the status of an HTTPScaledObject's Ready condition ("" when absent).
+func readyCondition(hso *httpscalev1alpha1.HTTPScaledObject) string {
+	for _, c := range hso.Status.Conditions {
+		if c.Type == httpscalev1alpha1.ConditionReady {
+			return string(c.Status)
+		}
+	}
+	return ""
+}
+
+// podReadiness records every change of the Ready condition of some pods, polled every 250 ms (polls
+// that fail, e.g. while the API server is away, are skipped).
+type podReadiness struct {
+	stop func() string
+}
+
+// watchPodReadiness polls the pods of ns matching selector until stop, which returns the changes
+// seen: "15:04:05.000 pod=False" lines.
+func watchPodReadiness(ctx context.Context, ns, selector string) podReadiness {
+	ctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	var changes []string
+	last := map[string]string{}
+	done := make(chan struct{})
+	sel, err := labels.Parse(selector)
+	Expect(err).NotTo(HaveOccurred())
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			var pods corev1.PodList
+			rctx, rcancel := context.WithTimeout(ctx, time.Second)
+			err := f.Client.List(rctx, &pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel})
+			rcancel()
+			if err == nil {
+				mu.Lock()
+				for _, p := range pods.Items {
+					st := "Unknown"
+					for _, c := range p.Status.Conditions {
+						if c.Type == corev1.PodReady {
+							st = string(c.Status)
+						}
+					}
+					if last[p.Name] != st {
+						changes = append(changes, fmt.Sprintf("%s %s=%s", time.Now().Format("15:04:05.000"), p.Name, st))
+						last[p.Name] = st
+					}
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	return podReadiness{stop: func() string {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(changes, ", ")
+	}}
+}
