@@ -97,6 +97,7 @@ func TestDefaults(t *testing.T) {
 		"Deployment httpscale-system/httpscale-interceptor", "Deployment httpscale-system/httpscale-operator", "Deployment httpscale-system/httpscale-scaler",
 		"MutatingWebhookConfiguration /httpscale-operator-webhook",
 		"PodDisruptionBudget httpscale-system/httpscale-interceptor", "PodDisruptionBudget httpscale-system/httpscale-operator",
+		"PodDisruptionBudget httpscale-system/httpscale-scaler",
 		"Role httpscale-system/httpscale-interceptor", "Role httpscale-system/httpscale-operator", "Role httpscale-system/httpscale-scaler",
 		"RoleBinding httpscale-system/httpscale-interceptor", "RoleBinding httpscale-system/httpscale-operator", "RoleBinding httpscale-system/httpscale-scaler",
 		"Secret httpscale-system/httpscale-operator-webhook-tls",
@@ -240,11 +241,33 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("scaler Service port = %d, want 9090", got)
 	}
 
-	sc := container(t, get[*appsv1.Deployment](t, m, "Deployment", "httpscale-scaler"), "scaler")
-	for _, arg := range []string{"--grpc-bind-address=:9090", "--health-probe-bind-address=:9191", "--metrics-bind-address=:9190"} {
+	sd := get[*appsv1.Deployment](t, m, "Deployment", "httpscale-scaler")
+	sc := container(t, sd, "scaler")
+	for _, arg := range []string{"--grpc-bind-address=:9090", "--health-probe-bind-address=:9191", "--metrics-bind-address=:9190", "--drain-delay=3s"} {
 		if !hasArg(sc, arg) {
 			t.Errorf("scaler args %v lack %s", sc.Args, arg)
 		}
+	}
+	// No single point of failure: KEDA reconnects to the other replica while one is away, which the
+	// budget and the spread keep from being both at once.
+	if got := *sd.Spec.Replicas; got < 2 {
+		t.Errorf("scaler replicas = %d, want at least 2", got)
+	}
+	if pdb := get[*policyv1.PodDisruptionBudget](t, m, "PodDisruptionBudget", "httpscale-scaler"); pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 ||
+		!labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels).Matches(labels.Set(sd.Spec.Template.Labels)) {
+		t.Errorf("scaler PDB %+v, want maxUnavailable 1 selecting the scaler pods", pdb.Spec)
+	}
+	scalerZones := false
+	for _, c := range sd.Spec.Template.Spec.TopologySpreadConstraints {
+		if c.TopologyKey == "topology.kubernetes.io/zone" && labels.SelectorFromSet(c.LabelSelector.MatchLabels).Matches(labels.Set(sd.Spec.Template.Labels)) {
+			scalerZones = true
+		}
+	}
+	if !scalerZones {
+		t.Errorf("scaler pods are not spread across zones: %+v", sd.Spec.Template.Spec.TopologySpreadConstraints)
+	}
+	if g := sd.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g < 3+5 {
+		t.Errorf("scaler terminationGracePeriodSeconds = %v, want room for the 3 s drain delay and the 5 s graceful stop", g)
 	}
 	if sc.ReadinessProbe == nil || sc.ReadinessProbe.HTTPGet.Port.String() != "probes" || sc.LivenessProbe == nil {
 		t.Errorf("scaler probes: readiness %+v liveness %+v", sc.ReadinessProbe, sc.LivenessProbe)
@@ -440,7 +463,7 @@ func TestMinimalValues(t *testing.T) {
 	const ns = "dev"
 	m := render(t, ns, "--values", filepath.Join(chartDir, "ci", "minimal-values.yaml"))
 	checkConsistent(t, m, ns)
-	for _, gone := range []string{"ValidatingWebhookConfiguration httpscale-operator-webhook", "MutatingWebhookConfiguration httpscale-operator-webhook", "Service httpscale-operator-webhook", "Secret httpscale-operator-webhook-tls", "PodDisruptionBudget httpscale-interceptor", "PodDisruptionBudget httpscale-operator"} {
+	for _, gone := range []string{"ValidatingWebhookConfiguration httpscale-operator-webhook", "MutatingWebhookConfiguration httpscale-operator-webhook", "Service httpscale-operator-webhook", "Secret httpscale-operator-webhook-tls", "PodDisruptionBudget httpscale-interceptor", "PodDisruptionBudget httpscale-operator", "PodDisruptionBudget httpscale-scaler"} {
 		kind, name, _ := strings.Cut(gone, " ")
 		if m.find(kind, name) != nil {
 			t.Errorf("%s rendered although the values turn it off", gone)
@@ -457,9 +480,12 @@ func TestMinimalValues(t *testing.T) {
 	}
 
 	// One operator replica with a minAvailable: 1 budget would block every node drain.
-	single := render(t, ns, "--set", "operator.replicas=1")
+	single := render(t, ns, "--set", "operator.replicas=1,scaler.replicas=1")
 	if single.find("PodDisruptionBudget", "httpscale-operator") != nil {
 		t.Error("operator PodDisruptionBudget rendered for a single replica")
+	}
+	if single.find("PodDisruptionBudget", "httpscale-scaler") != nil {
+		t.Error("scaler PodDisruptionBudget rendered for a single replica")
 	}
 	// Replicas 0: everything but the pods, for binaries running out of cluster.
 	none := render(t, ns, "--set", "operator.replicas=0,interceptor.replicas=0,scaler.replicas=0")

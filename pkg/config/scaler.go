@@ -21,6 +21,9 @@ type Scaler struct {
 	StaleGrace time.Duration
 	// WakeHold is how long a wake notice keeps an app active.
 	WakeHold time.Duration
+	// DrainDelay is how long a stopping scaler serves on with its readiness failing before it ends
+	// KEDA's streams and closes its connections.
+	DrainDelay time.Duration
 	// TLSCertFile and TLSKeyFile enable TLS on the gRPC port; TLSClientCAFile additionally requires
 	// client certificates signed by that CA.
 	TLSCertFile, TLSKeyFile, TLSClientCAFile string
@@ -36,6 +39,7 @@ func (s *Scaler) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&s.PollTimeout, "poll-timeout", time.Second, "Timeout of one poll of one replica.")
 	fs.DurationVar(&s.StaleGrace, "stale-grace", 15*time.Second, "How long a replica that stopped answering keeps contributing its last counts (marked stale) before it is ignored.")
 	fs.DurationVar(&s.WakeHold, "wake-hold", 5*time.Second, "How long a wake notice keeps an app active (it only has to bridge the gap until a poll counts the held request).")
+	fs.DurationVar(&s.DrainDelay, "drain-delay", 3*time.Second, "On SIGTERM, how long the scaler serves on with its readiness failing (so that new connections go to other replicas) before it ends KEDA's streams, which KEDA then opens again on a live replica.")
 	fs.StringVar(&s.TLSCertFile, "tls-cert-file", "", "PEM certificate for the gRPC port; enables TLS (KEDA's enableTLS).")
 	fs.StringVar(&s.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file.")
 	fs.StringVar(&s.TLSClientCAFile, "tls-client-ca-file", "", "PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS).")
@@ -61,6 +65,9 @@ func (s *Scaler) Validate() error {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("--%s must be positive, got %s", d.name, d.v))
 		}
+	}
+	if s.DrainDelay < 0 {
+		errs = append(errs, fmt.Errorf("--drain-delay must not be negative, got %s", s.DrainDelay))
 	}
 	if s.StaleGrace > 0 && s.StaleGrace < s.PollInterval+s.PollTimeout {
 		errs = append(errs, fmt.Errorf("--stale-grace %s must be at least --poll-interval + --poll-timeout (%s), or every slow answer drops a replica", s.StaleGrace, s.PollInterval+s.PollTimeout))

@@ -25,7 +25,7 @@ func TestScalerDefaults(t *testing.T) {
 	}
 	if s.GRPCAddr != ":9090" || s.Namespace != "httpscale-system" || s.InterceptorAdminPort != "admin" ||
 		s.InterceptorSelector != "kubernetes.io/service-name=httpscale-interceptor-admin" ||
-		s.PollInterval != 200*time.Millisecond || s.ProbeAddr != ":9191" || s.MetricsAddr != ":9190" {
+		s.PollInterval != 200*time.Millisecond || s.ProbeAddr != ":9191" || s.MetricsAddr != ":9190" || s.DrainDelay != 3*time.Second {
 		t.Errorf("unexpected defaults: %+v", s)
 	}
 }
@@ -53,6 +53,7 @@ func TestScalerValidateRejects(t *testing.T) {
 		{[]string{"--tls-client-ca-file=ca.crt"}, "needs --tls-cert-file"},
 		{[]string{"--interceptor-admin-selector=a=b=c"}, "--interceptor-admin-selector"},
 		{[]string{"--grpc-bind-address=9090"}, "--grpc-bind-address"},
+		{[]string{"--drain-delay=-1s"}, "--drain-delay must not be negative"},
 	} {
 		_, err := parseScaler(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -27,7 +28,12 @@ type ServerOptions struct {
 	TLS *tls.Config
 	// Clock is the time source for wake recency; nil means the real clock.
 	Clock clock.PassiveClock
-	// ShutdownTimeout bounds the graceful stop; zero means 5s.
+	// DrainDelay is how long the server goes on serving after its context ended, with its readiness
+	// failing and the gRPC health service NOT_SERVING, before it ends its streams and closes its
+	// connections (GOAWAY): long enough for kube-proxy to stop sending new connections here, so the
+	// client's next connection reaches a live replica. Wake notices still reach the streams meanwhile.
+	DrainDelay time.Duration
+	// ShutdownTimeout bounds the graceful stop after the drain delay; zero means 5s.
 	ShutdownTimeout time.Duration
 	// Log receives server errors.
 	Log logr.Logger
@@ -36,10 +42,12 @@ type ServerOptions struct {
 // Server serves the ExternalScaler Service and the standard gRPC health service. It is a
 // controller-runtime Runnable that runs on every scaler replica.
 type Server struct {
-	opts   ServerOptions
-	grpc   *grpc.Server
-	health *health.Server
-	stop   chan struct{}
+	opts     ServerOptions
+	grpc     *grpc.Server
+	health   *health.Server
+	stop     chan struct{}
+	draining atomic.Bool
+	stopped  chan struct{}
 }
 
 // NewServer returns a Server answering from state.
@@ -54,10 +62,12 @@ func NewServer(opts ServerOptions, state *State) *Server {
 	// KEDA keeps one connection per scaler address and may ping it; allow that without GOAWAY.
 	gopts = append(gopts,
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		// Ping idle connections so that a StreamIsActive stream to a vanished KEDA pod ends.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// Ping idle connections so that the StreamIsActive streams of a KEDA pod that vanished without
+		// closing its connection (its node lost) end within 15 s instead of lingering for the kernel's
+		// TCP timeouts.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 	)
-	s := &Server{opts: opts, grpc: grpc.NewServer(gopts...), health: health.NewServer(), stop: make(chan struct{})}
+	s := &Server{opts: opts, grpc: grpc.NewServer(gopts...), health: health.NewServer(), stop: make(chan struct{}), stopped: make(chan struct{})}
 	externalscaler.RegisterExternalScalerServer(s.grpc, NewService(state, opts.Clock, opts.Log, s.stop))
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	return s
@@ -66,13 +76,24 @@ func NewServer(opts ServerOptions, state *State) *Server {
 // NeedLeaderElection is false: every scaler replica serves.
 func (s *Server) NeedLeaderElection() bool { return false }
 
-// Start serves until ctx ends, then ends the activity streams, marks health NOT_SERVING and stops
-// gracefully within ShutdownTimeout.
+// Draining reports whether the server's context has ended: it is draining or stopped. The scaler's
+// readiness check fails from then on.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Stopped is closed once Start has returned.
+func (s *Server) Stopped() <-chan struct{} { return s.stopped }
+
+// Start serves until ctx ends, then drains: health NOT_SERVING and Draining true at once, everything
+// served as before for DrainDelay, then the activity streams end (KEDA sees a clean end of stream
+// and opens a new one, on a new connection since GOAWAY was sent, after its fixed 2 s retry) and the
+// server stops gracefully within ShutdownTimeout.
 func (s *Server) Start(ctx context.Context) error {
+	defer close(s.stopped)
 	lis := s.opts.Listener
 	if lis == nil {
 		var err error
 		if lis, err = net.Listen("tcp", s.opts.Addr); err != nil {
+			s.draining.Store(true)
 			return fmt.Errorf("listening for gRPC on %s: %w", s.opts.Addr, err)
 		}
 	}
@@ -83,18 +104,27 @@ func (s *Server) Start(ctx context.Context) error {
 	s.opts.Log.Info("serving KEDA external scaler", "address", lis.Addr().String(), "tls", s.opts.TLS != nil)
 	select {
 	case err := <-errc:
+		s.draining.Store(true)
 		return fmt.Errorf("serving gRPC: %w", err)
 	case <-ctx.Done():
 	}
+	s.draining.Store(true)
 	s.health.Shutdown()
-	close(s.stop)
+	if s.opts.DrainDelay > 0 {
+		s.opts.Log.Info("draining: readiness fails, serving on until the drain delay has passed", "delay", s.opts.DrainDelay.String())
+		time.Sleep(s.opts.DrainDelay)
+	}
 	done := make(chan struct{})
+	// GOAWAY first (GracefulStop sends it to every connection before it waits), so that the streams
+	// ended next are opened again on a new connection, which kube-proxy sends to a ready replica.
 	go func() { s.grpc.GracefulStop(); close(done) }()
+	close(s.stop)
 	select {
 	case <-done:
 	case <-time.After(s.opts.ShutdownTimeout):
 		s.grpc.Stop()
 		<-done
 	}
+	s.opts.Log.Info("stopped serving KEDA")
 	return nil
 }

@@ -3,6 +3,7 @@ package scaling
 import (
 	"context"
 	"math"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
@@ -65,11 +66,49 @@ func (s *Service) active(md trigger.Metadata) bool {
 	return snap.active(md.App) || s.state.Woken(md.App, s.clock.Now())
 }
 
+// ReadyWait bounds how long a call that needs the traffic counts waits for the first snapshot of a
+// replica that has just started; then it fails with Unavailable.
+const ReadyWait = 10 * time.Second
+
+// ready waits until the first snapshot was published. A replica that has just (re)started answers
+// nothing from an empty view: zero concurrency would let the HPA scale an app down, and "inactive"
+// would hide held requests. It takes one poll cycle (200 ms by default).
+func (s *Service) ready(ctx context.Context) error {
+	select {
+	case <-s.state.Ready():
+		return nil
+	default:
+	}
+	t := time.NewTimer(ReadyWait)
+	defer t.Stop()
+	select {
+	case <-s.state.Ready():
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-s.stop:
+		return status.Error(codes.Unavailable, "the scaler is shutting down")
+	case <-t.C:
+		return status.Error(codes.Unavailable, "no interceptor counts collected yet")
+	}
+}
+
+// woken reports whether a wake notice for md's app is recent: "active" is then the answer whatever
+// the snapshot says, so it needs none.
+func (s *Service) woken(md trigger.Metadata) bool {
+	return !md.Fleet && s.state.Woken(md.App, s.clock.Now())
+}
+
 // IsActive reports whether the app should run at least one replica.
-func (s *Service) IsActive(_ context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.IsActiveResponse, error) {
+func (s *Service) IsActive(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.IsActiveResponse, error) {
 	md, err := s.metadata(ref)
 	if err != nil {
 		return nil, err
+	}
+	if !s.woken(md) {
+		if err := s.ready(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return &externalscaler.IsActiveResponse{Result: s.active(md)}, nil
 }
@@ -82,6 +121,11 @@ func (s *Service) StreamIsActive(ref *externalscaler.ScaledObjectRef, stream ext
 	md, err := s.metadata(ref)
 	if err != nil {
 		return err
+	}
+	if !s.woken(md) {
+		if err := s.ready(stream.Context()); err != nil {
+			return err
+		}
 	}
 	sub := s.state.Subscribe(md.App) // the empty app is the fleet
 	defer sub.Close()
@@ -147,9 +191,12 @@ func (s *Service) GetMetricSpec(_ context.Context, ref *externalscaler.ScaledObj
 
 // GetMetrics answers the one metric asked for. A metric the trigger does not configure is
 // InvalidArgument, as KEDA should never ask for it.
-func (s *Service) GetMetrics(_ context.Context, req *externalscaler.GetMetricsRequest) (*externalscaler.GetMetricsResponse, error) {
+func (s *Service) GetMetrics(ctx context.Context, req *externalscaler.GetMetricsRequest) (*externalscaler.GetMetricsResponse, error) {
 	md, err := s.metadata(req.GetScaledObjectRef())
 	if err != nil {
+		return nil, err
+	}
+	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
 	snap := s.state.Snapshot()

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/trigger"
 )
 
@@ -181,6 +182,7 @@ func TestOneRequestAfterALongIdleActivatesTheApp(t *testing.T) {
 
 func TestIsActiveFollowsWakeNotices(t *testing.T) {
 	state := NewState(30 * time.Second)
+	state.Publish(&Snapshot{At: t0, Apps: map[string]*AppStats{}}, nil) // a first poll found no traffic
 	clk := clocktesting.NewFakePassiveClock(t0)
 	svc := NewService(state, clk, testLog(t), nil)
 	md := ref(trigger.Metadata{App: "ns/app", ConcurrencyTarget: 1}.Encode("s:1"))
@@ -201,5 +203,53 @@ func TestIsActiveFollowsWakeNotices(t *testing.T) {
 	clk.SetTime(t0.Add(31 * time.Second))
 	if active() {
 		t.Error("still active after the wake hold")
+	}
+}
+
+// A replica that has just started must not answer from an empty view: zero concurrency would let the
+// HPA scale an app down, and "inactive" would hide held requests. Calls that need the counts wait for
+// the first snapshot; a wake notice that came first is answered at once.
+func TestCallsWaitForTheFirstSnapshotUnlessAWakeAnswersThem(t *testing.T) {
+	state := NewState(30 * time.Second)
+	clk := clocktesting.NewFakePassiveClock(t0)
+	svc := NewService(state, clk, testLog(t), nil)
+	md := ref(trigger.Metadata{App: "ns/app", ConcurrencyTarget: 1}.Encode("s:1"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := svc.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: md, MetricName: trigger.MetricConcurrency})
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("GetMetrics before the first snapshot: %v, want it to wait until the deadline", err)
+	}
+
+	state.Wake("ns/woken", t0)
+	woken := ref(trigger.Metadata{App: "ns/woken", ConcurrencyTarget: 1}.Encode("s:1"))
+	resp, err := svc.IsActive(context.Background(), woken)
+	if err != nil || !resp.Result {
+		t.Fatalf("IsActive of a woken app before the first snapshot: %v %v, want true at once", resp, err)
+	}
+
+	got := make(chan float64, 1)
+	go func() {
+		resp, err := svc.GetMetrics(context.Background(), &externalscaler.GetMetricsRequest{ScaledObjectRef: md, MetricName: trigger.MetricConcurrency})
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- resp.MetricValues[0].MetricValueFloat
+	}()
+	time.Sleep(20 * time.Millisecond)
+	agg := NewAggregator(AggregatorOptions{StaleAfter: time.Second, Grace: time.Minute})
+	agg.SetReplicas([]Replica{{Key: "a"}})
+	agg.Observe("a", admin.Counts{Epoch: "e", Seq: 1, Full: true, Apps: []admin.AppCount{{Key: "ns/app", InFlight: 3}}}, t0)
+	state.Publish(agg.Build(t0))
+	select {
+	case v := <-got:
+		if v != 3 {
+			t.Errorf("GetMetrics answered %v once the snapshot came, want 3", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("GetMetrics still waiting after the first snapshot")
 	}
 }

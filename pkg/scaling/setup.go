@@ -1,6 +1,7 @@
 package scaling
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -23,13 +24,14 @@ type Options struct {
 	PortName  string
 	// Interval, Timeout, StaleGrace and WakeHold: see CollectorOptions and NewState.
 	Interval, Timeout, StaleGrace, WakeHold time.Duration
-	// GRPCAddr and TLS: see ServerOptions.
-	GRPCAddr string
-	TLS      *tls.Config
+	// GRPCAddr, TLS and DrainDelay: see ServerOptions.
+	GRPCAddr   string
+	TLS        *tls.Config
+	DrainDelay time.Duration
 }
 
-// SetupWithManager adds the Collector and the gRPC Server to mgr, plus a readiness check that passes
-// once the first snapshot is published. The manager's cache must hold EndpointSlices of
+// SetupWithManager adds the Collector and the gRPC Server to mgr, plus readiness checks that pass
+// once the first snapshot is published and until the server starts draining. The manager's cache must hold EndpointSlices of
 // opts.Namespace (the scaler only needs get/list/watch on them there).
 func SetupWithManager(mgr manager.Manager, opts Options, log logr.Logger) error {
 	state := NewState(opts.WakeHold)
@@ -50,12 +52,14 @@ func SetupWithManager(mgr manager.Manager, opts Options, log logr.Logger) error 
 		StaleGrace: opts.StaleGrace,
 		Log:        log.WithName("scaling.collector"),
 	}, state)
-	if err := mgr.Add(collector); err != nil {
-		return fmt.Errorf("adding collector: %w", err)
-	}
-	server := NewServer(ServerOptions{Addr: opts.GRPCAddr, TLS: opts.TLS, Log: log.WithName("scaling.grpc")}, state)
+	server := NewServer(ServerOptions{Addr: opts.GRPCAddr, TLS: opts.TLS, DrainDelay: opts.DrainDelay, Log: log.WithName("scaling.grpc")}, state)
 	if err := mgr.Add(server); err != nil {
 		return fmt.Errorf("adding gRPC server: %w", err)
+	}
+	// The collector goes on through the server's drain: wake notices must reach the streams KEDA still
+	// holds until they end.
+	if err := mgr.Add(untilStopped{Runnable: collector, stopped: server.Stopped(), limit: opts.DrainDelay + 10*time.Second}); err != nil {
+		return fmt.Errorf("adding collector: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("counts", func(*http.Request) error {
 		select {
@@ -67,5 +71,42 @@ func SetupWithManager(mgr manager.Manager, opts Options, log logr.Logger) error 
 	}); err != nil {
 		return fmt.Errorf("adding readiness check: %w", err)
 	}
+	if err := mgr.AddReadyzCheck("serving", func(*http.Request) error {
+		if server.Draining() {
+			return errors.New("shutting down")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("adding readiness check: %w", err)
+	}
 	return nil
+}
+
+// untilStopped runs a Runnable past the manager's stop until stopped is closed (at most limit
+// longer).
+type untilStopped struct {
+	manager.Runnable
+	stopped <-chan struct{}
+	limit   time.Duration
+}
+
+// NeedLeaderElection keeps it among the runnables stopped with the server.
+func (untilStopped) NeedLeaderElection() bool { return false }
+
+// Start runs the wrapped Runnable with a context that ends once ctx has ended and the server stopped.
+func (u untilStopped) Start(ctx context.Context) error {
+	inner, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	go func() {
+		<-ctx.Done()
+		t := time.NewTimer(u.limit)
+		defer t.Stop()
+		select {
+		case <-u.stopped:
+		case <-t.C:
+		case <-inner.Done():
+		}
+		cancel()
+	}()
+	return u.Runnable.Start(inner)
 }
