@@ -69,6 +69,8 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"kubeApi.burst=0", "/kubeApi/burst"},
 		{"scaler.address=httpscale-scaler", "/scaler/address"},
 		{"scaler.service.clusterIP=not-an-ip", "/scaler/service/clusterIP"},
+		{"interceptor.perAppMetrics=all", "/interceptor/perAppMetrics"},
+		{"scaler.drainDelaySeconds=-1", "/scaler/drainDelaySeconds"},
 		{"interceptor.tracing.protocol=http/json", "/interceptor/tracing/protocol"},
 		{"interceptor.tracing.sampler=jaeger_remote", "/interceptor/tracing/sampler"},
 		{"interceptor.tracing.samplerArg=1.5", "/interceptor/tracing/samplerArg"},
@@ -233,6 +235,9 @@ func TestDefaults(t *testing.T) {
 	}
 	if svc := get[*corev1.Service](t, m, "Service", "httpscale-interceptor"); svc.Spec.Ports[1].Port != 8443 || svc.Spec.Ports[1].TargetPort.String() != "https" {
 		t.Errorf("interceptor Service TLS port = %+v, want 8443 to https", svc.Spec.Ports[1])
+	}
+	if !hasArg(icc, "--per-app-metrics=counters") {
+		t.Errorf("interceptor args %v lack --per-app-metrics=counters", icc.Args)
 	}
 	if !hasArg(oc, "--interceptor-service-account=httpscale-interceptor") {
 		t.Errorf("operator args %v lack --interceptor-service-account=httpscale-interceptor", oc.Args)

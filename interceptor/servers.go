@@ -61,7 +61,7 @@ type servers struct {
 // so that run is tested as the binary runs it, against a real API server.
 func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.Registry, dial dialFunc, log logr.Logger) (servers, error) {
 	reg := queue.NewRegistry(nil)
-	metrics, err := proxy.NewMetrics(metricsReg, reg)
+	metrics, err := proxy.NewMetrics(metricsReg, reg, proxy.PerApp(cfg.PerAppMetrics))
 	if err != nil {
 		return servers{}, fmt.Errorf("registering proxy metrics: %w", err)
 	}

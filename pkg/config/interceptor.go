@@ -59,6 +59,9 @@ type Interceptor struct {
 	// GCPercent is the Go garbage collector's target (GOGC); the proxy's live heap is small, so a
 	// higher value trades a little memory for less CPU per request. GOGC in the environment wins.
 	GCPercent int
+	// PerAppMetrics chooses the metrics with a series per app: none, counters (the default) or
+	// histograms (see proxy.PerApp).
+	PerAppMetrics string
 	// HTTP1FastPath serves plain body-less HTTP/1.1 requests on the proxy server's fast path; the
 	// rest is handed to net/http. Off, net/http serves every request.
 	HTTP1FastPath bool
@@ -103,6 +106,7 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&i.TableResync, "table-resync", time.Minute, "Period of the routing table's full re-read.")
 	fs.IntVar(&i.MaxConnsPerEndpoint, "max-conns-per-endpoint", proxy.Defaults.MaxConnsPerEndpoint, "Connections open at once to one pod; more requests wait for one.")
 	fs.IntVar(&i.GCPercent, "gc-percent", 400, "Go GC target percentage (ignored when GOGC is set).")
+	fs.StringVar(&i.PerAppMetrics, "per-app-metrics", string(proxy.PerAppCounters), "Metrics with a series per app: none (the fleet's only), counters (per-app counters, read at scrape time; histograms are the fleet's) or histograms (counters plus request-duration and cold-start-wait histograms per app, about 5 KiB per app).")
 	fs.BoolVar(&i.HTTP1FastPath, "http1-fast-path", true, "Serve plain body-less HTTP/1.1 requests on the proxy's fast path (the rest goes to net/http).")
 	fs.IntVar(&i.EventLoops, "event-loops", -1, "Event loops serving the fast path's plain requests to warm apps on Linux (0: a goroutine per connection; -1: one per GOMAXPROCS).")
 	fs.DurationVar(&i.DrainDelay, "drain-delay", 5*time.Second, "After SIGTERM, keep serving this long with readiness failing.")
@@ -143,6 +147,9 @@ func (i *Interceptor) Validate() error {
 	}
 	if i.GCPercent < 25 {
 		errs = append(errs, fmt.Errorf("--gc-percent %d: want at least 25", i.GCPercent))
+	}
+	if _, err := proxy.ParsePerApp(i.PerAppMetrics); err != nil {
+		errs = append(errs, fmt.Errorf("--per-app-metrics %w", err))
 	}
 	if i.QueueLimit < 1 {
 		errs = append(errs, fmt.Errorf("--queue-limit %d: want at least 1", i.QueueLimit))

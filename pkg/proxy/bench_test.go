@@ -153,7 +153,7 @@ func BenchmarkProxyRoutes(b *testing.B) {
 			src := proxytest.NewSource()
 			src.Set(key("app"), endpointOf(&testing.T{}, be.URL, ""))
 			reg := queue.NewRegistry(nil)
-			m, err := proxy.NewMetrics(prometheus.NewRegistry(), reg)
+			m, err := proxy.NewMetrics(prometheus.NewRegistry(), reg, proxy.PerAppCounters)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -36,6 +36,10 @@ func TestStatusFor(t *testing.T) {
 			if code != tc.code || reason != tc.reason {
 				t.Errorf("statusFor(%v) = %d %s, want %d %s", tc.err, code, reason, tc.code, tc.reason)
 			}
+			// Every failure reason has its own slot of upstream_errors_total.
+			if code >= 500 && reason != "queue_full" && reason != "app_idle" && upstreamReasons[upstreamIndex(reason)] != reason {
+				t.Errorf("reason %s has no slot of its own in upstreamReasons %v", reason, upstreamReasons)
+			}
 		})
 	}
 }

@@ -30,6 +30,7 @@ type harness struct {
 	src     *proxytest.Source
 	reg     *queue.Registry
 	prom    *prometheus.Registry
+	perApp  proxy.PerApp
 	proxy   *proxy.Proxy
 	srv     *proxy.Server
 	url     string
@@ -41,9 +42,15 @@ type harness struct {
 
 func newHarness(t *testing.T, entries []routing.Entry, mod func(*proxy.Options, *proxy.Server)) *harness {
 	t.Helper()
-	h := &harness{t: t, src: proxytest.NewSource(), reg: queue.NewRegistry(nil), prom: prometheus.NewRegistry()}
+	return newHarnessPerApp(t, proxy.PerAppCounters, entries, mod)
+}
+
+// newHarnessPerApp is newHarness with the given per-app metrics.
+func newHarnessPerApp(t *testing.T, perApp proxy.PerApp, entries []routing.Entry, mod func(*proxy.Options, *proxy.Server)) *harness {
+	t.Helper()
+	h := &harness{t: t, src: proxytest.NewSource(), reg: queue.NewRegistry(nil), prom: prometheus.NewRegistry(), perApp: perApp}
 	h.setTable(entries...)
-	m, err := proxy.NewMetrics(h.prom, h.reg)
+	m, err := proxy.NewMetrics(h.prom, h.reg, h.perApp)
 	if err != nil {
 		t.Fatal(err)
 	}

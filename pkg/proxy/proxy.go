@@ -52,7 +52,7 @@ func New(o Options) (*Proxy, error) {
 	}
 	o.setDefaults()
 	if o.Metrics == nil {
-		m, err := NewMetrics(prometheus.NewRegistry(), o.Registry)
+		m, err := NewMetrics(prometheus.NewRegistry(), o.Registry, PerAppCounters)
 		if err != nil {
 			return nil, fmt.Errorf("proxy: creating metrics: %w", err)
 		}
@@ -180,9 +180,9 @@ func (x *exchange) Wait(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", a.key, ErrIdle) // neither held nor a wake
 	}
 	x.cold = true
-	a.series().coldStarts.Inc()
+	a.series().coldStart()
 	if !a.counts.TryHold(a.queueLimit) {
-		a.series().rejections.Inc()
+		a.series().rejected()
 		return fmt.Errorf("%s: %w (limit %d)", a.key, ErrQueueFull, a.queueLimit)
 	}
 	x.holding = true
@@ -328,7 +328,7 @@ func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 	}
 	expected := reason == "queue_full" || reason == "app_idle" // answers by design, not upstream failures
 	if code >= 500 && !expected {
-		p.opts.Metrics.upstreamErrs.WithLabelValues(a.key, reason).Inc()
+		a.series().upstreamError(reason)
 	}
 	log := p.log
 	if expected {
@@ -395,7 +395,7 @@ func (x *exchange) End() {
 	if code == 0 {
 		code = http.StatusBadGateway // aborted before any status was chosen
 	}
-	a.series().codes[codeIndex(codeClass(code))].Inc()
+	a.series().response(code)
 	a.series().duration.Observe(x.p.opts.Now().Sub(x.start).Seconds())
 	if x.tr != nil {
 		x.tr.end(x, code)
@@ -419,6 +419,6 @@ func (p *Proxy) appZone(a *app) string {
 // countCrossZone counts a forward of a's request to c when it leaves zone.
 func countCrossZone(a *app, zone string, c *candidate) {
 	if zone != "" && c.ep.Zone != "" && c.ep.Zone != zone {
-		a.series().crossZone.Inc()
+		a.series().crossZone()
 	}
 }

@@ -936,7 +936,7 @@ func TestRawPathMetricsAndCounts(t *testing.T) {
 	}
 	got := map[string]float64{
 		"2xx": responses("2xx"), "4xx": responses("4xx"), "5xx": responses("5xx"), "499": responses("499"),
-		"duration observations": h.metric("httpscale_interceptor_request_duration_seconds", map[string]string{"app": "ns/app"}),
+		"duration observations": h.metric("httpscale_interceptor_request_duration_seconds", nil), // the fleet's histogram
 		"requests metric":       h.metric("httpscale_interceptor_requests_total", map[string]string{"app": "ns/app"}),
 		"in flight metric":      h.metric("httpscale_interceptor_in_flight", map[string]string{"app": "ns/app"}),
 		"upstream errors":       h.metric("httpscale_interceptor_upstream_errors_total", nil),

@@ -62,7 +62,7 @@ func benchTableChanged(b *testing.B, n int) {
 	}
 	tb := next(encode())
 	reg := queue.NewRegistry(nil)
-	m, err := proxy.NewMetrics(prometheus.NewRegistry(), reg)
+	m, err := proxy.NewMetrics(prometheus.NewRegistry(), reg, proxy.PerAppCounters)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func (x *exchange) WaitRequest(r *http.Request) error {
 		return x.Wait(r.Context())
 	}
 	x.cold = true
-	a.series().coldStarts.Inc()
+	a.series().coldStart()
 	a.counts.Wake(x.p.opts.WakeEvery)
 	return fmt.Errorf("%s: %w", a.key, errWaitingPage)
 }

@@ -227,6 +227,8 @@ type App struct {
 	changed atomic.Uint64
 	// lastWake is the unix-nano time of the latest wake event published for this app.
 	lastWake atomic.Int64
+	// tally counts the app's request outcomes; nil until the first (see Tally).
+	tally atomic.Pointer[Tally]
 }
 
 // Count returns the app's current counters.
