@@ -113,7 +113,7 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		Drained:      make(chan struct{}),
 		Log:          log.WithName("proxy"),
 	}
-	runnables := []manager.Runnable{proxySrv}
+	runnables := []manager.Runnable{afterFirstTable{Runnable: proxySrv, tables: kube.tables}}
 	var tlsSrv *tlsterm.Server
 	if cfg.TLSAddr != "" {
 		if kube.certs == nil {
@@ -129,7 +129,7 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 			Drained:      make(chan struct{}),
 			Log:          log.WithName("tls"),
 		}
-		runnables = append(runnables, tlsSrv)
+		runnables = append(runnables, afterFirstTable{Runnable: tlsSrv, tables: kube.tables})
 	}
 	// The admin port answers, and tracing waits to flush, until every proxy port has drained.
 	go func() {
@@ -183,6 +183,31 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		runnables = append(runnables, tp)
 	}
 	return servers{runnables: runnables, ready: ready}, nil
+}
+
+// afterFirstTable starts a proxy port once the first routing table is loaded. Before it, the port
+// would answer every request 404: a replica whose container restarted in place (a crash, an OOM
+// kill) gets connections from kube-proxy, which still lists its address as ready until the kubelet
+// has seen the container die. Refused instead, nothing is sent and a client or load balancer can
+// retry; readiness passes only once the table is loaded anyway.
+type afterFirstTable struct {
+	manager.Runnable
+	tables proxy.TableSource
+}
+
+// NeedLeaderElection reports false: every replica serves.
+func (afterFirstTable) NeedLeaderElection() bool { return false }
+
+// Start waits for the first table (checked every 10 ms), then runs the port until ctx ends. A port
+// whose context ends first is still started, so that it drains (at once) and says so.
+func (a afterFirstTable) Start(ctx context.Context) error {
+	for a.tables.Table() == nil && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return a.Runnable.Start(ctx)
 }
 
 // keepUntilDrained runs the endpoint cache past the manager's stop until the proxy has drained (at

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"runtime/debug"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/httpscale/httpscale/pkg/config"
 	"github.com/httpscale/httpscale/pkg/gcheadroom"
@@ -91,5 +93,51 @@ func TestKeepUntilDrained(t *testing.T) {
 	}
 	if (keepUntilDrained{}).NeedLeaderElection() {
 		t.Error("needs leader election: it would be stopped after the servers' group, not with it")
+	}
+}
+
+// A proxy port starts only once the first routing table is loaded (before it, every request would be
+// answered 404: a container restarted in place gets connections kube-proxy still sends it), and is
+// still started, to drain at once, when the interceptor stops first.
+func TestProxyPortStartsAfterTheFirstTable(t *testing.T) {
+	var table atomic.Pointer[routing.Table]
+	started := make(chan struct{}, 1)
+	a := afterFirstTable{
+		Runnable: manager.RunnableFunc(func(context.Context) error { started <- struct{}{}; return nil }),
+		tables:   proxy.TableFunc(table.Load),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Start(ctx) }()
+	select {
+	case <-started:
+		t.Fatal("the port started before a table was loaded")
+	case <-time.After(100 * time.Millisecond):
+	}
+	tbl, err := routing.NewTable(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table.Store(tbl)
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the port did not start once the table was loaded")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	a.tables = proxy.TableFunc(func() *routing.Table { return nil })
+	if err := a.Start(stopped); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	default:
+		t.Error("a port whose context ended before the first table was never started (it would never drain)")
 	}
 }

@@ -6,8 +6,15 @@
 // /proc/PID/status), the Go heap (from the admin port's /metrics) and saves a heap profile taken from
 // --pprof-bind-address.
 //
+// With -traffic every app also gets a ready endpoint of its own and one request through the
+// interceptor before the settle period (see traffic.go), and the scrape of the admin port's /metrics
+// is measured too. The endpoints' addresses (-endpoint-cidr) must be local to the network
+// namespace the command runs in:
+//
 //	go build -o /tmp/interceptor ./interceptor
 //	go run ./hack/bench/memtable -interceptor /tmp/interceptor -n 1,1000,10000,50000 -out /tmp/mem
+//	unshare -n sh -c 'ip link set lo up && ip route add local 10.255.0.0/16 dev lo &&
+//	  exec /tmp/memtable -interceptor /tmp/interceptor -n 10000,50000 -traffic close'
 package main
 
 import (
@@ -19,6 +26,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,6 +62,8 @@ func run() error {
 	repeat := flag.Int("repeat", 1, "interceptor runs per N")
 	out := flag.String("out", "", "directory for heap profiles (none when empty)")
 	extra := flag.String("args", "", "extra interceptor flags, space-separated")
+	traffic := flag.String("traffic", "", `send one request to every app before the settle period: "keepalive" (the backend keeps connections open, so the interceptor pools one per app), "close" (it closes them) or "cold" (no endpoints: each request is held until the readiness timeout, pass a short --readiness-timeout in -args); empty: no traffic`)
+	cidrFlag := flag.String("endpoint-cidr", "10.255.0.0/16", "with -traffic, the apps' endpoint addresses; must be local to this network namespace")
 	flag.Parse()
 	if *bin == "" {
 		return fmt.Errorf("-interceptor is required")
@@ -70,6 +80,14 @@ func run() error {
 		if err := os.MkdirAll(*out, 0o755); err != nil {
 			return err
 		}
+	}
+	mode := trafficMode(*traffic)
+	if mode != "" && mode != "keepalive" && mode != "close" && mode != "cold" {
+		return fmt.Errorf("-traffic %q: want keepalive, close or cold", *traffic)
+	}
+	cidr, err := netip.ParsePrefix(*cidrFlag)
+	if err != nil || !cidr.Addr().Is4() || cidr.Addr().IsLoopback() {
+		return fmt.Errorf("-endpoint-cidr %q: want an IPv4 CIDR outside 127.0.0.0/8", *cidrFlag)
 	}
 
 	// No CRDs: the interceptor reads ConfigMaps and EndpointSlices only, and installing them can time
@@ -99,22 +117,35 @@ func run() error {
 		return err
 	}
 
-	fmt.Printf("%-7s %-4s %10s %10s %12s %12s %12s %12s\n", "apps", "run", "VmRSS_MiB", "VmHWM_MiB", "heapInuse_MiB", "heapAlloc_MiB", "heapGoal_MiB", "goroutines")
+	if mode == "keepalive" || mode == "close" {
+		stop, err := startBackend(ctx, mode)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	fmt.Printf("%-7s %-4s %10s %10s %12s %12s %12s %12s %10s %12s %10s %10s\n", "apps", "run", "VmRSS_MiB", "VmHWM_MiB", "heapInuse_MiB", "heapAlloc_MiB", "heapGoal_MiB", "goroutines", "requests_s", "scrape_KiB", "series", "app_series")
 	for _, n := range sizes {
 		version, err := writeTable(ctx, cs, n, *namespaces)
 		if err != nil {
 			return fmt.Errorf("writing table of %d: %w", n, err)
+		}
+		if mode == "keepalive" || mode == "close" {
+			if err := createEndpoints(ctx, cs, n, *namespaces, cidr); err != nil {
+				return err
+			}
 		}
 		for r := 1; r <= *repeat; r++ {
 			prof := ""
 			if *out != "" {
 				prof = filepath.Join(*out, fmt.Sprintf("heap-%d-%d.pb.gz", n, r))
 			}
-			m, err := measure(*bin, kubeconfig, version, n, *settle, prof, strings.Fields(*extra))
+			m, err := measure(*bin, kubeconfig, version, n, *settle, prof, strings.Fields(*extra), mode)
 			if err != nil {
 				return fmt.Errorf("measuring %d apps: %w", n, err)
 			}
-			fmt.Printf("%-7d %-4d %10.1f %10.1f %12.1f %12.1f %12.1f %12.0f\n", n, r, m.rss, m.hwm, m.heapInuse, m.heapAlloc, m.heapGoal, m.goroutines)
+			fmt.Printf("%-7d %-4d %10.1f %10.1f %12.1f %12.1f %12.1f %12.0f %10.1f %12.1f %10d %10d\n", n, r, m.rss, m.hwm, m.heapInuse, m.heapAlloc, m.heapGoal, m.goroutines,
+				m.requests.Seconds(), float64(m.scrapeBytes)/1024, m.series, m.appSeries)
 		}
 	}
 	return nil
@@ -178,11 +209,16 @@ func writeTable(ctx context.Context, cs kubernetes.Interface, n, k int) (string,
 	return m.Version, nil // a stored table's version is its manifest's
 }
 
-type mem struct{ rss, hwm, heapInuse, heapAlloc, heapGoal, goroutines float64 }
+type mem struct {
+	rss, hwm, heapInuse, heapAlloc, heapGoal, goroutines float64
+	// With traffic: how long the requests to every app took, and the scrape of /metrics afterwards.
+	requests                       time.Duration
+	scrapeBytes, series, appSeries int
+}
 
-// measure runs the interceptor until it serves version with n entries and is ready, waits settle,
-// reads its memory and stops it.
-func measure(bin, kubeconfig, version string, n int, settle time.Duration, prof string, extra []string) (mem, error) {
+// measure runs the interceptor until it serves version with n entries and is ready, sends one
+// request to every app when traffic is set, waits settle, reads its memory and stops it.
+func measure(bin, kubeconfig, version string, n int, settle time.Duration, prof string, extra []string, traffic trafficMode) (mem, error) {
 	addrs := make([]string, 4)
 	for i := range addrs {
 		a, err := freeAddr()
@@ -236,8 +272,13 @@ func measure(bin, kubeconfig, version string, n int, settle time.Duration, prof 
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	time.Sleep(settle)
 	var m mem
+	if traffic != "" {
+		if m.requests, err = requestEvery(addrs[0], n, traffic.want()); err != nil {
+			return m, fmt.Errorf("%w (log %s)", err, logf.Name())
+		}
+	}
+	time.Sleep(settle)
 	if m.rss, m.hwm, err = procStatus(cmd.Process.Pid); err != nil {
 		return m, err
 	}
@@ -251,6 +292,11 @@ func measure(bin, kubeconfig, version string, n int, settle time.Duration, prof 
 	// it bounds the heap under traffic, which an idle process does not reach.
 	m.heapGoal = metric(metrics, "go_memstats_next_gc_bytes") / (1 << 20)
 	m.goroutines = metric(metrics, "go_goroutines")
+	if traffic != "" {
+		if m.scrapeBytes, m.series, m.appSeries, err = scrape(adminAddr); err != nil {
+			return m, err
+		}
+	}
 	if prof != "" {
 		data, err := getText("http://" + pprofAddr + "/debug/pprof/heap?gc=1") // after RSS and /metrics were read
 		if err != nil {
