@@ -76,8 +76,16 @@ func scaledApp(ctx context.Context, ns, name, host string, scaledown int32) *htt
 // HTTPScaledObject for it (min 0, max 4 unless spec changes them), and waits until every interceptor
 // routes it.
 func routedApp(ctx context.Context, ns, name string, replicas int32, spec func(*httpscalev1alpha1.HTTPScaledObjectSpec)) *httpscalev1alpha1.HTTPScaledObject {
-	dep, svc := f.SampleApp(ns, name, replicas)
-	Expect(f.Client.Create(ctx, dep)).To(Succeed())
+	return routedAppWith(ctx, ns, name, replicas, nil, spec)
+}
+
+// routedAppWith is routedApp with the sample app's Deployment changed by dep (nil: as it is).
+func routedAppWith(ctx context.Context, ns, name string, replicas int32, dep func(*appsv1.Deployment), spec func(*httpscalev1alpha1.HTTPScaledObjectSpec)) *httpscalev1alpha1.HTTPScaledObject {
+	d, svc := f.SampleApp(ns, name, replicas)
+	if dep != nil {
+		dep(d)
+	}
+	Expect(f.Client.Create(ctx, d)).To(Succeed())
 	Expect(f.Client.Create(ctx, svc)).To(Succeed())
 	hso := &httpscalev1alpha1.HTTPScaledObject{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
