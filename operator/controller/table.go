@@ -328,7 +328,6 @@ func (w *TableWriter) write(ctx context.Context) error {
 	return cleanupErr
 }
 
-
 func (w *TableWriter) clock() clock.Clock {
 	if w.Clock == nil {
 		return clock.RealClock{}

@@ -62,7 +62,6 @@ func (w *Written) Seq(version string) (uint64, bool) {
 	return s, ok
 }
 
-
 // tableLedger numbers the table versions the writer records. Owned by the TableWriter's Start
 // goroutine (tests call it directly).
 type tableLedger struct {
@@ -165,5 +164,3 @@ func changedKeys(prev, next *Written, touched map[string]int64) []string {
 	slices.Sort(keys)
 	return keys
 }
-
-
