@@ -204,13 +204,7 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("interceptor env %s set by default; tracing is off unless an endpoint is given", e.Name)
 		}
 	}
-	zoneSpread := false
-	for _, c := range ic.Spec.Template.Spec.TopologySpreadConstraints {
-		if c.TopologyKey == "topology.kubernetes.io/zone" && labels.SelectorFromSet(c.LabelSelector.MatchLabels).Matches(labels.Set(ic.Spec.Template.Labels)) {
-			zoneSpread = true
-		}
-	}
-	if !zoneSpread {
+	if !spreadsOverZones(ic) {
 		t.Errorf("interceptor pods are not spread across zones: %+v", ic.Spec.Template.Spec.TopologySpreadConstraints)
 	}
 	pdb := get[*policyv1.PodDisruptionBudget](t, m, "PodDisruptionBudget", "httpscale-interceptor")
@@ -262,13 +256,7 @@ func TestDefaults(t *testing.T) {
 		!labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels).Matches(labels.Set(sd.Spec.Template.Labels)) {
 		t.Errorf("scaler PDB %+v, want maxUnavailable 1 selecting the scaler pods", pdb.Spec)
 	}
-	scalerZones := false
-	for _, c := range sd.Spec.Template.Spec.TopologySpreadConstraints {
-		if c.TopologyKey == "topology.kubernetes.io/zone" && labels.SelectorFromSet(c.LabelSelector.MatchLabels).Matches(labels.Set(sd.Spec.Template.Labels)) {
-			scalerZones = true
-		}
-	}
-	if !scalerZones {
+	if !spreadsOverZones(sd) {
 		t.Errorf("scaler pods are not spread across zones: %+v", sd.Spec.Template.Spec.TopologySpreadConstraints)
 	}
 	if g := sd.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g < 3+5 {
@@ -620,4 +608,14 @@ func TestScalerAddressWithoutDNS(t *testing.T) {
 	if oc := container(t, get[*appsv1.Deployment](t, d, "Deployment", "httpscale-operator"), "operator"); !hasArg(oc, "--scaler-address=httpscale-scaler.httpscale-system.svc.cluster.local:9090") {
 		t.Errorf("default operator args %v lack the scaler Service's DNS name", oc.Args)
 	}
+}
+
+// spreadsOverZones reports whether d's pods are spread over zones by a constraint that selects them.
+func spreadsOverZones(d *appsv1.Deployment) bool {
+	for _, c := range d.Spec.Template.Spec.TopologySpreadConstraints {
+		if c.TopologyKey == "topology.kubernetes.io/zone" && labels.SelectorFromSet(c.LabelSelector.MatchLabels).Matches(labels.Set(d.Spec.Template.Labels)) {
+			return true
+		}
+	}
+	return false
 }

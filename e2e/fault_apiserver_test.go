@@ -15,11 +15,9 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
 // The API server stops answering for a minute (SIGSTOP: its connections stay open and go silent, as
@@ -35,23 +33,15 @@ var _ = Describe("Fault: API server stopped for 60 s", Ordered, func() {
 		longReady  = 150 * time.Second // of the app whose held request outlives the outage
 	)
 	sc := setUpScenario("apiout",
-		hostApp("warm", 2, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
-			s.Replicas = &httpscalev1alpha1.ReplicaBounds{Min: ptr.To[int32](2), Max: ptr.To[int32](2)}
-		}),
-		func(ctx SpecContext, e *scenarioEnv) {
-			for name, ready := range map[string]time.Duration{"short": shortReady, "long": longReady} {
-				routedApp(ctx, e.ns, name, 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
-					s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(name + "." + e.host)}
-					s.Timeouts = &httpscalev1alpha1.Timeouts{Readiness: ptr.To(httpscalev1alpha1.Duration(ready.String()))}
-				})
-			}
-		})
+		hostApp("warm", 2, warmBounds(2)),
+		heldApps(shortReady, longReady))
 
 	It("serves warm traffic throughout, answers or times out held requests, and routes again afterwards", func(ctx SpecContext) {
 		svc := sc.h.InterceptorService
 		Eventually(statusOf(ctx, serviceURL(svc, "/warmup"), sc.host)).WithContext(ctx).Should(Equal(http.StatusOK))
 
 		readiness := watchPodReadiness(ctx, sc.ns, "app=warm")
+		icReadiness := watchPodReadiness(ctx, "httpscale-system", "app.kubernetes.io/component=interceptor")
 		load := startSteady(ctx, serviceURL(svc, "/steady"), sc.host, 100*time.Millisecond, 5*time.Second)
 		time.Sleep(5 * time.Second)
 
@@ -65,13 +55,7 @@ var _ = Describe("Fault: API server stopped for 60 s", Ordered, func() {
 			}
 		})
 		time.Sleep(5 * time.Second)
-		held := map[string]chan shot{}
-		hc := &http.Client{Timeout: 4 * time.Minute, Transport: &http.Transport{DialContext: localcluster.DialContext(f.Cluster.NetNS)}}
-		for _, name := range []string{"short", "long"} {
-			ch := make(chan shot, 1)
-			held[name] = ch
-			go func() { ch <- getShot(ctx, hc, serviceURL(svc, "/held"), name+"."+sc.host) }()
-		}
+		short, long := sendHeld(ctx, svc, sc.host)
 		time.Sleep(outage - time.Since(stopped))
 		By("resuming kube-apiserver")
 		Expect(f.Cluster.SignalProcess("kube-apiserver", syscall.SIGCONT)).To(Succeed())
@@ -82,33 +66,28 @@ var _ = Describe("Fault: API server stopped for 60 s", Ordered, func() {
 		_, summary := loadReport(shots)
 		report("API server outage: warm traffic through the interceptor Service", "%s (outage %s)", summary, back.Sub(stopped).Round(time.Millisecond))
 		report("API server outage: readiness of the warm app's pods", "%s", readiness.stop())
+		report("API server outage: readiness of the interceptor pods", "%s", icReadiness.stop())
 
-		short := <-held["short"]
-		report("API server outage: held request, readiness timeout 15 s", "%s", short)
-		Expect(short.err).NotTo(HaveOccurred())
-		Expect(short.status).To(Equal(http.StatusGatewayTimeout))
-		Expect(short.body).To(ContainSubstring("readiness_timeout"))
-		Expect(short.done.Sub(short.sent)).To(BeNumerically("~", shortReady, 3*time.Second), "answered at its readiness timeout")
-		var long shot
-		Eventually(held["long"]).WithTimeout(longReady).Should(Receive(&long))
-		report("API server outage: held request, readiness timeout 150 s", "%s; answered %s after the API server came back", long, long.done.Sub(back).Round(time.Millisecond))
-		Expect(long.ok()).To(BeTrue(), "%s", long)
-		Expect(long.coldStart).To(BeTrue())
-		Expect(long.done).To(BeTemporally(">", back), "woken only once the API server was back")
+		expectHeld("API server outage", short, long, shortReady, longReady, back)
 
 		expectShotsOK("warm requests during and after the outage", shots)
 
-		By("routing and status work again: a new object is routed by every interceptor and Ready")
+		By("routing and status work again: a changed object is routed by every interceptor and Ready, an app at zero wakes")
 		t0 := time.Now()
-		hso := routedApp(ctx, sc.ns, "after", 1, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
-			s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host("after." + sc.host)}
-		})
+		var hso httpscalev1alpha1.HTTPScaledObject
+		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: sc.ns, Name: "warm"}, &hso)).To(Succeed())
+		hso.Spec.Hosts = append(hso.Spec.Hosts, httpscalev1alpha1.Host("changed."+sc.host))
+		Expect(f.Client.Update(ctx, &hso)).To(Succeed())
 		Eventually(func(g Gomega) {
-			g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(hso), hso)).To(Succeed())
-			g.Expect(readyCondition(hso)).To(Equal("True"))
+			g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(&hso), &hso)).To(Succeed())
+			g.Expect(hso.Status.ObservedGeneration).To(Equal(hso.Generation))
+			g.Expect(hso.Status.Routing.InterceptorsReady).To(Equal(hso.Status.Routing.InterceptorsTotal))
+			g.Expect(readyCondition(&hso)).To(Equal("True"))
 		}).WithContext(ctx).Should(Succeed())
-		report("API server outage: a new object after the outage", "routed by every interceptor and Ready in %s", time.Since(t0).Round(time.Millisecond))
-		Eventually(statusOf(ctx, serviceURL(svc, "/after"), "after."+sc.host)).WithContext(ctx).Should(Equal(http.StatusOK))
+		report("API server outage: an object changed after the outage", "routed by every interceptor and Ready in %s", time.Since(t0).Round(time.Millisecond))
+		Eventually(statusOf(ctx, serviceURL(svc, "/changed"), "changed."+sc.host)).WithContext(ctx).Should(Equal(http.StatusOK))
+		after := getShot(ctx, f.HTTP, serviceURL(svc, "/after"), "after."+sc.host)
+		Expect(after.ok() && after.coldStart).To(BeTrue(), "an app at zero woken after the outage: %s", after)
 	})
 })
 

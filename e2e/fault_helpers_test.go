@@ -14,7 +14,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"k8s.io/utils/ptr"
 
+	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
@@ -186,4 +188,51 @@ func statusOf(ctx context.Context, url, host string) func() (int, error) {
 		resp.Body.Close()
 		return resp.StatusCode, nil
 	}
+}
+
+// heldApps is a set-up step for an outage: two apps at zero routed on short.<host> and long.<host>,
+// whose readiness timeouts end during and after the outage, and one on after.<host> woken once it
+// is over.
+func heldApps(short, long time.Duration) func(SpecContext, *scenarioEnv) {
+	return func(ctx SpecContext, e *scenarioEnv) {
+		for name, ready := range map[string]time.Duration{"short": short, "long": long, "after": 0} {
+			routedApp(ctx, e.ns, name, 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
+				s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(name + "." + e.host)}
+				s.ScaledownPeriod = ptr.To[int32](300)
+				if ready > 0 {
+					s.Timeouts = &httpscalev1alpha1.Timeouts{Readiness: ptr.To(httpscalev1alpha1.Duration(ready.String()))}
+				}
+			})
+		}
+	}
+}
+
+// sendHeld sends one request to each of the heldApps at zero through the interceptor Service, and
+// returns where each one's outcome arrives.
+func sendHeld(ctx context.Context, svc, host string) (short, long <-chan shot) {
+	hc := &http.Client{Timeout: 4 * time.Minute, Transport: &http.Transport{DialContext: localcluster.DialContext(f.Cluster.NetNS)}}
+	send := func(name string) <-chan shot {
+		ch := make(chan shot, 1)
+		go func() { ch <- getShot(ctx, hc, serviceURL(svc, "/held"), name+"."+host) }()
+		return ch
+	}
+	return send("short"), send("long")
+}
+
+// expectHeld checks the heldApps' requests of an outage that ended at back: the short one answered
+// 504 readiness_timeout at its timeout, the long one answered by the woken app after back.
+func expectHeld(what string, short, long <-chan shot, shortReady, longReady time.Duration, back time.Time) {
+	GinkgoHelper()
+	s := <-short
+	report(what+": held request, readiness timeout "+shortReady.String(), "%s", s)
+	Expect(s.err).NotTo(HaveOccurred())
+	Expect(s.status).To(Equal(http.StatusGatewayTimeout))
+	Expect(s.body).To(ContainSubstring("readiness_timeout"))
+	Expect(s.done.Sub(s.sent)).To(BeNumerically("~", shortReady, 3*time.Second), "answered at its readiness timeout")
+	var l shot
+	Eventually(long).WithTimeout(longReady).Should(Receive(&l))
+	report(what+": held request, readiness timeout "+longReady.String(), "%s; answered %s after the fault ended", l, l.done.Sub(back).Round(time.Millisecond))
+	Expect(l.ok()).To(BeTrue(), "%s", l)
+	Expect(l.coldStart).To(BeTrue())
+	Expect(l.done).To(BeTemporally(">", back), "woken only once the fault was over")
 }

@@ -8,10 +8,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/utils/ptr"
-
-	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
 // KEDA's operator is away for a minute (stopped, then started again, as when its pod is rescheduled)
@@ -27,17 +23,7 @@ var _ = Describe("Fault: KEDA's operator away for 60 s", Ordered, func() {
 	)
 	sc := setUpScenario("kedaaway",
 		hostApp("warm", 2, warmBounds(2)),
-		func(ctx SpecContext, e *scenarioEnv) {
-			for name, ready := range map[string]time.Duration{"short": shortReady, "long": longReady, "after": 0} {
-				routedApp(ctx, e.ns, name, 0, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
-					s.Hosts = []httpscalev1alpha1.Host{httpscalev1alpha1.Host(name + "." + e.host)}
-					s.ScaledownPeriod = ptr.To[int32](300)
-					if ready > 0 {
-						s.Timeouts = &httpscalev1alpha1.Timeouts{Readiness: ptr.To(httpscalev1alpha1.Duration(ready.String()))}
-					}
-				})
-			}
-		})
+		heldApps(shortReady, longReady))
 
 	It("serves warm apps throughout, answers or times out held requests, and wakes apps once KEDA is back", func(ctx SpecContext) {
 		svc := sc.h.InterceptorService
@@ -55,13 +41,7 @@ var _ = Describe("Fault: KEDA's operator away for 60 s", Ordered, func() {
 			}
 		})
 		time.Sleep(5 * time.Second)
-		hc := &http.Client{Timeout: 4 * time.Minute, Transport: &http.Transport{DialContext: localcluster.DialContext(f.Cluster.NetNS)}}
-		held := map[string]chan shot{}
-		for _, name := range []string{"short", "long"} {
-			ch := make(chan shot, 1)
-			held[name] = ch
-			go func() { ch <- getShot(ctx, hc, serviceURL(svc, "/held"), name+"."+sc.host) }()
-		}
+		short, long := sendHeld(ctx, svc, sc.host)
 		time.Sleep(away - time.Since(stopped))
 		By("starting KEDA's operator again")
 		_, err := f.Cluster.StartKEDAOperator()
@@ -69,20 +49,10 @@ var _ = Describe("Fault: KEDA's operator away for 60 s", Ordered, func() {
 		restarted = true
 		back := time.Now()
 
-		short := <-held["short"]
-		report("KEDA away: held request, readiness timeout 15 s", "%s", short)
-		Expect(short.err).NotTo(HaveOccurred())
-		Expect(short.status).To(Equal(http.StatusGatewayTimeout))
-		Expect(short.body).To(ContainSubstring("readiness_timeout"))
-		Expect(short.done.Sub(short.sent)).To(BeNumerically("~", shortReady, 3*time.Second), "answered at its readiness timeout")
-		var long shot
-		Eventually(held["long"]).WithTimeout(longReady).Should(Receive(&long))
-		report("KEDA away: held request, readiness timeout 150 s", "%s; answered %s after KEDA's operator started again", long, long.done.Sub(back).Round(time.Millisecond))
-		Expect(long.ok()).To(BeTrue(), "%s", long)
-		Expect(long.coldStart).To(BeTrue())
+		expectHeld("KEDA away", short, long, shortReady, longReady, back)
 
 		By("a new wake after KEDA is back")
-		wake := getShot(ctx, hc, serviceURL(svc, "/after"), "after."+sc.host)
+		wake := getShot(ctx, f.HTTP, serviceURL(svc, "/after"), "after."+sc.host)
 		report("KEDA away: a wake after it is back", "%s, %s after KEDA's operator started again", wake, wake.done.Sub(back).Round(time.Millisecond))
 		Expect(wake.ok()).To(BeTrue(), "%s", wake)
 		Expect(wake.coldStart).To(BeTrue())
