@@ -22,10 +22,14 @@ import (
 
 // The API server stops answering for a minute (SIGSTOP: its connections stay open and go silent, as
 // in a hung control plane or a partition) while a warm app gets a request every 100 ms through the
-// interceptor Service and two apps at zero get a request each. The data path needs no API server: no
-// warm request may fail. A held request cannot be woken while the API is away (KEDA cannot scale);
-// it is answered once the API is back, or at its readiness timeout with 504 — never left hanging.
-// Afterwards routing and status work again.
+// interceptor Service and every 200 ms at each interceptor pod, and two apps at zero get a request
+// each. The data path needs no API server: no warm request sent to an interceptor may fail, neither
+// during the outage nor in the seconds after it, when the controller-manager marks every pod not
+// ready until the kubelets report again (the interceptors' readiness grace keeps routing to the
+// app's pods). Through the interceptor Service kube-proxy refuses connections while it sees the
+// interceptor pods not ready: refused, never held or timed out. A held request cannot be woken while
+// the API is away (KEDA cannot scale); it is answered once the API is back, or at its readiness
+// timeout with 504 — never left hanging. Afterwards routing and status work again.
 var _ = Describe("Fault: API server stopped for 60 s", Ordered, func() {
 	const (
 		outage     = 60 * time.Second
@@ -43,6 +47,10 @@ var _ = Describe("Fault: API server stopped for 60 s", Ordered, func() {
 		readiness := watchPodReadiness(ctx, sc.ns, "app=warm")
 		icReadiness := watchPodReadiness(ctx, "httpscale-system", "app.kubernetes.io/component=interceptor")
 		load := startSteady(ctx, serviceURL(svc, "/steady"), sc.host, 100*time.Millisecond, 5*time.Second)
+		var direct []*steadyLoad
+		for _, ic := range sc.h.Interceptors {
+			direct = append(direct, startSteady(ctx, proxyURLOf(ic, "/direct"), sc.host, 200*time.Millisecond, 5*time.Second))
+		}
 		time.Sleep(5 * time.Second)
 
 		By("stopping kube-apiserver with SIGSTOP")
@@ -63,14 +71,31 @@ var _ = Describe("Fault: API server stopped for 60 s", Ordered, func() {
 		back := time.Now()
 		time.Sleep(40 * time.Second)
 		shots := load.stopSteady()
+		var directShots []shot
+		for _, d := range direct {
+			directShots = append(directShots, d.stopSteady()...)
+		}
 		_, summary := loadReport(shots)
-		report("API server outage: warm traffic through the interceptor Service", "%s (outage %s)", summary, back.Sub(stopped).Round(time.Millisecond))
+		_, directSummary := loadReport(directShots)
+		report("API server outage: warm traffic to the interceptor pods", "%s (outage %s)", directSummary, back.Sub(stopped).Round(time.Millisecond))
+		report("API server outage: warm traffic through the interceptor Service", "%s", summary)
 		report("API server outage: readiness of the warm app's pods", "%s", readiness.stop())
 		report("API server outage: readiness of the interceptor pods", "%s", icReadiness.stop())
 
 		expectHeld("API server outage", short, long, shortReady, longReady, back)
 
-		expectShotsOK("warm requests during and after the outage", shots)
+		// The interceptors route through the outage and the seconds after it in which the
+		// controller-manager marks every pod not ready (the readiness grace keeps the app's pods).
+		expectShotsOK("warm requests sent to the interceptors during and after the outage", directShots)
+		// Through the Service, kube-proxy refuses connections while the interceptor pods are marked not
+		// ready too: refused (nothing sent, a client may retry), never held, timed out or answered wrongly.
+		var notRefused []shot
+		for _, s := range shots {
+			if !s.ok() && (s.err == nil || !strings.Contains(s.err.Error(), "connection refused") || s.sent.Before(back)) {
+				notRefused = append(notRefused, s)
+			}
+		}
+		Expect(notRefused).To(BeEmpty(), "warm requests through the Service that failed otherwise than refused after the outage:\n%s", firstShots(notRefused, 20))
 
 		By("routing and status work again: a changed object is routed by every interceptor and Ready, an app at zero wakes")
 		t0 := time.Now()

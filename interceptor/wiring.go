@@ -51,7 +51,7 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 	}
 	log.Info("zone", "zone", zone, "zoneAware", cfg.ZoneAware)
 
-	cache, err := endpoints.NewCache(cs, endpoints.CacheOptions{Log: log.WithName("endpoints"), Registerer: metrics})
+	cache, err := endpoints.NewCache(cs, endpoints.CacheOptions{Log: log.WithName("endpoints"), Registerer: metrics, ReadinessGrace: cfg.ReadinessGrace})
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating endpoint cache: %w", err)
 	}

@@ -40,7 +40,10 @@ type Interceptor struct {
 	ZoneAware bool
 
 	// Defaults for apps that do not set their own.
-	ReadinessTimeout      time.Duration
+	ReadinessTimeout time.Duration
+	// ReadinessGrace keeps an app's endpoints this long when all of them turn not ready at once
+	// without terminating (the control plane marking pods not ready after an outage); 0 turns it off.
+	ReadinessGrace        time.Duration
 	RequestTimeout        time.Duration
 	ResponseHeaderTimeout time.Duration
 	QueueLimit            int
@@ -97,6 +100,7 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&i.NodeName, "node-name", "", "Node this replica runs on (env NODE_NAME).")
 	fs.BoolVar(&i.ZoneAware, "zone-aware", true, "Prefer endpoints in this replica's zone (per-app override in the HTTPScaledObject).")
 	fs.DurationVar(&i.ReadinessTimeout, "readiness-timeout", proxy.Defaults.ReadinessTimeout, "Default time a request is held waiting for a ready endpoint.")
+	fs.DurationVar(&i.ReadinessGrace, "readiness-grace", 15*time.Second, "Keep routing to an app's pods this long when all of them turn not ready at once without terminating (as the control plane marks them after an API server outage); 0 holds requests at once.")
 	fs.DurationVar(&i.RequestTimeout, "request-timeout", 0, "Default bound of a whole forwarded request including its body; 0 means none.")
 	fs.DurationVar(&i.ResponseHeaderTimeout, "response-header-timeout", 0, "Default bound of the wait for response headers; 0 means none.")
 	fs.IntVar(&i.QueueLimit, "queue-limit", proxy.Defaults.QueueLimit, "Default number of requests held at once per app; more get 503.")
@@ -164,7 +168,7 @@ func (i *Interceptor) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"request-timeout": i.RequestTimeout, "response-header-timeout": i.ResponseHeaderTimeout,
-		"drain-delay": i.DrainDelay,
+		"drain-delay": i.DrainDelay, "readiness-grace": i.ReadinessGrace,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("--%s %s: must not be negative", name, d))

@@ -9,11 +9,13 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/httpscale/httpscale/pkg/pmap"
@@ -27,6 +29,11 @@ type CacheOptions struct {
 	// Registerer receives the Cache's metrics; nil means controller-runtime's registry. Two Caches
 	// cannot share one Registerer.
 	Registerer prometheus.Registerer
+	// ReadinessGrace keeps a Service port's endpoints for this long when all of them turn not ready
+	// at once without terminating (zero: not at all). See unreadyGrace.
+	ReadinessGrace time.Duration
+	// Clock times ReadinessGrace; nil means the real clock.
+	Clock clock.WithDelayedExecution
 }
 
 // Cache is the Source the interceptor uses: the ready endpoints of the Service ports it is told to
@@ -40,8 +47,10 @@ type CacheOptions struct {
 //
 // Ready and WaitReady are safe for concurrent use; Ready takes no lock and does not allocate.
 type Cache struct {
-	cs  kubernetes.Interface
-	log logr.Logger
+	cs    kubernetes.Interface
+	log   logr.Logger
+	grace time.Duration
+	clock clock.WithDelayedExecution
 
 	// keys maps every tracked key (and every key someone waits for) to its state. The map is never
 	// modified once published: Track, OnTable and stateFor publish a new one under mu, sharing the
@@ -73,9 +82,14 @@ func NewCache(cs kubernetes.Interface, opts CacheOptions) (*Cache, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = ctrlmetrics.Registry
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	c := &Cache{
 		cs:       cs,
 		log:      opts.Log,
+		grace:    opts.ReadinessGrace,
+		clock:    opts.Clock,
 		ports:    map[serviceName][]string{},
 		active:   map[watchKey]*sliceWatch{},
 		pending:  map[watchKey]*sliceWatch{},
@@ -398,6 +412,9 @@ type keyState struct {
 	state atomic.Pointer[readyState]
 	// refs counts the entries of Cache.table that route to the key. Cache.mu held.
 	refs int
+	// unreadySince is when the key's endpoints all turned not ready without terminating, while
+	// they are kept for the readiness grace; zero otherwise. Cache.mu held.
+	unreadySince time.Time
 }
 
 // readyState is an immutable snapshot: set is nil exactly while ready is open. When the key gets its

@@ -67,14 +67,18 @@ func startCache(opts endpoints.CacheOptions) (*endpoints.Cache, *prometheus.Regi
 
 // epSpec describes one endpoint of a test slice.
 type epSpec struct {
-	ip       string
-	ready    *bool
-	zone     string
-	forZones []string
+	ip          string
+	ready       *bool
+	terminating bool
+	zone        string
+	forZones    []string
 }
 
 func ready(ip string) epSpec    { return epSpec{ip: ip, ready: ptr.To(true)} }
 func notReady(ip string) epSpec { return epSpec{ip: ip, ready: ptr.To(false)} }
+
+// stopping is an endpoint of a terminating pod (deleted, scaled away, rolled).
+func stopping(ip string) epSpec { return epSpec{ip: ip, ready: ptr.To(false), terminating: true} }
 
 // sliceFor builds an EndpointSlice of service with one port named portName (unnamed when empty).
 func sliceFor(ns, name, service, portName string, port int32, eps ...epSpec) *discoveryv1.EndpointSlice {
@@ -97,6 +101,9 @@ func setEndpoints(s *discoveryv1.EndpointSlice, eps ...epSpec) {
 	s.Endpoints = nil
 	for _, e := range eps {
 		ep := discoveryv1.Endpoint{Addresses: []string{e.ip}, Conditions: discoveryv1.EndpointConditions{Ready: e.ready}}
+		if e.terminating {
+			ep.Conditions.Terminating = ptr.To(true)
+		}
 		if e.zone != "" {
 			ep.Zone = ptr.To(e.zone)
 		}
