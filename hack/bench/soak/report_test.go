@@ -48,3 +48,10 @@ func TestReportAndPlot(t *testing.T) {
 		t.Fatalf("plot is not a PNG: %v, %d bytes", err, len(data))
 	}
 }
+
+func TestProcFiguresOfThisProcess(t *testing.T) {
+	rss, fds, err := procFigures(os.Getpid())
+	if err != nil || rss <= 0 || fds < 3 {
+		t.Errorf("procFigures(self) = %v MiB, %v fds, %v", rss, fds, err)
+	}
+}
