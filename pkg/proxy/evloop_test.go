@@ -251,37 +251,31 @@ func TestEventLoopsSlowClientLargeBody(t *testing.T) {
 	}
 }
 
-// A connection whose request was held while the app was cold is served on the goroutine path, and
-// goes back to an event loop once it carries a request the loops serve.
-func TestEventLoopsTakeBackAConnectionAfterAColdStart(t *testing.T) {
+// A request held while the app is cold stays on its event loop, and so does its connection.
+func TestEventLoopsHoldColdRequests(t *testing.T) {
 	h := loopHarness(t, 2, nil)
 	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
 	c := dialRaw(t, h)
 	held := make(chan clientAnswer, 1)
 	go func() { held <- c.do(rawGet("/cold")) }()
 	testenv.Eventually(t, 10*time.Second, "the request held", func() bool { _, n, _ := h.count("ns/app"); return n == 1 })
-	if loops, goroutines := h.srv.FastConnections(); loops != 0 || goroutines != 1 {
-		t.Errorf("while held: %d connections on loops, %d on goroutines; want 0 and 1", loops, goroutines)
+	if n := h.srv.LoopConnections(); n != 1 {
+		t.Errorf("while held: %d connections on the loops, want 1", n)
 	}
 	h.src.Set(key("app"), be.ep)
 	if a := <-held; a.Code != http.StatusOK || a.Body != "for /cold" {
 		t.Fatalf("held request: %+v", a)
 	}
-	// The next request is one the loops serve: served on the goroutine, then the connection moves.
-	for _, path := range []string{"/warm1", "/warm2", "/warm3"} {
+	for _, path := range []string{"/warm1", "/warm2"} {
 		if a := c.do(rawGet(path)); a.Code != http.StatusOK || a.Body != "for "+path {
 			t.Fatalf("%s: %+v", path, a)
 		}
 	}
-	testenv.Eventually(t, 10*time.Second, "the connection back on a loop", func() bool {
-		loops, goroutines := h.srv.FastConnections()
-		return loops == 1 && goroutines == 0
-	})
-	if a := c.do(rawGet("/on-loop")); a.Code != http.StatusOK || a.Body != "for /on-loop" {
-		t.Errorf("after the move: %+v", a)
+	if n := h.srv.LoopConnections(); n != 1 {
+		t.Errorf("after: %d connections on the loops, want 1", n)
 	}
-	if _, _, req := h.count("ns/app"); req != 5 {
-		t.Errorf("requests counted = %d, want 5", req)
+	if _, _, req := h.count("ns/app"); req != 3 {
+		t.Errorf("requests counted = %d, want 3", req)
 	}
 }
 

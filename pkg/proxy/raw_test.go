@@ -538,7 +538,7 @@ func TestRawPathMatchesGeneralPath(t *testing.T) {
 		{name: "empty query", reqs: []string{rawGet("/search?")}},
 		{name: "query net/http cannot parse", reqs: []string{rawGet("/search?a=1;b=2"), rawGet("/search?q=%zz&r=%2")}},
 		{name: "path characters kept as they are", reqs: []string{rawGet("/a//b/../c;p=1!$&'()*+,=:@[]~_-.")}},
-		{name: "percent-encoded path", reqs: []string{rawGet("/a%2Fb/c%20d")}, general: true},
+		{name: "percent-encoded path", reqs: []string{rawGet("/a%2Fb/c%20d")}},
 		{name: "more than 64 headers", reqs: []string{rawGet("/many", manyHeaders...)}, general: true},
 		{
 			name:    "1 MiB body",
@@ -620,14 +620,11 @@ func TestRawPathMatchesGeneralPath(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			raw := runParityCase(t, tc, true, 0)
 			// One loop: with more, the fresh connection may be served by another loop, which has
 			// its own idle upstream connections.
 			loops := runParityCase(t, tc, true, 1)
 			general := runParityCase(t, tc, false, 0)
-			if d := cmp.Diff(general, raw, cmpopts.IgnoreUnexported(seenRequest{}, clientAnswer{}), cmpopts.EquateEmpty()); d != "" {
-				t.Errorf("raw path (FastHTTP1 on) differs from the general path (-general +raw):\n%s", d)
-			}
+			raw := loops
 			if d := cmp.Diff(general, loops, cmpopts.IgnoreUnexported(seenRequest{}, clientAnswer{}), cmpopts.EquateEmpty()); d != "" {
 				t.Errorf("event loops differ from the general path (-general +loops):\n%s", d)
 			}
@@ -960,9 +957,9 @@ func TestRawPathMetricsAndCounts(t *testing.T) {
 	}
 }
 
-// TestRawPathDeclines: requests the raw path leaves to the general path are served there, with
-// FastHTTP1 on; an app without such settings in the same proxy is served on the raw path.
-func TestRawPathDeclines(t *testing.T) {
+// TestEventLoopsServeEveryApp: requests to apps with timeouts, Service-addressed apps and cold apps
+// are served on the event loops too, as an app without such settings in the same proxy.
+func TestEventLoopsServeEveryApp(t *testing.T) {
 	withTimeout := func(set func(*routing.Timeouts)) routing.Entry {
 		e := entry("app", "app.example.com", "app")
 		set(&e.Timeouts)
@@ -996,7 +993,7 @@ func TestRawPathDeclines(t *testing.T) {
 			h.src.Set(key("other"), be.ep)
 			c := dialRaw(t, h)
 			if a := c.do(rawReqTo("other.example.com", "GET", "/")); a.Err != "" || a.status != "200 other.example.com" {
-				t.Fatalf("other app: %+v %q, want it served on the raw path", a, a.status)
+				t.Fatalf("other app: %+v %q, want it served on the event loops", a, a.status)
 			}
 			var a clientAnswer
 			if tc.cold {
@@ -1018,8 +1015,8 @@ func TestRawPathDeclines(t *testing.T) {
 				t.Fatalf("got %+v", a)
 			}
 			reqs := be.requests()
-			if last := reqs[len(reqs)-1]; last.viaRaw() || a.status != "200 OK" {
-				t.Errorf("served on the raw path (status %q, head %q), want the general path", a.status, last.head)
+			if last := reqs[len(reqs)-1]; !last.viaRaw() || a.status != "200 app.example.com" {
+				t.Errorf("served by net/http (status %q, head %q), want the event loops", a.status, last.head)
 			}
 			if tc.cold && a.Wire.Get(proxy.HeaderColdStart) != "true" {
 				t.Errorf("the held request's response lacks %s: %v", proxy.HeaderColdStart, a.Wire)
@@ -1243,7 +1240,7 @@ func onBothPathsWith(t *testing.T, mod func(*proxy.Options, *proxy.Server), f fu
 		name  string
 		fast  bool
 		loops int
-	}{{"fast=true", true, 2}, {"fast=true,loops=0", true, 0}, {"fast=false", false, 0}} {
+	}{{"fast=true", true, 2}, {"fast=false", false, 0}} {
 		t.Run(m.name, func(t *testing.T) {
 			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(o *proxy.Options, s *proxy.Server) {
 				s.FastHTTP1, s.EventLoops = m.fast, m.loops

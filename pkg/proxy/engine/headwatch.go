@@ -12,6 +12,8 @@ import (
 	"net/textproto"
 	"sync"
 	"time"
+
+	"github.com/httpscale/httpscale/pkg/proxy/engine/h1"
 )
 
 // A request with both Content-Length and Transfer-Encoding must be answered with the connection
@@ -259,8 +261,8 @@ func lengthLines(head []byte) (cl, te bool) {
 		l, rest, _ = bytes.Cut(rest, []byte("\n"))
 		name, _, _ := bytes.Cut(l, []byte(":"))
 		name = bytes.TrimRight(name, " \t")
-		cl = cl || asciiEqualFold(name, "Content-Length")
-		te = te || asciiEqualFold(name, "Transfer-Encoding")
+		cl = cl || h1.EqualFold(name, "Content-Length")
+		te = te || h1.EqualFold(name, "Transfer-Encoding")
 	}
 	return cl, te
 }
