@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -273,6 +274,8 @@ type watchedConn struct {
 	net.Conn
 	r     io.Reader
 	watch *headWatch
+	// tls is the connection's TLS state, for Request.TLS, on the TLS port (see ServeTLS).
+	tls *tls.ConnectionState
 	// headerBy, when set, is the header deadline the fast path started (see h1ServerConn.headerBy).
 	headerBy time.Time
 }
@@ -320,24 +323,28 @@ func (l watchedListener) Accept() (net.Conn, error) {
 
 type watchedConnKey struct{}
 
-// watchedContext is the net/http server's ConnContext: closeAfterBothLengths finds the connection's
-// watch through it.
+// watchedContext is the net/http server's ConnContext: closeAfterBothLengths finds the connection
+// through it.
 func watchedContext(ctx context.Context, c net.Conn) context.Context {
 	if wc, ok := c.(*watchedConn); ok {
-		return context.WithValue(ctx, watchedConnKey{}, wc.watch)
+		return context.WithValue(ctx, watchedConnKey{}, wc)
 	}
 	return ctx
 }
 
 // closeAfterBothLengths has the net/http server close the connection after answering a request once
 // a request head on it had both Content-Length and Transfer-Encoding ("Connection: close" set
-// before the handler runs, which the Proxy keeps on every answer).
+// before the handler runs, which the Proxy keeps on every answer). On the TLS port it also gives
+// the request its connection's TLS state, which net/http cannot see through the watch.
 type closeAfterBothLengths struct{ h http.Handler }
 
 func (c closeAfterBothLengths) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.ProtoMajor == 1 {
-		if hw, ok := r.Context().Value(watchedConnKey{}).(*headWatch); ok && hw.sawBoth() {
+	if wc, ok := r.Context().Value(watchedConnKey{}).(*watchedConn); ok && r.ProtoMajor == 1 {
+		if wc.watch.sawBoth() {
 			w.Header().Set("Connection", "close")
+		}
+		if r.TLS == nil {
+			r.TLS = wc.tls
 		}
 	}
 	c.h.ServeHTTP(w, r)
