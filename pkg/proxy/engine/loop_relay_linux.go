@@ -348,9 +348,11 @@ func (l *evLoop) relayOther(c *evClient) {
 	}
 }
 
-// finish ends a relayed response: the upstream connection goes back to the pool when it can carry
-// another request, the request is recorded, and then the response is sent, with the last parts of
-// the body a and b; over: the upstream sent bytes after the body that are no longer in up.in.
+// finish ends a relayed response: the request is recorded, the response sent (with the last parts
+// of the body, a and b), and then the upstream connection goes back to the pool when it can carry
+// another request (after the send: a and b may be in the loop's body buffer, which the next
+// request on the connection may use at once); over: the upstream sent bytes after the body that
+// are no longer in up.in.
 func (l *evLoop) finish(c *evClient, over bool, a, b []byte) {
 	up := c.up
 	c.up, up.c = nil, nil
@@ -364,34 +366,38 @@ func (l *evLoop) finish(c *evClient, over bool, a, b []byte) {
 	// Bytes after the body would be read as the next request's response: not reusable. A socket
 	// not known to be empty (the last read filled the buffer, so no new arrival will be reported)
 	// is peeked at.
+	reuse := false
 	switch {
 	case c.remaining != 0 || !keep || up.hup || c.bodyLeft > 0: // the upstream has part of a request
 		c.closeAfter = c.closeAfter || c.bodyLeft > 0
-		l.closeUp(up)
 	case len(up.in) > 0 || over:
 		l.e.pool.discarded.Leftover.Inc()
-		l.closeUp(up)
 	case up.readable:
 		switch sysPeek(up.fd) {
 		case peekQuiet:
 			up.readable = false // empty: the next arrival is reported
-			l.putIdle(up)
+			reuse = true
 		case peekData:
 			l.e.pool.discarded.Leftover.Inc()
-			l.closeUp(up)
-		default:
-			l.closeUp(up)
 		}
 	default:
-		l.putIdle(up)
+		reuse = true
+	}
+	if !reuse {
+		l.closeUp(up)
 	}
 	l.endRequest(c) // closeAfter stays: the connection closes once the response is out
 	c.since = l.now
+	sent := true
 	if len(a)+len(b) > 0 {
-		if err := flushOutv(c.fd, &c.out, &c.writable, a, b); err != nil {
-			l.closeClient(c)
-			return
-		}
+		sent = flushOutv(c.fd, &c.out, &c.writable, a, b) == nil
+	}
+	if reuse {
+		l.putIdle(up)
+	}
+	if !sent {
+		l.closeClient(c)
+		return
 	}
 	if !l.flushClient(c) {
 		return
