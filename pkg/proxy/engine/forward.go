@@ -117,10 +117,11 @@ func abortResponse(http.ResponseWriter) {
 // call is one forwarded request's engine state; it travels to the RoundTripper and the
 // ReverseProxy hooks in the request context.
 type call struct {
-	x       Exchange
-	set     http.Header // set on the forwarded request (see Traced)
-	client  context.Context
-	cancels []context.CancelFunc
+	x         Exchange
+	responded bool        // Responded was called: a later failure cuts the response off, Fail is not called
+	set       http.Header // set on the forwarded request (see Traced)
+	client    context.Context
+	cancels   []context.CancelFunc
 }
 
 type callKey struct{}
@@ -293,7 +294,19 @@ func (e *Engine) attempt(tr http.RoundTripper, req *http.Request, c *call) (*htt
 }
 
 func (e *Engine) modifyResponse(resp *http.Response) error {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The ReverseProxy fails these after ModifyResponse; failed here, the exchange hears of
+		// the failure (Fail) instead of a status it never sees through.
+		reqUp, resUp := resp.Request.Header.Get("Upgrade"), resp.Header.Get("Upgrade")
+		if reqUp == "" {
+			return h1.ErrSwitchedProtocols
+		}
+		if !strings.EqualFold(reqUp, resUp) {
+			return fmt.Errorf("backend switched to protocol %q when %q was requested", resUp, reqUp)
+		}
+	}
 	if c, _ := resp.Request.Context().Value(callKey{}).(*call); c != nil {
+		c.responded = true
 		c.x.Responded(resp.StatusCode, resp.Header)
 	}
 	return nil
@@ -305,6 +318,11 @@ func (e *Engine) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 	c, _ := r.Context().Value(callKey{}).(*call)
 	if c == nil {
 		e.log.Error(err, "forwarding a request without forwarding state")
+		abortResponse(w)
+		return
+	}
+	if c.responded {
+		e.log.V(1).Info("relaying the response failed; cutting it off", "host", r.Host, "error", err.Error())
 		abortResponse(w)
 		return
 	}

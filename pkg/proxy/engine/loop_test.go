@@ -1,4 +1,4 @@
-package proxy_test
+package engine
 
 import (
 	"bufio"
@@ -12,15 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/httpscale/httpscale/pkg/proxy"
-	"github.com/httpscale/httpscale/pkg/routing"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // loopHarness is a harness whose raw path runs on n event loops.
-func loopHarness(t *testing.T, n int, mod func(*proxy.Options)) *harness {
+func loopHarness(t *testing.T, n int, mod func(*Options)) *harness {
 	t.Helper()
-	return newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(o *proxy.Options, s *proxy.Server) {
+	return newHarness(t, []route{entry("app", "app.example.com", "app")}, func(o *Options, s *Server) {
 		s.FastHTTP1, s.EventLoops = true, n
 		if mod != nil {
 			mod(o)
@@ -137,7 +135,7 @@ func TestEventLoopsHalfClosedClientIsAnswered(t *testing.T) {
 // connection instead of opening more, and every one is answered.
 func TestEventLoopsRespectMaxConnsPerEndpoint(t *testing.T) {
 	const limit, clients = 2, 12
-	h := loopHarness(t, 2, func(o *proxy.Options) { o.MaxConnsPerEndpoint = limit })
+	h := loopHarness(t, 2, func(o *Options) { o.MaxConnsPerEndpoint = limit })
 	var open, peak atomic.Int32
 	be := newRawBackend(t, func(int, *http.Request) rawReply {
 		if n := open.Add(1); n > peak.Load() {
@@ -282,7 +280,7 @@ func TestEventLoopsHoldColdRequests(t *testing.T) {
 // The loops' idle upstream connections count against MaxConnsPerEndpoint: a request waiting for a
 // connection on the goroutine path gets one of them, instead of waiting until they time out.
 func TestEventLoopsGiveIdleConnectionsToWaiters(t *testing.T) {
-	h := loopHarness(t, 2, func(o *proxy.Options) { o.MaxConnsPerEndpoint = 1 })
+	h := loopHarness(t, 2, func(o *Options) { o.MaxConnsPerEndpoint = 1 })
 	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
 	h.src.Set(key("app"), be.ep)
 	// Each on its own connection, so on both loops: the first one's upstream connection stays idle
@@ -306,7 +304,7 @@ func TestEventLoopsGiveIdleConnectionsToWaiters(t *testing.T) {
 // gone once the request has run for watchAfter, as on the goroutine path: the upstream connection
 // is closed and the request recorded as 499.
 func TestEventLoopsHalfClosedClientOfAHungRequestIsGone(t *testing.T) {
-	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
+	h := newHarness(t, []route{entry("app", "app.example.com", "app")}, func(_ *Options, s *Server) {
 		s.FastHTTP1, s.EventLoops, s.WatchClientAfter = true, 1, 30*time.Millisecond
 	})
 	be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{hang: true} })
