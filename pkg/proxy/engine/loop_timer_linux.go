@@ -67,6 +67,9 @@ func (t *timerHeap) set(c *evClient, kind timerKind, at time.Time) {
 
 // clear takes c's timer of kind out, when set.
 func (t *timerHeap) clear(c *evClient, kind timerKind) {
+	if len(t.h) == 0 {
+		return
+	}
 	if e := &c.timers[kind]; e.idx >= 0 && e.idx < len(t.h) && t.h[e.idx] == e {
 		heap.Remove(t, e.idx)
 	}
@@ -74,6 +77,9 @@ func (t *timerHeap) clear(c *evClient, kind timerKind) {
 
 // clearAll takes every timer of c out.
 func (t *timerHeap) clearAll(c *evClient) {
+	if len(t.h) == 0 {
+		return // the common case: no app with timeouts, nobody half-closed
+	}
 	for k := range timerKinds {
 		t.clear(c, k)
 	}
