@@ -366,23 +366,22 @@ func (l *evLoop) finish(c *evClient, over bool, a, b []byte) {
 	// Bytes after the body would be read as the next request's response: not reusable. A socket
 	// not known to be empty (the last read filled the buffer, so no new arrival will be reported)
 	// is peeked at.
-	reuse := false
-	switch {
-	case c.remaining != 0 || !keep || up.hup || c.bodyLeft > 0: // the upstream has part of a request
-		c.closeAfter = c.closeAfter || c.bodyLeft > 0
-	case len(up.in) > 0 || over:
-		l.e.pool.discarded.Leftover.Inc()
-	case up.readable:
+	complete := c.remaining == 0 && !up.hup && c.bodyLeft == 0 // else the upstream has part of a request
+	if c.bodyLeft > 0 {
+		c.closeAfter = true
+	}
+	leftover := len(up.in) > 0 || over
+	if complete && keep && !leftover && up.readable {
 		switch sysPeek(up.fd) {
 		case peekQuiet:
 			up.readable = false // empty: the next arrival is reported
-			reuse = true
 		case peekData:
-			l.e.pool.discarded.Leftover.Inc()
+			leftover = true
+		default:
+			complete = false // closed by the upstream
 		}
-	default:
-		reuse = true
 	}
+	reuse := l.e.pool.reusable(complete, keep, leftover)
 	if !reuse {
 		l.closeUp(up)
 	}

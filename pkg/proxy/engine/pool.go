@@ -300,6 +300,21 @@ type chanWaiter chan handed
 
 func (w chanWaiter) grant(h handed) { w <- h }
 
+// reusable decides, once a response ended, whether its upstream connection goes back to the pool:
+// only when the response ended where its framing said (complete), the connection may carry
+// another request (keep), and nothing came after the response (leftover: bytes nobody asked for,
+// which would be read as the next request's response; counted). Both paths decide with it.
+func (p *pool) reusable(complete, keep, leftover bool) bool {
+	if !complete || !keep {
+		return false
+	}
+	if leftover {
+		p.discarded.Leftover.Inc()
+		return false
+	}
+	return true
+}
+
 // discardHanded closes what a waiter was granted and no longer needs, which frees its slot for the
 // next one.
 func (p *pool) discardHanded(h handed) {

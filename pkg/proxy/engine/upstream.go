@@ -349,12 +349,9 @@ func (b *upBody) finish(complete bool) {
 	// Bytes after the body (a body sent with a HEAD or 204 answer, more than Content-Length, data
 	// after the last chunk) would be read as the next request's response: such a connection is not
 	// reused.
-	if complete && b.keep && stopped {
-		if b.c.br.Buffered() == 0 {
-			b.c.p.put(b.c)
-			return
-		}
-		b.c.p.discarded.Leftover.Inc()
+	if b.c.p.reusable(complete && stopped, b.keep, b.c.br.Buffered() > 0) {
+		b.c.p.put(b.c)
+		return
 	}
 	b.c.discard()
 }

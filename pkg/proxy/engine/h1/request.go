@@ -321,11 +321,7 @@ func (rq *Request) Write(w Writer, clientIP string) {
 	}
 	if clientIP != "" {
 		_, _ = w.WriteString("X-Forwarded-For: ")
-		for _, v := range rq.xff {
-			_, _ = w.WriteString(v)
-			_, _ = w.WriteString(", ")
-		}
-		_, _ = w.WriteString(clientIP)
+		forwardedFor(w, rq.xff, clientIP)
 		_, _ = w.WriteString("\r\n")
 	}
 	if !rq.hasXFHost {

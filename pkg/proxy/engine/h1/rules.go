@@ -69,10 +69,9 @@ func ForwardRequestHeaders(out, in http.Header, remoteAddr, host string) {
 		out["Upgrade"] = []string{upgrade}
 	}
 	if ip := ClientIP(remoteAddr); ip != "" {
-		if len(prior) > 0 {
-			ip = strings.Join(prior, ", ") + ", " + ip
-		}
-		out["X-Forwarded-For"] = []string{ip}
+		var b strings.Builder
+		forwardedFor(&b, prior, ip)
+		out["X-Forwarded-For"] = []string{b.String()}
 	} else {
 		delete(out, "X-Forwarded-For")
 	}
@@ -101,6 +100,16 @@ func Rewrite(pr *httputil.ProxyRequest) {
 	// Rewrite, which would make the backend see another request than the client sent.
 	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 	ForwardRequestHeaders(pr.Out.Header, pr.In.Header, pr.In.RemoteAddr, pr.In.Host)
+}
+
+// forwardedFor writes the forwarded X-Forwarded-For value: the chain the client sent (prior, its
+// header lines in order), then the client's address.
+func forwardedFor(w Writer, prior []string, ip string) {
+	for _, v := range prior {
+		_, _ = w.WriteString(v)
+		_, _ = w.WriteString(", ")
+	}
+	_, _ = w.WriteString(ip)
 }
 
 // ClientIP is the address X-Forwarded-For gets for a client connected from remoteAddr (host:port):
