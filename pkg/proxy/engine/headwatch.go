@@ -66,21 +66,46 @@ func startHeadWatch(seen func(head []byte)) *headWatch {
 
 // feed passes bytes read on the connection to the parser, starting it when none runs. It blocks
 // while the parser is behind by more than headWatchMaxPending.
+//
+// The common case costs no copy and no goroutine: a read that is exactly one whole head without a
+// Content-Length or Transfer-Encoding line (a request without a body, which ends where its head
+// ends), arriving while the parser is parked at a request boundary, is framed here.
 func (w *headWatch) feed(p []byte) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	for len(w.pending) > headWatchMaxPending && !w.stopped {
 		w.cond.Wait()
 	}
 	if w.stopped {
+		w.mu.Unlock()
 		return
 	}
+	if !w.running && !w.post && len(w.pending) == 0 && wholeBodylessHead(p) {
+		w.post = bytes.HasPrefix(p, []byte("POST "))
+		w.mu.Unlock()
+		if w.seen != nil {
+			w.seen(p)
+		}
+		return
+	}
+	defer w.mu.Unlock()
 	w.pending = append(w.pending, p...)
 	if !w.running {
 		w.running, w.idle = true, false
 		go w.run()
 	}
 	w.cond.Broadcast()
+}
+
+// wholeBodylessHead reports whether p is exactly one request head (as readHead frames it: lines
+// ending in LF, up to the first empty one, the first line not empty) with neither a Content-Length
+// nor a Transfer-Encoding line: a request net/http reads without a body, so that the next byte on
+// the connection starts the next request.
+func wholeBodylessHead(p []byte) bool {
+	if len(p) == 0 || len(p) > headWatchMaxHead || p[0] == '\r' || p[0] == '\n' || h1.LooseHeadEnd(p) != len(p) {
+		return false
+	}
+	cl, te := lengthLines(p)
+	return !cl && !te
 }
 
 // Read is the parser's side of the stream.
