@@ -12,7 +12,7 @@
 #      logic at all, as a reference), interleaved for ROUNDS rounds, with each one's CPU per request;
 #   2. latency at a fixed RATE req/s (hack/bench/rate, open loop) for the same three targets;
 #   3. cold start (hack/bench/coldstart): endpoint ready -> held request forwarded, and HELD
-#      requests held at once (proxy RSS, all answered).
+#      requests held at once (proxy RSS, all answered); with BEFORE, for that build too.
 # SECTIONS (default "wrk rate cold") picks the parts to run; TARGETS (default all six) the wrk targets.
 # BEFORE=<git revision> adds the target "before": hack/bench/proxy built from that revision (git
 # archive into the temporary folder), with its defaults, for before/after figures in one run.
@@ -50,7 +50,7 @@ spawn proxystd_pid "$work/proxy" -event-loops=0 -listen "127.0.0.1:$PS" -admin "
 spawn relay_pid "$work/relay" -listen "127.0.0.1:$RL" -backend "127.0.0.1:$BE"
 PB=$(free_port); AB=$(free_port); before_pid=; waits=()
 if [[ -n ${BEFORE:-} ]]; then
-	spawn before_pid "$work/proxy-before" -listen "127.0.0.1:$PB" -admin "127.0.0.1:$AB" -backend "127.0.0.1:$BE"
+	spawn before_pid "$work/proxy-before" -listen "127.0.0.1:$PB" -admin "127.0.0.1:$AB" -backend "127.0.0.1:$BE" -cold-backend "127.0.0.1:$CB"
 	waits=("$PB" "$AB")
 fi
 nginx_conf <<CONF
@@ -115,7 +115,7 @@ done
 [[ " $SECTIONS " == *" rate "* ]] || { [[ " $SECTIONS " == *" cold "* ]] || exit 0; }
 if [[ " $SECTIONS " == *" rate "* ]]; then
 echo "== fixed rate $RATE req/s for $RATE_DUR (open loop; latency from the intended send time)"
-for t in direct proxy nginx; do
+for t in direct proxy nginx ${before_pid:+before}; do
 	"$work/rate" -url "http://127.0.0.1:${port[$t]}/" -rate "$RATE" -duration "$RATE_DUR" -name "$t"
 done
 fi
@@ -124,3 +124,8 @@ fi
 echo "== cold start"
 "$work/coldstart" -proxy "http://127.0.0.1:$PX" -admin "http://127.0.0.1:$AD" -listen "127.0.0.1:$CB" \
 	-trials "$TRIALS" -held "$HELD" -pid "$proxy_pid"
+if [[ -n $before_pid ]]; then
+	echo "== cold start, before"
+	"$work/coldstart" -proxy "http://127.0.0.1:$PB" -admin "http://127.0.0.1:$AB" -listen "127.0.0.1:$CB" \
+		-trials "$TRIALS" -held "$HELD" -pid "$before_pid"
+fi

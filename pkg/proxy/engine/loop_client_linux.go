@@ -97,7 +97,7 @@ func (l *evLoop) closeClient(c *evClient) {
 	l.ls.conn(-1)
 	c.in = c.in[:0]
 	c.out = bytes.Buffer{}
-	l.releaseIn(c)
+	l.free.releaseIn(c)
 }
 
 func (l *evLoop) clientEvent(c *evClient, ev uint32) {
@@ -175,38 +175,6 @@ func (l *evLoop) flushClient(c *evClient) bool {
 	return true
 }
 
-// A client connection holds a request buffer only while it has request bytes: a kept-alive
-// connection waiting for its next request, or a held request, holds none (10,000 held requests
-// would otherwise keep 40 MiB of them).
-func (l *evLoop) getBuf() []byte {
-	if n := len(l.free); n > 0 {
-		b := l.free[n-1]
-		l.free[n-1] = nil
-		l.free = l.free[:n-1]
-		return b
-	}
-	return make([]byte, 0, evClientBuffer)
-}
-
-// releaseIn gives c's request buffer back when it is empty; a large output buffer goes too.
-func (l *evLoop) releaseIn(c *evClient) {
-	if c.in != nil && len(c.in) == 0 {
-		if len(l.free) < 256 {
-			l.free = append(l.free, c.in)
-		}
-		c.in = nil
-	}
-	if c.out.Len() == 0 && c.out.Cap() > evClientBuffer {
-		c.out = bytes.Buffer{}
-	}
-}
-
-// consumeIn drops the first n bytes of c.in (a head, or body bytes sent on).
-func (l *evLoop) consumeIn(c *evClient, n int) {
-	c.in = c.in[:copy(c.in, c.in[n:])]
-	l.releaseIn(c)
-}
-
 // serveNext starts the next request once the previous response is out.
 func (l *evLoop) serveNext(c *evClient) {
 	for !c.busy() && !c.closed && c.out.Len() == 0 {
@@ -219,10 +187,10 @@ func (l *evLoop) serveNext(c *evClient) {
 			if (c.readable || c.hup) && !c.eof {
 				had := len(c.in)
 				if c.in == nil {
-					c.in = l.getBuf()
+					c.in = l.free.buf()
 				}
 				got, eof, _ := fill(c.fd, &c.in, &c.readable, &c.hup)
-				l.releaseIn(c)
+				l.free.releaseIn(c)
 				if eof {
 					c.eof = true
 				}
@@ -251,7 +219,7 @@ func (l *evLoop) handOff(c *evClient) {
 	ls := l.ls
 	pending := bytes.Clone(c.in)
 	c.in = c.in[:0]
-	l.releaseIn(c)
+	l.free.releaseIn(c)
 	c.closed = true
 	l.timers.clearAll(c)
 	l.dropFD(c.fd)

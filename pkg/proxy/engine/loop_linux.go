@@ -59,18 +59,16 @@ type evLoop struct {
 	spare   []evMsg
 	ended   atomic.Bool // the loop returned (set under inboxMu); adopt passes it over
 
-	fds      []evSlot      // by descriptor
-	free     [][]byte      // request buffers not in use (see releaseIn)
-	rqs      []*h1.Request // request parses not in use (see getRequest)
-	relays   []*h1.Relay   // relays not in use
-	body     []byte        // body bytes on their way between two sockets (see relayBody, pumpBody)
-	hdr      http.Header   // the request logic's header fields for the answer being written
+	fds      []evSlot // by descriptor
+	free     loopFree
+	body     []byte      // body bytes on their way between two sockets (see relayBody, pumpBody)
+	hdr      http.Header // the request logic's header fields for the answer being written
 	rw       h1.ResponseWriter
 	timers   timerHeap
 	gen      int32
 	clients  int
 	pending  int // dials and waits running on goroutines, which report back
-	idle     map[string][]*evUp
+	ups      loopPool
 	quitting bool
 	now      time.Time // when the batch of events being handled arrived
 	batch    uint64    // counts the batches of events
@@ -97,7 +95,8 @@ func newEvLoop(ls *evLoops) (*evLoop, error) {
 		return nil, fmt.Errorf("setting up the epoll descriptor: %w", err)
 	}
 	l := &evLoop{ls: ls, e: ls.e, epfd: epfd, epf: os.NewFile(uintptr(epfd), "epoll"), wakefd: wakefd,
-		idle: map[string][]*evUp{}, body: make([]byte, evBodyBuffer), hdr: http.Header{}}
+		body: make([]byte, evBodyBuffer), hdr: http.Header{}}
+	l.ups = loopPool{l: l, p: ls.e.pool, idle: map[string][]*evUp{}}
 	l.timers.l = l
 	return l, nil
 }
@@ -185,7 +184,7 @@ func (l *evLoop) run() {
 			l.closeAll()
 			return
 		}
-		l.dropStirredIdle(events[:n])
+		l.ups.dropStirredIdle(events[:n])
 		for i := range n {
 			ev := &events[i]
 			fd := int(ev.Fd)
@@ -229,11 +228,11 @@ func (l *evLoop) drainInbox() bool {
 		case evAdopt:
 			l.addClient(m.fd, m.remote)
 		case evDialed:
-			l.dialed(m)
+			l.ups.dialed(m)
 		case evWaited:
 			l.waited(m.c, m.err)
 		case evGranted:
-			l.granted(m)
+			l.ups.granted(m)
 		case evTimer:
 			l.timers.fire(l.now)
 		case evShutdown:
@@ -246,7 +245,7 @@ func (l *evLoop) drainInbox() bool {
 		case evSweep:
 			l.sweep(l.now)
 		case evRelease:
-			l.releaseIdle(m.addr)
+			l.ups.releaseIdle(m.addr)
 		case evClose:
 			l.closeAll()
 			for _, m := range msgs[i+1:] {
@@ -296,7 +295,7 @@ func (l *evLoop) closeAll() {
 			l.clientGone(h)
 		case *evUp:
 			if h.c == nil {
-				l.closeUp(h)
+				l.ups.closeUp(h)
 			}
 		}
 	}
@@ -330,7 +329,7 @@ func (l *evLoop) sweep(now time.Time) {
 			}
 		case *evUp:
 			if h.c == nil && now.Sub(h.idleAt) >= l.e.pool.idleTimeout {
-				l.closeUp(h)
+				l.ups.closeUp(h)
 			}
 		}
 	}

@@ -28,7 +28,7 @@ func (l *evLoop) send(c *evClient, up *evUp) {
 	if k := min(int64(len(c.in)), c.bodyLeft); k > 0 {
 		_, _ = up.out.Write(c.in[:k])
 		c.bodyLeft -= k
-		l.consumeIn(c, int(k))
+		l.free.consume(c, int(k))
 	}
 	if c.bodyLeft > 0 {
 		l.pumpBody(c) // the head goes out with the next part of the body
@@ -62,13 +62,13 @@ func (l *evLoop) pumpBody(c *evClient) {
 			// system call more per upload), and the first bytes of a pipelined request land where
 			// serveNext reads them.
 			if c.in == nil {
-				c.in = l.getBuf()
+				c.in = l.free.buf()
 			}
 			n, eof, err = readvInto(c.fd, l.body[:c.bodyLeft], c.in[:cap(c.in)], &c.readable, &c.hup)
 			if extra := int64(n) - c.bodyLeft; extra > 0 {
 				c.in, n = c.in[:extra], int(c.bodyLeft)
 			}
-			l.releaseIn(c)
+			l.free.releaseIn(c)
 		} else {
 			n, eof, err = readInto(c.fd, l.body, &c.readable, &c.hup)
 		}
@@ -128,8 +128,8 @@ func (l *evLoop) upEvent(up *evUp, ev uint32) {
 	c := up.c
 	if c == nil {
 		if up.readable && up.fd >= 0 {
-			l.quietUp(up) // counts bytes nobody asked for
-			l.closeUp(up) // closed by the upstream, or bytes nobody asked for: not reusable
+			l.ups.quietUp(up) // counts bytes nobody asked for
+			l.ups.closeUp(up) // closed by the upstream, or bytes nobody asked for: not reusable
 		}
 		return
 	}
@@ -226,15 +226,15 @@ func (l *evLoop) passHead(c *evClient, headLen int, res h1.Response) {
 // net/http's parser delimits it) with h1.Relay.
 func (l *evLoop) otherHead(c *evClient, headLen int) {
 	up := c.up
-	r := l.getRelay()
+	r := l.free.relay()
 	code, informational, err := r.Head(up.in[:headLen], c.rq.Method)
 	if err == nil && informational {
-		l.relays = append(l.relays, r)
+		l.free.putRelay(r)
 		up.in = up.in[:copy(up.in, up.in[headLen:])] // dropped; the final response follows
 		return
 	}
 	if err != nil {
-		l.relays = append(l.relays, r)
+		l.free.putRelay(r)
 		l.upFailed(c, err)
 		return
 	}
@@ -242,16 +242,6 @@ func (l *evLoop) otherHead(c *evClient, headLen int) {
 	l.headArrived(c, code, r.Header())
 	r.WriteHead(&c.out, c.closeAfter)
 	up.in = up.in[:copy(up.in, up.in[headLen:])]
-}
-
-func (l *evLoop) getRelay() *h1.Relay {
-	if n := len(l.relays); n > 0 {
-		r := l.relays[n-1]
-		l.relays[n-1] = nil
-		l.relays = l.relays[:n-1]
-		return r
-	}
-	return new(h1.Relay)
 }
 
 // relayBody passes on the body of a response whose head was passed on (to c.out), as far as the
@@ -383,7 +373,7 @@ func (l *evLoop) finish(c *evClient, over bool, a, b []byte) {
 	}
 	reuse := l.e.pool.reusable(complete, keep, leftover)
 	if !reuse {
-		l.closeUp(up)
+		l.ups.closeUp(up)
 	}
 	l.endRequest(c) // closeAfter stays: the connection closes once the response is out
 	c.since = l.now
@@ -392,7 +382,7 @@ func (l *evLoop) finish(c *evClient, over bool, a, b []byte) {
 		sent = flushOutv(c.fd, &c.out, &c.writable, a, b) == nil
 	}
 	if reuse {
-		l.putIdle(up)
+		l.ups.putIdle(up)
 	}
 	if !sent {
 		l.closeClient(c)
@@ -412,12 +402,12 @@ func (l *evLoop) finish(c *evClient, over bool, a, b []byte) {
 func (l *evLoop) upFailed(c *evClient, err error) {
 	up := c.up
 	c.up, up.c = nil, nil
-	l.closeUp(up)
+	l.ups.closeUp(up)
 	if staleReused(up.reused, err) {
-		l.dropIdle(up.addr)
+		l.ups.dropIdle(up.addr)
 		if l.e.pool.replay(up.addr, up.reused, err, h1.Replayable(c.rq.Method, c.rq.IdempotencyKey) && c.rq.BodyLen == 0, c.replays, false) {
 			c.replays++
-			l.acquire(c)
+			l.ups.acquire(c)
 			return
 		}
 	}

@@ -28,16 +28,16 @@ import (
 
 // startRequest starts the request whose head is the first end bytes of c.in.
 func (l *evLoop) startRequest(c *evClient, end int) {
-	rq := l.getRequest()
+	rq := l.free.request()
 	if !rq.Parse(string(c.in[:end])) {
-		l.putRequest(rq)
+		l.free.putRequest(rq)
 		l.handOff(c) // net/http serves it
 		return
 	}
 	x := l.e.logic.Route(rq.Host, rq.Path, rq)
 	if x == nil {
 		rep := l.e.logic.Unrouted(l.hdr)
-		l.consumeIn(c, end)
+		l.free.consume(c, end)
 		c.reqID++
 		c.rq, c.bodyLeft = rq, rq.BodyLen
 		l.answer(c, rep)
@@ -46,7 +46,7 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 	plan := x.Plan()
 	if plan.H2C {
 		x.Release()
-		l.putRequest(rq)
+		l.free.putRequest(rq)
 		l.handOff(c) // net/http forwards to an h2c backend
 		return
 	}
@@ -54,7 +54,7 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 		rq.Replace(t.Trace(Request{Method: rq.Method, Target: rq.Target, Host: rq.Host, ProtoMajor: 1, ProtoMinor: 1}))
 	}
 	x.Begin()
-	l.consumeIn(c, end)
+	l.free.consume(c, end)
 	c.reqID++
 	c.rq, c.x, c.plan, c.bodyLeft = rq, x, plan, rq.BodyLen
 	c.begun = l.now
@@ -127,7 +127,7 @@ func (l *evLoop) attempt(c *evClient) {
 	if d := c.plan.ResponseHeaderTimeout; d > 0 {
 		l.timers.set(c, timerHeader, l.now.Add(d))
 	}
-	l.acquire(c)
+	l.ups.acquire(c)
 }
 
 // refused handles a connection to the attempt's endpoint that could not be made: the next
@@ -150,9 +150,9 @@ func (l *evLoop) fail(c *evClient, err error) {
 	}
 	if up := c.up; up != nil {
 		c.up, up.c = nil, nil
-		l.closeUp(up)
+		l.ups.closeUp(up)
 	}
-	l.leaveLine(c)
+	l.ups.leaveLine(c)
 	rep := c.x.Fail(err, l.hdr)
 	if c.bodyLeft > 0 {
 		c.closeAfter = true // what is left of its body must not be read as a request
@@ -167,7 +167,7 @@ func (l *evLoop) abort(c *evClient, err error) {
 	l.e.log.V(1).Info("relaying the response failed; cutting it off", "host", c.rq.Host, "error", err.Error())
 	if up := c.up; up != nil {
 		c.up, up.c = nil, nil
-		l.closeUp(up)
+		l.ups.closeUp(up)
 	}
 	l.endRequest(c)
 	l.closeClient(c)
@@ -214,15 +214,15 @@ func (l *evLoop) clientGone(c *evClient) {
 		case stepRelaying:
 			if up := c.up; up != nil {
 				c.up, up.c = nil, nil
-				l.closeUp(up)
+				l.ups.closeUp(up)
 			}
 			// The status was recorded (Responded) when the head was written.
 		default:
 			if up := c.up; up != nil {
 				c.up, up.c = nil, nil
-				l.closeUp(up)
+				l.ups.closeUp(up)
 			}
-			l.leaveLine(c)
+			l.ups.leaveLine(c)
 			if c.x != nil {
 				// Nothing is sent: the answer's headers go nowhere.
 				c.x.Fail(fmt.Errorf("%w: host %s, path %s", ErrClientGone, c.rq.Host, c.rq.Path), l.hdr)
@@ -254,34 +254,15 @@ func (l *evLoop) timerDue(c *evClient, kind timerKind) {
 // endRequest forgets the request, ending its exchange: End once counted, Release otherwise.
 func (l *evLoop) endRequest(c *evClient) {
 	if c.rq != nil {
-		l.putRequest(c.rq)
+		l.free.putRequest(c.rq)
 	}
 	if c.x != nil {
 		c.x.End()
 	}
 	if c.relay != nil {
-		l.relays = append(l.relays, c.relay)
+		l.free.putRelay(c.relay)
 	}
 	l.timers.clearAll(c)
 	c.rq, c.x, c.plan, c.cancel, c.addr, c.up, c.waiter, c.relay = nil, nil, Plan{}, nil, "", nil, nil, nil
 	c.step, c.attempt, c.replays, c.res, c.relaying, c.remaining, c.bodyLeft = stepNone, 0, 0, h1.Response{}, false, 0, 0
-}
-
-// getRequest returns a request parse from the loop's own free list (no sync.Pool on the loop).
-func (l *evLoop) getRequest() *h1.Request {
-	if n := len(l.rqs); n > 0 {
-		rq := l.rqs[n-1]
-		l.rqs[n-1] = nil
-		l.rqs = l.rqs[:n-1]
-		return rq
-	}
-	return new(h1.Request)
-}
-
-// putRequest gives back a request parse.
-func (l *evLoop) putRequest(rq *h1.Request) {
-	rq.Reset() // drops its references into the head
-	if len(l.rqs) < evFreeRequests {
-		l.rqs = append(l.rqs, rq)
-	}
 }

@@ -23,6 +23,14 @@ import (
 // since its response ended), and any one a non-replayable request is about to use, is first
 // peeked at.
 
+// loopPool is a loop's share of the engine's upstream pool (pool.go): its idle connections, by
+// address, and the connections it dials or is granted, all counted in the shared pool.
+type loopPool struct {
+	l    *evLoop
+	p    *pool
+	idle map[string][]*evUp
+}
+
 // evUp is an upstream connection owned by a loop: in use by c, or idle.
 type evUp struct {
 	fd       int
@@ -51,37 +59,37 @@ func (w *loopWaiter) grant(h handed) {
 }
 
 // acquire finds the attempt's endpoint an upstream connection and sends the request on it.
-func (l *evLoop) acquire(c *evClient) {
+func (u *loopPool) acquire(c *evClient) {
 	addr := c.addr
 	c.step = stepConnecting
 	check := !h1.Replayable(c.rq.Method, c.rq.IdempotencyKey)
-	for up := l.popIdle(addr); up != nil; up = l.popIdle(addr) {
-		if (check || up.idleBatch == l.batch) && !l.quietUp(up) {
-			l.closeUp(up)
+	for up := u.popIdle(addr); up != nil; up = u.popIdle(addr) {
+		if (check || up.idleBatch == u.l.batch) && !u.quietUp(up) {
+			u.closeUp(up)
 			continue
 		}
 		up.reused = true
-		l.send(c, up)
+		u.l.send(c, up)
 		return
 	}
-	for pc := l.e.pool.takeIdle(addr); pc != nil; pc = l.e.pool.takeIdle(addr) {
+	for pc := u.p.takeIdle(addr); pc != nil; pc = u.p.takeIdle(addr) {
 		if !pc.quiet() {
 			pc.discard()
 			continue
 		}
-		if up := l.adoptUp(addr, pc.nc); up != nil {
+		if up := u.adoptUp(addr, pc.nc); up != nil {
 			up.reused = true
-			l.send(c, up)
+			u.l.send(c, up)
 			return
 		}
 	}
-	if l.e.pool.reserve(addr) {
-		l.dial(c)
+	if u.p.reserve(addr) {
+		u.dial(c)
 		return
 	}
-	w := &loopWaiter{l: l, c: c, reqID: c.reqID}
-	if !l.e.pool.wait(addr, w) {
-		l.dial(c) // a slot came free
+	w := &loopWaiter{l: u.l, c: c, reqID: c.reqID}
+	if !u.p.wait(addr, w) {
+		u.dial(c) // a slot came free
 		return
 	}
 	c.waiter = w
@@ -89,31 +97,31 @@ func (l *evLoop) acquire(c *evClient) {
 
 // adoptUp moves a connection of the net/http path (counted in the pool) to the loop; nil when its
 // socket could not be taken (its slot is given back).
-func (l *evLoop) adoptUp(addr string, nc net.Conn) *evUp {
+func (u *loopPool) adoptUp(addr string, nc net.Conn) *evUp {
 	fd, err := takeFD(nc)
 	if err != nil {
-		l.e.pool.release(addr)
+		u.p.release(addr)
 		return nil
 	}
-	return l.registerUp(addr, fd)
+	return u.registerUp(addr, fd)
 }
 
 // registerUp watches a socket counted in the pool as an upstream connection of the loop; nil when
 // it cannot (the socket is closed and its slot given back).
-func (l *evLoop) registerUp(addr string, fd int) *evUp {
+func (u *loopPool) registerUp(addr string, fd int) *evUp {
 	up := &evUp{fd: fd, addr: addr, in: make([]byte, 0, evUpBuffer), writable: true}
-	if err := l.setFD(fd, up); err != nil {
+	if err := u.l.setFD(fd, up); err != nil {
 		_ = unix.Close(fd)
-		l.e.pool.release(addr)
+		u.p.release(addr)
 		return nil
 	}
 	return up
 }
 
 // dial opens a connection in a slot counted in the pool, on a goroutine that reports back.
-func (l *evLoop) dial(c *evClient) {
-	l.pending++
-	dial, ctx, addr, reqID := l.e.pool.dial, l.ls.base, c.addr, c.reqID
+func (u *loopPool) dial(c *evClient) {
+	u.l.pending++
+	dial, ctx, addr, reqID := u.p.dial, u.l.ls.base, c.addr, c.reqID
 	go func() {
 		m := evMsg{kind: evDialed, c: c, reqID: reqID, addr: addr, fd: -1}
 		nc, err := dial(ctx, "tcp", addr)
@@ -121,7 +129,7 @@ func (l *evLoop) dial(c *evClient) {
 			m.fd, err = takeFD(nc)
 		}
 		m.err = err
-		l.post(m)
+		u.l.post(m)
 	}()
 }
 
@@ -131,26 +139,26 @@ func current(c *evClient, reqID uint64) bool {
 }
 
 // dialed takes the result of a dial.
-func (l *evLoop) dialed(m evMsg) {
-	l.pending--
+func (u *loopPool) dialed(m evMsg) {
+	u.l.pending--
 	c := m.c
 	if m.err != nil {
-		l.e.pool.release(m.addr)
+		u.p.release(m.addr)
 		if current(c, m.reqID) {
-			l.refused(c, m.err)
+			u.l.refused(c, m.err)
 		}
 		return
 	}
-	up := l.registerUp(m.addr, m.fd)
+	up := u.registerUp(m.addr, m.fd)
 	switch {
 	case up == nil:
 		if current(c, m.reqID) {
-			l.fail(c, errRegister)
+			u.l.fail(c, errRegister)
 		}
 	case current(c, m.reqID) && c.waiter == nil:
-		l.send(c, up)
+		u.l.send(c, up)
 	default:
-		l.putIdle(up) // the request ended meanwhile
+		u.putIdle(up) // the request ended meanwhile
 	}
 }
 
@@ -161,20 +169,20 @@ type unregisteredError struct{}
 func (*unregisteredError) Error() string { return "watching a new upstream connection failed" }
 
 // granted takes what the pool gave a request waiting in its line: a connection, or a slot to dial.
-func (l *evLoop) granted(m evMsg) {
+func (u *loopPool) granted(m evMsg) {
 	c, h := m.c, m.h
 	var up *evUp
 	switch {
 	case h.c != nil:
-		up = l.adoptUp(h.addr, h.c.nc)
+		up = u.adoptUp(h.addr, h.c.nc)
 	case h.fd >= 0:
-		up = l.registerUp(h.addr, h.fd)
+		up = u.registerUp(h.addr, h.fd)
 	}
 	if !current(c, m.reqID) || c.waiter != m.w {
 		if up != nil {
-			l.putIdle(up) // the request ended meanwhile: the next waiter may take it
+			u.putIdle(up) // the request ended meanwhile: the next waiter may take it
 		} else if h.c == nil && h.fd < 0 {
-			l.e.pool.release(h.addr)
+			u.p.release(h.addr)
 		}
 		return
 	}
@@ -182,63 +190,63 @@ func (l *evLoop) granted(m evMsg) {
 	switch {
 	case up != nil:
 		up.reused = true
-		l.send(c, up)
+		u.l.send(c, up)
 	case h.c == nil && h.fd < 0:
-		l.dial(c)
+		u.dial(c)
 	default:
-		l.acquire(c) // the connection could not be taken: try again
+		u.acquire(c) // the connection could not be taken: try again
 	}
 }
 
 // leaveLine takes c's request out of the pool's line, if it waits there. A grant already on its
 // way is passed on when it arrives (granted).
-func (l *evLoop) leaveLine(c *evClient) {
+func (u *loopPool) leaveLine(c *evClient) {
 	if w := c.waiter; w != nil {
-		l.e.pool.cancel(c.addr, w)
+		u.p.cancel(c.addr, w)
 		c.waiter = nil
 	}
 }
 
 // putIdle pools an upstream connection after a complete response: to the first request waiting
 // for a connection to its address (the same loop's at once), else in the loop's idle list.
-func (l *evLoop) putIdle(up *evUp) {
-	if l.quitting {
-		l.closeUp(up)
+func (u *loopPool) putIdle(up *evUp) {
+	if u.l.quitting {
+		u.closeUp(up)
 		return
 	}
 	for {
-		w := l.e.pool.nextWaiter(up.addr)
+		w := u.p.nextWaiter(up.addr)
 		if w == nil {
 			break
 		}
-		if lw, ok := w.(*loopWaiter); ok && lw.l == l {
+		if lw, ok := w.(*loopWaiter); ok && lw.l == u.l {
 			c := lw.c
 			if !current(c, lw.reqID) || c.waiter != lw {
 				continue // ended meanwhile; it left the line without knowing (see leaveLine)
 			}
 			c.waiter = nil
 			up.reused = true
-			l.send(c, up)
+			u.l.send(c, up)
 			return
 		}
 		fd := up.fd
 		up.fd = -1
-		l.dropFD(fd)
+		u.l.dropFD(fd)
 		w.grant(handed{addr: up.addr, fd: fd})
 		return
 	}
-	up.idleAt, up.idleBatch = l.now, l.batch
-	l.idle[up.addr] = append(l.idle[up.addr], up)
+	up.idleAt, up.idleBatch = u.l.now, u.l.batch
+	u.idle[up.addr] = append(u.idle[up.addr], up)
 }
 
 // quietUp reports whether an idle upstream connection is open with nothing to read (one
 // non-blocking peek); bytes on it are counted as an unsolicited discard.
-func (l *evLoop) quietUp(up *evUp) bool {
+func (u *loopPool) quietUp(up *evUp) bool {
 	switch sysPeek(up.fd) {
 	case peekQuiet:
 		return true
 	case peekData:
-		l.e.pool.discarded.Unsolicited.Inc()
+		u.p.discarded.Unsolicited.Inc()
 	}
 	return false
 }
@@ -248,15 +256,15 @@ func (l *evLoop) quietUp(up *evUp) bool {
 // reported whatever arrived on the former since they were pooled (see dropStirredIdle), so acquire
 // uses them without the peek a connection pooled during this batch needs: under load, a response
 // that ends and a request that starts in one batch would otherwise cost a system call more.
-func (l *evLoop) popIdle(addr string) *evUp {
-	idle := l.idle[addr]
+func (u *loopPool) popIdle(addr string) *evUp {
+	idle := u.idle[addr]
 	n := len(idle)
 	if n == 0 {
 		return nil
 	}
 	i := n - 1
 	for j := n - 1; j >= max(0, n-evIdleScan); j-- {
-		if idle[j].idleBatch != l.batch {
+		if idle[j].idleBatch != u.l.batch {
 			i = j
 			break
 		}
@@ -264,7 +272,7 @@ func (l *evLoop) popIdle(addr string) *evUp {
 	up := idle[i]
 	copy(idle[i:], idle[i+1:])
 	idle[n-1] = nil
-	l.idle[addr] = idle[:n-1]
+	u.idle[addr] = idle[:n-1]
 	return up
 }
 
@@ -272,62 +280,62 @@ func (l *evLoop) popIdle(addr string) *evUp {
 // upstream, or bytes nobody asked for) before any client's event of the batch is handled, so that
 // a request of the batch cannot take one of them. What arrives later is found by acquire's peek
 // (for connections pooled in this batch) or reported by the next batch.
-func (l *evLoop) dropStirredIdle(events []unix.EpollEvent) {
+func (u *loopPool) dropStirredIdle(events []unix.EpollEvent) {
 	for i := range events {
 		ev := &events[i]
 		fd := int(ev.Fd)
-		if fd == l.wakefd || fd >= len(l.fds) || l.fds[fd].gen != ev.Pad {
+		if fd == u.l.wakefd || fd >= len(u.l.fds) || u.l.fds[fd].gen != ev.Pad {
 			continue
 		}
-		if up, ok := l.fds[fd].h.(*evUp); ok && up.c == nil {
-			l.upEvent(up, ev.Events)
+		if up, ok := u.l.fds[fd].h.(*evUp); ok && up.c == nil {
+			u.l.upEvent(up, ev.Events)
 		}
 	}
 }
 
 // closeUp closes an upstream connection that is idle or was detached from its client; its slot
 // goes to the next request waiting in the pool's line.
-func (l *evLoop) closeUp(up *evUp) {
+func (u *loopPool) closeUp(up *evUp) {
 	if up.fd < 0 {
 		return
 	}
-	if idle := l.idle[up.addr]; up.c == nil {
+	if idle := u.idle[up.addr]; up.c == nil {
 		for i := len(idle) - 1; i >= 0; i-- { // the most recent last: dropIdle's pops are quick
 			if idle[i] == up {
-				l.idle[up.addr] = append(idle[:i], idle[i+1:]...)
+				u.idle[up.addr] = append(idle[:i], idle[i+1:]...)
 				idle[len(idle)-1] = nil
 				break
 			}
 		}
-		if len(l.idle[up.addr]) == 0 {
-			delete(l.idle, up.addr)
+		if len(u.idle[up.addr]) == 0 {
+			delete(u.idle, up.addr)
 		}
 	}
-	l.dropFD(up.fd)
+	u.l.dropFD(up.fd)
 	_ = unix.Close(up.fd)
 	up.fd = -1
-	l.e.pool.release(up.addr)
+	u.p.release(up.addr)
 }
 
 // releaseIdle hands the loop's idle connections to addr to the requests waiting in the pool's
 // line (on other loops, or on the net/http path).
-func (l *evLoop) releaseIdle(addr string) {
-	for l.e.pool.hasWaiters(addr) {
-		up := l.popIdle(addr)
+func (u *loopPool) releaseIdle(addr string) {
+	for u.p.hasWaiters(addr) {
+		up := u.popIdle(addr)
 		if up == nil {
 			break
 		}
-		l.putIdle(up)
+		u.putIdle(up)
 	}
-	if len(l.idle[addr]) == 0 {
-		delete(l.idle, addr)
+	if len(u.idle[addr]) == 0 {
+		delete(u.idle, addr)
 	}
 }
 
 // dropIdle closes the loop's idle connections to addr (see pool.dropIdle).
-func (l *evLoop) dropIdle(addr string) {
-	for len(l.idle[addr]) > 0 {
-		idle := l.idle[addr]
-		l.closeUp(idle[len(idle)-1])
+func (u *loopPool) dropIdle(addr string) {
+	for len(u.idle[addr]) > 0 {
+		idle := u.idle[addr]
+		u.closeUp(idle[len(idle)-1])
 	}
 }
