@@ -294,6 +294,9 @@ func (e *Engine) attempt(tr http.RoundTripper, req *http.Request, c *call) (*htt
 }
 
 func (e *Engine) modifyResponse(resp *http.Response) error {
+	if resp.StatusCode < 100 {
+		return h1.ErrStatus // the ReverseProxy would panic writing it (the connection closes unanswered)
+	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The ReverseProxy fails these after ModifyResponse; failed here, the exchange hears of
 		// the failure (Fail) instead of a status it never sees through.

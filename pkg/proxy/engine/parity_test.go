@@ -150,6 +150,14 @@ func TestRawPathMatchesGeneralPath(t *testing.T) {
 			replies: []rawReply{{resp: "HTTP/1.1 101 Switching Protocols\r\nUpgrade: foo\r\nConnection: Upgrade\r\n\r\n", close: true}},
 		},
 		{
+			// net/http's parser reads it; written to a client it would make net/http's server panic
+			// (and an event loop's writer: the whole interceptor). FuzzEventLoopRelay found it.
+			name:    "status code 000 is a 502",
+			reqs:    []string{rawGet("/zero")},
+			replies: []rawReply{{resp: "HTTP/1.1 000 \r\nContent-Length: 0\r\n\r\n", close: true}},
+			want:    "Bad Gateway: upstream\n",
+		},
+		{
 			name:    "HTTP/1.0 response",
 			reqs:    []string{rawGet("/old")},
 			replies: []rawReply{{resp: "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 6\r\n\r\nold ok", close: true}},

@@ -44,6 +44,10 @@ const (
 	bodyEOF              // to the end of the stream
 )
 
+// ErrStatus: an upstream answered with a status code below 100, which net/http's parser reads but
+// no server may send (a 502 answers it on both paths).
+var ErrStatus = errors.New("malformed HTTP status code")
+
 // ErrSwitchedProtocols: an upstream answered 101 to a request that asked for no upgrade.
 var ErrSwitchedProtocols = errors.New("backend switched protocols without an upgrade request")
 
@@ -55,7 +59,10 @@ func (r *Relay) Head(head []byte, method string) (code int, informational bool, 
 	if err != nil {
 		return 0, false, fmt.Errorf("reading response: %w", err)
 	}
-	if res.StatusCode >= 100 && res.StatusCode < 200 && res.StatusCode != http.StatusSwitchingProtocols {
+	if res.StatusCode < 100 {
+		return 0, false, ErrStatus // net/http's parser takes "000" to "099"; nobody can pass them on
+	}
+	if res.StatusCode < 200 && res.StatusCode != http.StatusSwitchingProtocols {
 		return res.StatusCode, true, nil
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
