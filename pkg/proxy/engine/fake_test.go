@@ -40,6 +40,8 @@ type route struct {
 	serviceAddr string
 	// readiness bounds a hold (0: none); then the request fails with errReadiness.
 	readiness time.Duration
+	// panics: Responded panics (a bug in the request logic).
+	panics bool
 }
 
 func entry(name, host, svc string) route { return route{name: name, host: host, svc: svc} }
@@ -339,6 +341,9 @@ func (x *fakeExchange) Refused(addr string, attempt int, err error) bool {
 func (x *fakeExchange) Forwarded(addr string) { x.want("Forwarded", xForwarding) }
 
 func (x *fakeExchange) Responded(code int, h http.Header) {
+	if x.r.panics {
+		panic("the request logic failed")
+	}
 	x.want("Responded", xForwarding)
 	x.state = xDone
 	x.code = code

@@ -5,7 +5,9 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"runtime/debug"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -243,4 +245,44 @@ func (l *evLoop) handOff(c *evClient) {
 		}
 		ls.conn(-1)
 	}()
+}
+
+// survive runs the handling of one event; a panic in it (a bug in the engine or the request logic)
+// costs the connection it concerns, not the interceptor: it is logged, and the client connection c
+// (nil: none) is closed with its request and upstream connection. net/http's server does the same
+// for the connections it serves.
+func (l *evLoop) survive(c *evClient, f func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			l.ls.log.Error(fmt.Errorf("%v", v), "panic in an event loop; closing the connection it concerns", "stack", string(debug.Stack()))
+			clear(l.hdr)
+			if c != nil {
+				l.abandon(c)
+			}
+		}
+	}()
+	f()
+}
+
+// abandon closes c after a panic, as far as it goes: its upstream connection, its place in the
+// pool's line, its request (End, so that the app's counts do not stay up; a held request ends when
+// its wait reports back) and its socket.
+func (l *evLoop) abandon(c *evClient) {
+	defer func() { _ = recover() }()
+	if up := c.up; up != nil {
+		c.up, up.c = nil, nil
+		l.ups.closeUp(up)
+	}
+	l.ups.leaveLine(c)
+	if c.step == stepWaiting {
+		c.gone = true
+		c.cancel()
+	} else if x := c.x; x != nil {
+		c.x = nil
+		x.End()
+	}
+	if !c.closed {
+		c.rq = nil
+		l.closeClient(c)
+	}
 }

@@ -201,9 +201,9 @@ func (l *evLoop) run() {
 			}
 			switch h := l.fds[fd].h.(type) {
 			case *evClient:
-				l.clientEvent(h, ev.Events)
+				l.survive(h, func() { l.clientEvent(h, ev.Events) })
 			case *evUp:
-				l.upEvent(h, ev.Events)
+				l.survive(h.c, func() { l.upEvent(h, ev.Events) })
 			}
 		}
 		if l.quitting && l.clients == 0 && l.pending == 0 {
@@ -228,11 +228,11 @@ func (l *evLoop) drainInbox() bool {
 		case evAdopt:
 			l.addClient(m.fd, m.remote)
 		case evDialed:
-			l.ups.dialed(m)
+			l.survive(m.c, func() { l.ups.dialed(m) })
 		case evWaited:
-			l.waited(m.c, m.err)
+			l.survive(m.c, func() { l.waited(m.c, m.err) })
 		case evGranted:
-			l.ups.granted(m)
+			l.survive(m.c, func() { l.ups.granted(m) })
 		case evTimer:
 			l.timers.fire(l.now)
 		case evShutdown:

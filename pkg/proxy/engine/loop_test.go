@@ -322,3 +322,23 @@ func TestEventLoopsHalfClosedClientOfAHungRequestIsGone(t *testing.T) {
 	})
 	testenv.Eventually(t, 10*time.Second, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
 }
+
+// A panic while a loop handles a request (here the request logic's, in Responded) costs that
+// request's connection, not the loop: it is closed unanswered, the request is ended (nothing stays
+// in flight), and the loop serves the next request.
+func TestEventLoopsSurviveAPanic(t *testing.T) {
+	bad := entry("bad", "bad.example.com", "app")
+	bad.panics = true
+	h := newHarness(t, []route{entry("app", "app.example.com", "app"), bad}, func(_ *Options, s *Server) { s.EventLoops = 1 })
+	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
+	h.src.Set(key("app"), be.ep)
+	if a := dialRaw(t, h).do(rawReqTo("bad.example.com", "GET", "/panic")); a.Err == "" {
+		t.Fatalf("the request whose handling panicked got %+v, want the connection closed unanswered", a)
+	}
+	testenv.Eventually(t, 10*time.Second, "the request ended", func() bool { in, _, _ := h.count("bad"); return in == 0 })
+	for _, path := range []string{"/after1", "/after2"} {
+		if a := dialRaw(t, h).do(rawGet(path)); a.Code != http.StatusOK || a.Body != "for "+path {
+			t.Fatalf("%s after the panic: %+v", path, a)
+		}
+	}
+}

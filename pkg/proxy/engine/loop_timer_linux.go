@@ -109,7 +109,7 @@ func (t *timerHeap) fire(now time.Time) {
 	t.armed = time.Time{}
 	for len(t.h) > 0 && !t.h[0].at.After(now) {
 		e := heap.Pop(t).(*loopTimer)
-		t.l.timerDue(e.c, e.kind)
+		t.l.survive(e.c, func() { t.l.timerDue(e.c, e.kind) })
 	}
 	t.arm()
 }
