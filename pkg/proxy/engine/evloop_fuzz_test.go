@@ -65,28 +65,32 @@ func FuzzEventLoopRelay(f *testing.F) {
 			method = http.MethodHead
 		}
 		rig.up.set(in, needsEOF(in, method))
-		sniffed := !hasContentType(in, method) // net/http sniffs a Content-Type, the loops add none
-		loops := rig.exchange(t, rig.loops, method, sniffed)
-		std := rig.exchange(t, rig.std, method, sniffed)
+		// net/http sniffs a Content-Type, the loops add none; and for a response without a length
+		// of its own each proxy chooses the framing (net/http's server: Content-Length when the
+		// body ended before its first flush, which a timer races with; the loops: chunked).
+		sniffed, framed := upstreamFields(in, method)
+		loops := rig.exchange(t, rig.loops, method, sniffed, framed)
+		std := rig.exchange(t, rig.std, method, sniffed, framed)
 		if d := cmp.Diff(std, loops); d != "" {
 			t.Fatalf("for %q (%s) the event loop's client gets another answer than net/http's (-net/http +loops):\n%s", in, method, d)
 		}
 	})
 }
 
-// hasContentType reports whether the final response at the start of in has a Content-Type.
-func hasContentType(in []byte, method string) bool {
+// upstreamFields reports of the final response at the start of in whether it has no Content-Type
+// (sniffed) and no length of its own (framed: chunked or to the end of the stream).
+func upstreamFields(in []byte, method string) (sniffed, framed bool) {
 	br := bufio.NewReader(bytes.NewReader(in))
 	for {
 		res, err := http.ReadResponse(br, &http.Request{Method: method})
 		if err != nil {
-			return false
+			return true, true
 		}
 		if res.StatusCode >= 100 && res.StatusCode < 200 && res.StatusCode != http.StatusSwitchingProtocols {
 			continue
 		}
-		_, ok := res.Header["Content-Type"]
-		return ok
+		_, ct := res.Header["Content-Type"]
+		return !ct, res.ContentLength < 0 || len(res.TransferEncoding) > 0
 	}
 }
 
@@ -149,8 +153,8 @@ func relayRig(f *testing.F) *relayRigT {
 }
 
 // exchange sends the fuzzed request and then a GET /second on one client connection to addr.
-// sniffed: the first answer's Content-Type is left out (the upstream sent none).
-func (rig *relayRigT) exchange(t *testing.T, addr, method string, sniffed bool) relayAnswer {
+// sniffed, framed: the first answer's Content-Type, Content-Length are left out (see FuzzEventLoopRelay).
+func (rig *relayRigT) exchange(t *testing.T, addr, method string, sniffed, framed bool) relayAnswer {
 	t.Helper()
 	rig.up.reset()
 	c, err := net.Dial("tcp", addr)
@@ -162,12 +166,12 @@ func (rig *relayRigT) exchange(t *testing.T, addr, method string, sniffed bool) 
 	br := bufio.NewReader(c)
 	var a relayAnswer
 	fmt.Fprintf(c, "%s /first HTTP/1.1\r\nHost: app.example.com\r\n\r\n", method)
-	a.First, a.Kept = readRelayAnswer(br, method, sniffed)
+	a.First, a.Kept = readRelayAnswer(br, method, sniffed, framed)
 	if !a.Kept {
 		return a
 	}
 	fmt.Fprintf(c, "GET /second HTTP/1.1\r\nHost: app.example.com\r\n\r\n")
-	a.Second, _ = readRelayAnswer(br, http.MethodGet, false)
+	a.Second, _ = readRelayAnswer(br, http.MethodGet, false, false)
 	if a.Second != "200 [Content-Length: 6 Content-Type: text/plain] second" {
 		t.Fatalf("the second request on the connection got %q, want the upstream's answer to it", a.Second)
 	}
@@ -175,7 +179,7 @@ func (rig *relayRigT) exchange(t *testing.T, addr, method string, sniffed bool) 
 }
 
 // readRelayAnswer reads one response as the client sees it and whether the connection stays open.
-func readRelayAnswer(br *bufio.Reader, method string, sniffed bool) (string, bool) {
+func readRelayAnswer(br *bufio.Reader, method string, sniffed, framed bool) (string, bool) {
 	// A response cut off after its head (the loops pass on what came) and no response at all
 	// (net/http's server drops what it buffered when the ReverseProxy aborts) are the same failure.
 	res, err := http.ReadResponse(br, &http.Request{Method: method})
@@ -188,7 +192,7 @@ func readRelayAnswer(br *bufio.Reader, method string, sniffed bool) (string, boo
 	}
 	var lines []string
 	for k, vs := range res.Header {
-		if k == "Date" || sniffed && k == "Content-Type" {
+		if k == "Date" || sniffed && k == "Content-Type" || framed && k == "Content-Length" {
 			continue
 		}
 		for _, v := range vs {
@@ -290,6 +294,7 @@ func (x *fixedExchange) Responded(int, http.Header)      {}
 func (x *fixedExchange) End()                            {}
 func (x *fixedExchange) Release()                        {}
 func (x *fixedExchange) Fail(_ error, h http.Header) Reply {
+	h.Set("Content-Type", "text/plain") // as the proxy's answers: net/http would sniff one
 	h.Set("Content-Length", "4")
 	return Reply{Code: http.StatusBadGateway, Body: "502\n"}
 }
