@@ -35,9 +35,14 @@ import (
 var _ = Describe("Fault: the operator leader killed in the middle of a 1,000-object burst", Ordered, func() {
 	const burst = 1000
 	sc := setUpScenario("opkill", func(ctx SpecContext, e *scenarioEnv) {
-		// One Service for all: the objects differ by host and workload only.
+		// One Service for all: the objects differ by host and workload only. Each object scales a
+		// Deployment of its own at zero (one that does not exist makes the object TargetNotFound).
 		_, svc := f.SampleApp(e.ns, "shared", 0)
 		Expect(f.Client.Create(ctx, svc)).To(Succeed())
+		inParallel(burst, func(i int) {
+			dep, _ := f.SampleApp(e.ns, burstName(i), 0)
+			Expect(f.Client.Create(ctx, dep)).To(Succeed())
+		})
 	})
 
 	It("routes every object and reports it Ready after the new leader takes over, with no orphans", func(ctx SpecContext) {
@@ -45,6 +50,7 @@ var _ = Describe("Fault: the operator leader killed in the middle of a 1,000-obj
 		var created atomic.Int64
 		killAt := int64(burst * 3 / 10)
 		var killed time.Time
+		var createdAtKill int64
 		killDone := make(chan struct{})
 		go func() {
 			defer GinkgoRecover()
@@ -52,37 +58,25 @@ var _ = Describe("Fault: the operator leader killed in the middle of a 1,000-obj
 			for created.Load() < killAt && ctx.Err() == nil {
 				time.Sleep(5 * time.Millisecond)
 			}
-			By(fmt.Sprintf("killing the leader %s with SIGKILL after %d creates", leader.Name, created.Load()))
+			createdAtKill = created.Load()
+			By(fmt.Sprintf("killing the leader %s with SIGKILL after %d creates", leader.Name, createdAtKill))
 			killed = time.Now()
 			_, err := localcluster.SignalContainer(leader.ContainerIDs[0], syscall.SIGKILL)
 			Expect(err).NotTo(HaveOccurred())
 		}()
 
 		start := time.Now()
-		work := make(chan int)
-		var wg sync.WaitGroup
 		var failures []string
 		var mu sync.Mutex
-		for range 16 {
-			wg.Go(func() {
-				defer GinkgoRecover()
-				for i := range work {
-					err := createBurstObject(ctx, sc.ns, sc.host, i)
-					if err != nil {
-						mu.Lock()
-						failures = append(failures, err.Error())
-						mu.Unlock()
-						continue
-					}
-					created.Add(1)
-				}
-			})
-		}
-		for i := range burst {
-			work <- i
-		}
-		close(work)
-		wg.Wait()
+		inParallel(burst, func(i int) {
+			if err := createBurstObject(ctx, sc.ns, sc.host, i); err != nil {
+				mu.Lock()
+				failures = append(failures, err.Error())
+				mu.Unlock()
+				return
+			}
+			created.Add(1)
+		})
 		lastCreate := time.Now()
 		<-killDone
 		Expect(failures).To(BeEmpty(), "creates refused (the webhook fails closed while no operator serves it: the client retries those)")
@@ -94,15 +88,18 @@ var _ = Describe("Fault: the operator leader killed in the middle of a 1,000-obj
 			g.Expect(f.Client.List(ctx, &list, client.InNamespace(sc.ns))).To(Succeed())
 			g.Expect(list.Items).To(HaveLen(burst))
 			notReady = 0
+			var first string
 			for i := range list.Items {
 				h := &list.Items[i]
 				if readyCondition(h) != "True" || h.Status.Routing == nil || h.Status.Routing.InterceptorsReady != h.Status.Routing.InterceptorsTotal ||
 					h.Status.ObservedGeneration != h.Generation {
-					notReady++
+					if notReady++; first == "" {
+						first = fmt.Sprintf("%s: %+v, routing %+v", h.Name, h.Status.Conditions, h.Status.Routing)
+					}
 				}
 			}
-			g.Expect(notReady).To(BeZero(), "objects not yet routed and Ready")
-		}).WithContext(ctx).WithTimeout(5 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+			g.Expect(notReady).To(BeZero(), "objects not yet routed and Ready, the first: %s", first)
+		}).WithContext(ctx).WithTimeout(10 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 		allReady := time.Now()
 		newLeader := operatorLeader(ctx)
 
@@ -123,7 +120,7 @@ var _ = Describe("Fault: the operator leader killed in the middle of a 1,000-obj
 		Expect(names).To(Equal(want), "one ScaledObject per object, none other")
 
 		report("operator leader killed (SIGKILL) in a burst of 1,000", "killed %s after %d creates; the burst's creates took %s (%d/s); every object routed by every interceptor and Ready %s after the kill, %s after the last create; leader then %s; no orphaned shard ConfigMap or ScaledObject",
-			leader.Name, killAt, lastCreate.Sub(start).Round(time.Millisecond), int(float64(burst)/lastCreate.Sub(start).Seconds()),
+			leader.Name, createdAtKill, lastCreate.Sub(start).Round(time.Millisecond), int(float64(burst)/lastCreate.Sub(start).Seconds()),
 			allReady.Sub(killed).Round(time.Millisecond), allReady.Sub(lastCreate).Round(time.Millisecond), newLeader.Name)
 
 		By("deleting the burst: the objects leave the API once the table no longer routes them")
@@ -137,6 +134,25 @@ var _ = Describe("Fault: the operator leader killed in the middle of a 1,000-obj
 })
 
 func burstName(i int) string { return fmt.Sprintf("burst-%04d", i) }
+
+// inParallel calls do(0) … do(n-1) from 16 goroutines and returns once all are done.
+func inParallel(n int, do func(i int)) {
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			defer GinkgoRecover()
+			for i := range work {
+				do(i)
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
 
 // createBurstObject creates object i of the burst, retrying while the admission webhook cannot be
 // reached (no operator replica serves it for a moment after the kill) as a client with retries does.
