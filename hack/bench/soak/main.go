@@ -17,10 +17,13 @@
 // Every request must be answered 200. At the end it writes samples.csv, requests.csv and soak.png
 // (the samples over time) to -out and prints a summary: requests and failures per kind, and per
 // component the first, last and largest values after the warm-up and the resident memory's slope.
-// The cluster is started (or reused) as the e2e suite does it, under its name (-cluster); run it under
-// the machine's e2e lock:
+// The cluster is started (or reused) as the e2e suite does it, under its name (-cluster). It uses the
+// machine's real nodes as the e2e suite does, so never run both at once (one cluster at a time per
+// machine; with flock, pass -o so the cluster's processes do not inherit the lock):
 //
-//	flock /tmp/work/e2e.lock go run ./hack/bench/soak -cluster soak -duration 2h -out /tmp/soak
+//	flock -o "$E2E_LOCK" go run ./hack/bench/soak -cluster soak -duration 2h -out /tmp/soak
+//
+// See docs/benchmarks.md#soak.
 package main
 
 import (
