@@ -12,16 +12,21 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/gcheadroom"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // TestRunServesAdminAndProxyAndStopsCleanlyOnCancel starts the interceptor as on a fresh install,
-// before the operator wrote any routing table, and stops it: it serves, says why it is not ready,
+// before the operator wrote any routing table, and stops it: it serves its admin port, says why it
+// is not ready, refuses proxy connections until the first table is written and then answers them,
 // and logs nothing at error level (no table yet and shutting down are normal states).
 func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
-	env, _ := testenv.StartT(t)
+	env, cfg := testenv.StartT(t)
 	kubeconfig, err := testenv.WriteKubeconfig(env, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +35,7 @@ func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
 	args := []string{
 		"--kubeconfig=" + kubeconfig, "--health-probe-bind-address=" + testenv.FreeAddr(t),
 		"--proxy-bind-address=" + proxyAddr, "--admin-bind-address=" + adminAddr,
-		"--namespace=httpscale-system", "--drain-delay=0", "--drain-timeout=5s", "--gc-percent=321",
+		"--namespace=" + installNS, "--drain-delay=0", "--drain-timeout=5s", "--gc-percent=321",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -95,8 +100,8 @@ func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
 	if code, body := get("http://" + adminAddr + admin.PathMetrics); code != http.StatusOK || !strings.Contains(body, "httpscale_interceptor_unrouted_requests_total") {
 		t.Errorf("/metrics: %d, missing the interceptor's metrics", code)
 	}
-	if code, body := get("http://" + proxyAddr + "/"); code != http.StatusNotFound || body != "Not Found: no_route\n" {
-		t.Errorf("proxy port for an unknown host: %d %q, want 404", code, body)
+	if code, body := get("http://" + proxyAddr + "/"); code != 0 || !strings.Contains(body, "connection refused") {
+		t.Errorf("proxy port before the first routing table: %d %q, want the connection refused", code, body)
 	}
 	waiting := `"msg":"waiting for the operator to write the first routing table"`
 	for !strings.Contains(logs.String(), waiting) {
@@ -107,6 +112,18 @@ func TestRunServesAdminAndProxyAndStopsCleanlyOnCancel(t *testing.T) {
 	}
 	if code, body := get("http://" + adminAddr + admin.PathReadyz); code == http.StatusOK || !strings.Contains(body, "the operator has not written a routing table yet") {
 		t.Errorf("/readyz without a table: %d %q, want a failure saying the operator has not written a table", code, body)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	writeTable(t, cs, nil)
+	testenv.Eventually(t, 30*time.Second, "the proxy port answers once the first table is written", func() bool {
+		code, _ := get("http://" + proxyAddr + "/")
+		return code != 0
+	})
+	if code, body := get("http://" + proxyAddr + "/"); code != http.StatusNotFound || body != "Not Found: no_route\n" {
+		t.Errorf("proxy port for an unknown host: %d %q, want 404", code, body)
 	}
 
 	cancel()
