@@ -59,7 +59,8 @@ func proxyHeader(name string) bool {
 
 // ForwardRequestHeaders applies the rules to out, the header of the request going upstream, given
 // in, the header the client sent (in may be out itself), the peer it came from and the request's
-// Host. Applying it twice changes nothing.
+// Host. Applying it twice for an untrusted peer changes nothing (for a trusted one, its address
+// would be appended twice).
 func ForwardRequestHeaders(out, in http.Header, p Peer, host string) {
 	var prior, xfHost, xfProto []string
 	if p.Trusted {
