@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/scheduler"
@@ -95,6 +97,8 @@ type Options struct {
 	Identity string
 	// FleetLeaseInterval paces the fleet Lease's renewal and the list of every fleet's; zero means 15 s.
 	FleetLeaseInterval time.Duration
+	// KEDACheckInterval paces the check for KEDA's CRDs while they are missing; zero means 20 s.
+	KEDACheckInterval time.Duration
 }
 
 // CacheOptions narrows the manager's cache to what the operator reads: HTTPScaledObjects and the
@@ -223,6 +227,15 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Notify:          keys.Enqueue,
 		AfterWrite:      prober.Kick,
 	}
+	keda := &KEDA{Discovery: disc, Interval: cmp.Or(o.KEDACheckInterval, 20*time.Second), Log: log.WithName("keda")}
+	kedaInstalled, err := keda.Detect()
+	if err != nil {
+		return nil, err
+	}
+	if !kedaInstalled {
+		log.Error(errNoKEDA, "KEDA is not installed: HTTPScaledObjects are routed, but not scaled until it is; install KEDA "+KEDAMinVersion+
+			" or newer (each object reports ScaledObjectReady=False, reason "+reasonKEDANotInstalled+")")
+	}
 	targets := &TargetChecker{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Discovery: disc, TTL: time.Minute, Now: time.Now,
 		Watched: map[schema.GroupVersionKind]bool{}}
 	fleetInterval := o.FleetLeaseInterval
@@ -259,6 +272,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		APIReader:     mgr.GetAPIReader(),
 		Serve:         ServeOptions{ProxyPort: cmp.Or(o.InterceptorProxyPort, 8080), ClusterDomain: o.ClusterDomain},
 		Secrets:       mgr.GetAPIReader(),
+		KEDA:          keda,
 		Log:           log,
 	}
 	if err := mgr.Add(writer); err != nil {
@@ -307,7 +321,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if err != nil {
 		return nil, err
 	}
-	b.Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).WatchesRawSource(keys).
+	b.WatchesRawSource(keys).
 		// A TLS Secret created, changed or deleted re-evaluates TLSReady of the objects naming it;
 		// only metadata is cached (the content is read when needed).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTLSSecret, nil, nil)))
@@ -322,14 +336,36 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(serveByTarget(mgr.GetClient(), value)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	}
-	// Serve mode: KEDA's Active condition turning False is the decision to scale to zero, which puts
-	// the redirect in place while the pods still serve; the interceptors' admin EndpointSlices (the
-	// only ones cached) change the redirect's endpoints as replicas come and go.
-	b = b.Watches(&kedav1alpha1.ScaledObject{}, handler.EnqueueRequestsFromMapFunc(serveByScaledObject(mgr.GetClient())),
-		builder.WithPredicates(kedaActiveChanged)).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serveAll(mgr.GetClient())))
-	if err := b.Complete(r); err != nil {
+	// Serve mode: the interceptors' admin EndpointSlices (the only ones cached) change the redirect's
+	// endpoints as replicas come and go.
+	b = b.Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serveAll(mgr.GetClient())))
+	ctl, err := b.Build(r)
+	if err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
+	}
+	watchScaledObjects := func() error {
+		for _, src := range scaledObjectSources(mgr) {
+			if err := ctl.Watch(src); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if kedaInstalled {
+		if err := watchScaledObjects(); err != nil {
+			return nil, fmt.Errorf("watching KEDA ScaledObjects: %w", err)
+		}
+	} else {
+		keda.OnInstalled = func(context.Context) error {
+			if err := watchScaledObjects(); err != nil {
+				return err
+			}
+			enqueueAll()
+			return nil
+		}
+		if err := mgr.Add(keda); err != nil {
+			return nil, fmt.Errorf("adding the KEDA check: %w", err)
+		}
 	}
 	// The routing table's input: cached reads and a new object's finalizer patch; enough workers to
 	// keep the API server's round trips of a burst's patches overlapping (see routeWorkers).
@@ -352,6 +388,21 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		}
 	}
 	return writer, nil
+}
+
+// errNoKEDA is logged once at start when KEDA's CRDs are missing.
+var errNoKEDA = errors.New("the API server serves no keda.sh/v1alpha1 ScaledObjects")
+
+// scaledObjectSources are the controller's watches of KEDA ScaledObjects: its own (an update of the
+// spec brings the owner back to correct it), and for Serve mode KEDA's Active condition turning False,
+// the decision to scale to zero, which puts the redirect in place while the pods still serve.
+func scaledObjectSources(mgr manager.Manager) []source.Source {
+	owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1.HTTPScaledObject{}, handler.OnlyControllerOwner())
+	return []source.Source{
+		source.Kind[client.Object](mgr.GetCache(), &kedav1alpha1.ScaledObject{}, owner, predicate.GenerationChangedPredicate{}),
+		source.Kind[client.Object](mgr.GetCache(), &kedav1alpha1.ScaledObject{},
+			handler.EnqueueRequestsFromMapFunc(serveByScaledObject(mgr.GetClient())), kedaActiveChanged),
+	}
 }
 
 func targetIndexValue(group, kind, name string) string { return group + "/" + kind + "/" + name }
