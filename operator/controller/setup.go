@@ -207,6 +207,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 			}
 			keys.Enqueue(affected)
 		},
+		Written: func() *Written { return writer.Written() },
 	}
 	maxShard := o.MaxShardBytes
 	if maxShard <= 0 {
