@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -16,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
@@ -42,12 +40,11 @@ var _ = Describe("Two fleets", Ordered, func() {
 			Expect(err).NotTo(HaveOccurred())
 			Expect(f.DeleteNamespace(ctx, blueNS)).To(Succeed())
 		})
-		set := []string{"fleet=blue", "operator.replicas=1"}
-		for _, c := range localcluster.Components {
-			set = append(set, fmt.Sprintf("%s.image.repository=%s/%s,%s.nodeSelector.type=real", c, f.Images.Registry, c, c))
-		}
-		_, err := f.Cluster.HelmRun(ctx, GinkgoWriter, "install", blueRelease, framework.RepoRoot()+"/charts/httpscale",
-			"--namespace", blueNS, "--create-namespace", "--set", strings.Join(set, ","))
+		values, err := f.Cluster.ChartValuesFile()
+		Expect(err).NotTo(HaveOccurred())
+		args := append(append([]string{"install", blueRelease}, f.Images.ChartArgs()...),
+			"--namespace", blueNS, "--create-namespace", "--values", values, "--set", "fleet=blue,operator.replicas=1")
+		_, err = f.Cluster.HelmRun(ctx, GinkgoWriter, args...)
 		Expect(err).NotTo(HaveOccurred())
 		for _, c := range localcluster.Components {
 			_, err := f.Cluster.KubectlRun(ctx, "", "-n", blueNS, "rollout", "status", "deployment/httpscale-blue-"+c, "--timeout=3m")
