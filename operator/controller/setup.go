@@ -294,9 +294,6 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 			Named(name).
 			For(&v1.HTTPScaledObject{}, builder.WithPredicates(objects)).
 			Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexServices, nil, nil))).
-			// Serve mode: a redirect's owner is the oldest Serve-mode object on its Service, and only
-			// the owner's routing entry carries the Service's names: both controllers follow a change.
-			Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient()))).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: workers,
 				// controller-runtime v0.24.1's priority queue can deadlock at shutdown when many keys are
@@ -326,31 +323,33 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		// A TLS Secret created, changed or deleted re-evaluates TLSReady of the objects naming it;
 		// only metadata is cached (the content is read when needed).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTLSSecret, nil, nil)))
-	// Serve mode: a workload's spec change (KEDA scaling it to zero) puts the redirect in place before
-	// its pods are gone.
-	for _, kind := range watchedTargets {
-		gvk, err := mgr.GetClient().GroupVersionKindFor(kind)
-		if err != nil {
-			return nil, fmt.Errorf("looking up kind of %T: %w", kind, err)
-		}
-		value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
-		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(serveByTarget(mgr.GetClient(), value)),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
-	}
-	// Serve mode: the interceptors' admin EndpointSlices (the only ones cached) change the redirect's
-	// endpoints as replicas come and go.
-	b = b.Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serveAll(mgr.GetClient())))
 	ctl, err := b.Build(r)
 	if err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}
+	// The routing table's input: cached reads and a new object's finalizer patch; enough workers to
+	// keep the API server's round trips of a burst's patches overlapping (see routeWorkers).
+	rb, err := controllerFor("httpscaledobject-routing", routeInputChanged, routeWorkers)
+	if err != nil {
+		return nil, err
+	}
+	// Serve mode: only the owner of a Service's redirect (the oldest Serve-mode object on it) has the
+	// Service's names in its routing entry, so a change of one Serve-mode object re-routes its peers.
+	rb.Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient())))
+	if err := rb.Complete(&routeReconciler{r: r}); err != nil {
+		return nil, fmt.Errorf("building HTTPScaledObject routing controller: %w", err)
+	}
+	serveCtl, err := setupServe(mgr, r, keys.Enqueue)
+	if err != nil {
+		return nil, err
+	}
+	// KEDA's ScaledObjects are watched now, or once KEDA's CRDs appear (keda.go): a watch of a kind the
+	// API server does not serve would keep the controllers from ever starting.
 	watchScaledObjects := func() error {
-		for _, src := range scaledObjectSources(mgr) {
-			if err := ctl.Watch(src); err != nil {
-				return err
-			}
+		if err := ctl.Watch(ownedScaledObjects(mgr)); err != nil {
+			return err
 		}
-		return nil
+		return serveCtl.Watch(serveScaledObjectSource(mgr))
 	}
 	if kedaInstalled {
 		if err := watchScaledObjects(); err != nil {
@@ -367,15 +366,6 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		if err := mgr.Add(keda); err != nil {
 			return nil, fmt.Errorf("adding the KEDA check: %w", err)
 		}
-	}
-	// The routing table's input: cached reads and a new object's finalizer patch; enough workers to
-	// keep the API server's round trips of a burst's patches overlapping (see routeWorkers).
-	rb, err := controllerFor("httpscaledobject-routing", routeInputChanged, routeWorkers)
-	if err != nil {
-		return nil, err
-	}
-	if err := rb.Complete(&routeReconciler{r: r}); err != nil {
-		return nil, fmt.Errorf("building HTTPScaledObject routing controller: %w", err)
 	}
 	if o.InterceptorServiceAccount != "" {
 		grants := &SecretGrants{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), ServiceAccount: o.InterceptorServiceAccount, ServiceAccountNamespace: o.Namespace,
@@ -394,16 +384,56 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 // errNoKEDA is logged once at start when KEDA's CRDs are missing.
 var errNoKEDA = errors.New("the API server serves no keda.sh/v1alpha1 ScaledObjects")
 
-// scaledObjectSources are the controller's watches of KEDA ScaledObjects: its own (an update of the
-// spec brings the owner back to correct it), and for Serve mode KEDA's Active condition turning False,
-// the decision to scale to zero, which puts the redirect in place while the pods still serve.
-func scaledObjectSources(mgr manager.Manager) []source.Source {
+// ownedScaledObjects is the main controller's watch of KEDA ScaledObjects: an update of the spec of
+// its own brings the owner back to correct it.
+func ownedScaledObjects(mgr manager.Manager) source.Source {
 	owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1.HTTPScaledObject{}, handler.OnlyControllerOwner())
-	return []source.Source{
-		source.Kind[client.Object](mgr.GetCache(), &kedav1alpha1.ScaledObject{}, owner, predicate.GenerationChangedPredicate{}),
-		source.Kind[client.Object](mgr.GetCache(), &kedav1alpha1.ScaledObject{},
-			handler.EnqueueRequestsFromMapFunc(serveByScaledObject(mgr.GetClient())), kedaActiveChanged),
+	return source.Kind[client.Object](mgr.GetCache(), &kedav1alpha1.ScaledObject{}, owner, predicate.GenerationChangedPredicate{})
+}
+
+// serveWorkers is the Serve controller's concurrency: a switch costs a few API reads and, while it
+// waits for held requests, a question to every interceptor; a handful of apps switching at once
+// must not wait for each other.
+const serveWorkers = 4
+
+// setupServe builds Serve mode's controller (serve_controller.go) and its watches but the one of KEDA
+// ScaledObjects (serveScaledObjectSource), which waits for KEDA's CRDs.
+func setupServe(mgr ctrl.Manager, r *Reconciler, requeueMain func([]string)) (controller.Controller, error) {
+	c := mgr.GetClient()
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("httpscaledobject-serve").
+		For(&v1.HTTPScaledObject{}, builder.WithPredicates(serveRelevant, serveInputChanged)).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(c, indexServices, nil, nil))).
+		// A redirect's owner is the oldest Serve-mode object on its Service.
+		Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(c))).
+		// The interceptors' admin EndpointSlices (the only ones cached) change the redirect's
+		// endpoints as replicas come and go.
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serveAll(c))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: serveWorkers, UsePriorityQueue: ptr.To(false)})
+	// A workload's spec change (KEDA scaling it to zero) puts the redirect in place before its pods
+	// are gone.
+	for _, kind := range watchedTargets {
+		gvk, err := c.GroupVersionKindFor(kind)
+		if err != nil {
+			return nil, fmt.Errorf("looking up kind of %T: %w", kind, err)
+		}
+		value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
+		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(serveByTarget(c, value)),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	}
+	ctl, err := b.Build(&serveReconciler{r: r, requeueMain: requeueMain})
+	if err != nil {
+		return nil, fmt.Errorf("building Serve-mode controller: %w", err)
+	}
+	return ctl, nil
+}
+
+// serveScaledObjectSource is the Serve controller's watch of KEDA ScaledObjects: KEDA's Active
+// condition turning False is the decision to scale to zero, which puts the redirect in place while the
+// pods still serve.
+func serveScaledObjectSource(mgr manager.Manager) source.Source {
+	return source.Kind[client.Object](mgr.GetCache(), &kedav1alpha1.ScaledObject{},
+		handler.EnqueueRequestsFromMapFunc(serveByScaledObject(mgr.GetClient())), kedaActiveChanged)
 }
 
 func targetIndexValue(group, kind, name string) string { return group + "/" + kind + "/" + name }
