@@ -18,6 +18,20 @@ import (
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
 
+// uninstallFleet removes a second release of the chart (release in namespace ns) after deleting the
+// HTTPScaledObjects of appNS, which carry its operator's finalizer and so must go while it runs.
+func uninstallFleet(ctx SpecContext, release, ns, appNS string) {
+	Expect(f.Client.DeleteAllOf(ctx, &httpscalev1alpha1.HTTPScaledObject{}, client.InNamespace(appNS))).To(Succeed())
+	Eventually(func(g Gomega) {
+		var list httpscalev1alpha1.HTTPScaledObjectList
+		g.Expect(f.Client.List(ctx, &list, client.InNamespace(appNS))).To(Succeed())
+		g.Expect(list.Items).To(BeEmpty())
+	}).WithContext(ctx).Should(Succeed())
+	_, err := f.Cluster.HelmRun(ctx, GinkgoWriter, "uninstall", release, "-n", ns, "--wait", "--timeout=3m")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(f.DeleteNamespace(ctx, ns)).To(Succeed())
+}
+
 // A second release of the chart, fleet "blue" in its own namespace, next to the suite's release of the
 // default fleet: each fleet's interceptors route only the apps of their fleet.
 var _ = Describe("Two fleets", Ordered, func() {
@@ -28,18 +42,7 @@ var _ = Describe("Two fleets", Ordered, func() {
 	var blueIC []string // the blue fleet's interceptor pod IPs
 
 	sc := setUpScenario("fleets", func(ctx SpecContext, e *scenarioEnv) {
-		DeferCleanup(func(ctx SpecContext) {
-			// The blue fleet's objects carry its operator's finalizer: delete them while it runs.
-			Expect(f.Client.DeleteAllOf(ctx, &httpscalev1alpha1.HTTPScaledObject{}, client.InNamespace(e.ns))).To(Succeed())
-			Eventually(func(g Gomega) {
-				var list httpscalev1alpha1.HTTPScaledObjectList
-				g.Expect(f.Client.List(ctx, &list, client.InNamespace(e.ns))).To(Succeed())
-				g.Expect(list.Items).To(BeEmpty())
-			}).WithContext(ctx).Should(Succeed())
-			_, err := f.Cluster.HelmRun(ctx, GinkgoWriter, "uninstall", blueRelease, "-n", blueNS, "--wait", "--timeout=3m")
-			Expect(err).NotTo(HaveOccurred())
-			Expect(f.DeleteNamespace(ctx, blueNS)).To(Succeed())
-		})
+		DeferCleanup(uninstallFleet, blueRelease, blueNS, e.ns)
 		values, err := f.Cluster.ChartValuesFile()
 		Expect(err).NotTo(HaveOccurred())
 		args := append(append([]string{"install", blueRelease}, f.Images.ChartArgs()...),

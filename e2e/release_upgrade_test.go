@@ -55,18 +55,7 @@ var _ = Describe("Upgrade from the previous release", Ordered, func() {
 		Expect(prev.Tag).NotTo(Equal(f.Images.Tag), "the previous release has a version of its own")
 		values, err = f.Cluster.ChartValuesFile()
 		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) {
-			// Its objects carry the fleet's finalizer: delete them while its operator runs.
-			Expect(f.Client.DeleteAllOf(ctx, &httpscalev1alpha1.HTTPScaledObject{}, client.InNamespace(e.ns))).To(Succeed())
-			Eventually(func(g Gomega) {
-				var list httpscalev1alpha1.HTTPScaledObjectList
-				g.Expect(f.Client.List(ctx, &list, client.InNamespace(e.ns))).To(Succeed())
-				g.Expect(list.Items).To(BeEmpty())
-			}).WithContext(ctx).Should(Succeed())
-			_, err := f.Cluster.HelmRun(ctx, GinkgoWriter, "uninstall", release, "-n", ns, "--wait", "--timeout=3m")
-			Expect(err).NotTo(HaveOccurred())
-			Expect(f.DeleteNamespace(ctx, ns)).To(Succeed())
-		})
+		DeferCleanup(uninstallFleet, release, ns, e.ns)
 		By(fmt.Sprintf("helm install %s --version %s", prev.Chart, prev.Tag))
 		_, err = f.Cluster.HelmRun(ctx, GinkgoWriter, append(helmArgs("install", prev), "--create-namespace")...)
 		Expect(err).NotTo(HaveOccurred())
