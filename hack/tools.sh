@@ -137,7 +137,7 @@ dns_key=$(cat "$here/tools/coredns/main.go" "$here/tools/coredns/go.mod" | sha25
 dns_dir="$cache_root/coredns-${COREDNS_VERSION}-${dns_key}-r${RECIPE}"
 node_dir="$cache_root/node-k8s-${K8S_VERSION}-containerd-${CONTAINERD_VERSION}-ggcr-${GGCR_VERSION}-r${RECIPE}"
 actionlint_dir="$cache_root/actionlint-${ACTIONLINT_VERSION}-r${RECIPE}"
-promtool_dir="$cache_root/promtool-${PROMETHEUS_VERSION}-r${RECIPE}"
+promtool_dir="$cache_root/promtool-${PROMETHEUS_VERSION}-minsd-r${RECIPE}"
 gatewayapi_dir="$cache_root/gateway-api-${GATEWAY_API_VERSION}-r${RECIPE}"
 
 ensure_kwok() {
@@ -265,12 +265,12 @@ ensure_node() {
 
 # go_install <name> <package@version> <what>: a go install into the set's own directory (bin_dir). The
 # tools whose modules have no replace directives build this way, outside the project's go.mod.
-go_install() {
-	local name=$1 pkg=$2 what=$3 start=$SECONDS tmp
+go_install() { # go_install <name> <package@version> <what> [tags]
+	local name=$1 pkg=$2 what=$3 tags=${4:-} start=$SECONDS tmp
 	have "$name" && return 0
 	log "building $name ($what; cached afterwards in $bin_dir)"
 	tmp=$(mktemp -d "$bin_dir/.build.XXXXXX")
-	(cd "$here" && CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS= go install -trimpath -ldflags "-s -w" "$pkg")
+	(cd "$here" && CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS= go install -trimpath -tags "$tags" -ldflags "-s -w" "$pkg")
 	mv "$tmp/$name" "$bin_dir/$name"
 	rm -rf "$tmp"
 	log "built $name in $((SECONDS - start))s"
@@ -287,9 +287,11 @@ ensure_actionlint() {
 	fi
 }
 
-# promtool loads the chart's alerting rules and runs their unit tests, as Prometheus would.
+# promtool loads the chart's alerting rules and runs their unit tests, as Prometheus would. Built with
+# Prometheus' own remove_all_sd tag: without the cloud service-discovery plugins (AWS, Azure, GCE, ...),
+# which promtool's rule commands never use and which would triple the build.
 ensure_promtool() {
-	go_install promtool "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION" "minutes cold: Prometheus' dependencies"
+	go_install promtool "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION" "minutes cold: Prometheus' dependencies" remove_all_sd
 }
 
 # Gateway API's standard-channel CRDs ship in its Go module; copied next to nothing else.
