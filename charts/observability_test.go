@@ -12,9 +12,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/httpscale/httpscale/pkg/testenv"
@@ -211,5 +213,44 @@ func checkDocumented(t *testing.T, what string, exprs []string) {
 				t.Errorf("%s use %s, which docs/metrics.md does not list", what, base)
 			}
 		}
+	}
+}
+
+// On a cluster without KEDA's CRDs, `helm install` says so in its notes (the chart looks the CRD up),
+// and with them it does not.
+func TestNotesWarnWithoutKEDA(t *testing.T) {
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	if _, err := env.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kubeconfig, err := testenv.WriteKubeconfig(env, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := func() string {
+		out, err := runHelm(t, "install", "httpscale", chartDir, "--namespace", "default", "--dry-run=server", "--kubeconfig", kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	const warning = "WARNING: KEDA's CRD scaledobjects.keda.sh is not installed"
+	if out := notes(); !strings.Contains(out, warning) {
+		t.Errorf("notes without KEDA lack %q:\n%s", warning, out)
+	}
+	keda, err := testenv.KEDACRDDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{keda}, MaxTime: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if out := notes(); strings.Contains(out, warning) {
+		t.Errorf("notes with KEDA installed still warn:\n%s", out)
 	}
 }
