@@ -166,7 +166,13 @@ func expectMetricsAsDocumented(ctx context.Context) {
 		}
 		slices.Sort(problems)
 		Expect(problems).To(BeEmpty(), "%s's /metrics (%d families) against docs/metrics.md", comp, len(served))
-		fmt.Fprintf(GinkgoWriter, "%s: %d metric families served, as docs/metrics.md lists\n", comp, len(served))
+		rss := regexp.MustCompile(`(?m)^process_resident_memory_bytes (\S+)$`).FindStringSubmatch(string(body))
+		if rss != nil {
+			var b float64
+			_, _ = fmt.Sscan(rss[1], &b)
+			AddReportEntry(comp+" resident memory", fmt.Sprintf("%.1f MiB", b/(1<<20)))
+		}
+		fmt.Fprintf(GinkgoWriter, "%s: %d metric families served, as docs/metrics.md lists; resident memory %v bytes\n", comp, len(served), rss)
 	}
 }
 
