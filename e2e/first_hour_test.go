@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -41,7 +42,7 @@ var _ = Describe("A first hour on the cluster", Ordered, func() {
 		Eventually(func() error {
 			_, err := f.Cluster.KubectlRun(ctx, "", "apply", "--dry-run=server", "-n", sc.ns, "-f", filepath.Join(samples, "httpscaledobject.yaml"))
 			return err
-		}).WithContext(ctx).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
 	})
 
 	It("applies the sample app at zero and its HTTPScaledObject, which becomes Ready", func(ctx SpecContext) {
@@ -80,19 +81,20 @@ var _ = Describe("A first hour on the cluster", Ordered, func() {
 			c := meta.FindStatusCondition(hso.Status.Conditions, httpscalev1alpha1.ConditionReady)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "Ready: %s", c.Message)
-		}).WithContext(ctx).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
 		dep := &appsv1.Deployment{}
 		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: sc.ns, Name: "hello"}, dep)).To(Succeed())
 		Expect(dep.Status.ReadyReplicas).To(BeZero())
 	})
 
 	It("answers the first request through kubectl port-forward, waking the app from zero", func(ctx SpecContext) {
-		const local = 18080
-		pf := f.Cluster.Command(ctx, f.Cluster.Kubectl(), "-n", localcluster.Namespace, "port-forward",
-			"svc/httpscale-interceptor", fmt.Sprintf("%d:%d", local, localcluster.ProxyPort))
+		// A local port kubectl picks (a fixed one may be taken in the cluster's namespace), IPv4.
+		pf := f.Cluster.Command(ctx, f.Cluster.Kubectl(), "-n", localcluster.Namespace, "port-forward", "--address=127.0.0.1",
+			"svc/httpscale-interceptor", fmt.Sprintf(":%d", localcluster.ProxyPort))
 		stdout, err := pf.StdoutPipe()
 		Expect(err).NotTo(HaveOccurred())
 		pf.Stderr = GinkgoWriter
+		pf.WaitDelay = 5 * time.Second // Wait must not hang on the output pipes
 		Expect(pf.Start()).To(Succeed())
 		DeferCleanup(func() {
 			_ = pf.Process.Kill()
@@ -103,14 +105,15 @@ var _ = Describe("A first hour on the cluster", Ordered, func() {
 			sc := bufio.NewScanner(stdout)
 			for sc.Scan() {
 				fmt.Fprintln(GinkgoWriter, "port-forward:", sc.Text())
-				if strings.HasPrefix(sc.Text(), "Forwarding from 127.0.0.1") {
-					ready <- sc.Text()
+				if m := reForwarding.FindStringSubmatch(sc.Text()); m != nil {
+					ready <- m[1]
 				}
 			}
 		}()
-		Eventually(ready).WithContext(ctx).Should(Receive())
+		var local string
+		Eventually(ready).WithContext(ctx).WithTimeout(time.Minute).Should(Receive(&local))
 		t0 := time.Now()
-		resp, err := f.Get(ctx, fmt.Sprintf("http://127.0.0.1:%d/", local), host)
+		resp, err := f.Get(ctx, "http://127.0.0.1:"+local+"/", host)
 		Expect(err).NotTo(HaveOccurred())
 		defer resp.Body.Close()
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -141,7 +144,7 @@ var _ = Describe("A first hour on the cluster", Ordered, func() {
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(a.Status).To(Equal(http.StatusOK))
 				g.Expect(a.Host).To(Equal(host), "the app sees the client's Host")
-			}).WithContext(ctx).Should(Succeed(), "node %s port %d", n.Name, nodePort)
+			}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed(), "node %s port %d", n.Name, nodePort)
 		}
 	})
 
@@ -183,6 +186,9 @@ var _ = Describe("A first hour on the cluster", Ordered, func() {
 		expectMetricsAsDocumented(ctx)
 	})
 })
+
+// reForwarding is kubectl port-forward's line naming the local port it listens on.
+var reForwarding = regexp.MustCompile(`^Forwarding from 127\.0\.0\.1:(\d+) -> `)
 
 // gatewayAPICRDs is the folder of Gateway API's standard CRDs (hack/tools.sh gatewayapi copies them
 // from its Go module).

@@ -74,7 +74,7 @@ var _ = Describe("Upgrade from the previous release", Ordered, func() {
 		url := fmt.Sprintf("http://%s:%d/?sleep=50ms", icIP, localcluster.ProxyPort)
 		hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 			DialContext: localcluster.DialContext(f.Cluster.NetNS), DisableKeepAlives: true}}
-		Eventually(func() (int, error) { return localcluster.Get(ctx, hc, url, sc.host) }).WithContext(ctx).Should(Equal(http.StatusOK))
+		Eventually(func() (int, error) { return localcluster.Get(ctx, hc, url, sc.host) }).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(http.StatusOK))
 
 		stop := steadyTraffic(ctx, hc, url, sc.host, rate)
 		DeferCleanup(func() { stop() })
@@ -106,7 +106,7 @@ var _ = Describe("Upgrade from the previous release", Ordered, func() {
 			c := meta.FindStatusCondition(hso.Status.Conditions, httpscalev1alpha1.ConditionReady)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "Ready: %s", c.Message)
-		}).WithContext(ctx).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
 		out, err := f.Cluster.HelmRun(ctx, GinkgoWriter, "history", release, "-n", ns, "-o", "json")
 		Expect(err).NotTo(HaveOccurred())
 		var history []struct {
