@@ -154,7 +154,7 @@ func TestLinks(t *testing.T) {
 
 // TestVersionsInDocs keeps the install commands current: every `--version` given with the published
 // chart, every sample URL's tag and every `make release VERSION=` in the docs is the chart's version
-// (Chart.yaml), which CHANGELOG.md has a section for.
+// (Chart.yaml, whose appVersion is the same), which CHANGELOG.md has a section for.
 func TestVersionsInDocs(t *testing.T) {
 	root := testenv.RepoRoot()
 	chart, err := os.ReadFile(filepath.Join(root, "charts", "httpscale", "Chart.yaml"))
@@ -166,6 +166,13 @@ func TestVersionsInDocs(t *testing.T) {
 		t.Fatal("Chart.yaml has no version")
 	}
 	version := string(m[1])
+	appVersion := ""
+	if app := regexp.MustCompile(`(?m)^appVersion: "?([^"\s]+)"?$`).FindSubmatch(chart); app != nil {
+		appVersion = string(app[1])
+	}
+	if appVersion != version {
+		t.Errorf("Chart.yaml: appVersion %q, version %s; the chart's version is always the app's (CHANGELOG.md)", appVersion, version)
+	}
 	changelog, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
 	if err != nil {
 		t.Fatal(err)
