@@ -96,20 +96,7 @@ func TestRoutesWithoutKEDA(t *testing.T) {
 
 	// Routing goes on: the table interceptors read routes the host to the app's Service.
 	testenv.Eventually(t, time.Minute, "the routing table routes shop.example.com", func() bool {
-		var list corev1.ConfigMapList
-		if err := k8s.List(ctx, &list, client.InNamespace(installNS), client.MatchingLabels{routing.LabelTable: routing.DefaultBaseName}); err != nil {
-			t.Fatal(err)
-		}
-		var head *corev1.ConfigMap
-		var shards []*corev1.ConfigMap
-		for i := range list.Items {
-			if cm := &list.Items[i]; cm.Name == routing.DefaultBaseName {
-				head = cm
-			} else {
-				shards = append(shards, cm)
-			}
-		}
-		table, err := routing.FromConfigMaps(head, shards)
+		table, err := testenv.StoredTable(ctx, k8s, installNS, routing.DefaultBaseName)
 		if err != nil {
 			return false
 		}
