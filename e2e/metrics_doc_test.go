@@ -32,7 +32,7 @@ type documentedMetric struct {
 
 var (
 	reDocSection = regexp.MustCompile(`(?m)^## (Operator|Interceptor|Scaler)\s*$`)
-	reDocRow     = regexp.MustCompile("(?m)^\\| `(httpscale_[a-z_]+)` \\| (counter|gauge|histogram) \\| ([^|]*) \\| ([^\n]*)\\|\\s*$")
+	reDocRow     = regexp.MustCompile("(?m)^\\| `(httpscale_[a-z_]+)` \\| (counter|gauge|histogram) \\|([^|]*)\\| ([^\n]*)\\|\\s*$")
 	reDocPrefix  = regexp.MustCompile("`([a-z_]+_)`")
 	reTypeLine   = regexp.MustCompile(`(?m)^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (\w+)$`)
 	reSample     = regexp.MustCompile(`(?m)^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? `)
