@@ -144,7 +144,7 @@ var _ = Describe("A first hour on the cluster", Ordered, func() {
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(a.Status).To(Equal(http.StatusOK))
 				g.Expect(a.Host).To(Equal(host), "the app sees the client's Host")
-			}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed(), "node %s port %d", n.Name, nodePort)
+			}).WithContext(ctx).WithTimeout(2*time.Minute).Should(Succeed(), "node %s port %d", n.Name, nodePort)
 		}
 	})
 
