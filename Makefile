@@ -110,11 +110,14 @@ vet: ## gofmt check, then go vet every package (and the image builder's module).
 	$(GO) vet ./...
 	$(GO) -C hack/images vet ./...
 
+# TestFiftyThousandAppsFit is a capacity test, skipped under -race: it runs once more without it.
 .PHONY: unit
 unit: ## Unit and envtest suites (real kube-apiserver + etcd, built on first use).
 	export KUBEBUILDER_ASSETS="$$(hack/tools.sh envtest | tail -n1)" HELM="$$(hack/tools.sh helm | tail -n1)/helm" \
 		PROMTOOL="$$(hack/tools.sh promtool | tail -n1)/promtool"; \
-	$(GO) test -race -count=1 ./... && $(GO) -C hack/images test -count=1 ./...
+	$(GO) test -race -count=1 ./... && \
+	$(GO) test -count=1 -run '^TestFiftyThousandAppsFit$$' ./pkg/routing/ && \
+	$(GO) -C hack/images test -count=1 ./...
 
 .PHONY: test
 test: verify-generated vet lint build unit e2e ## Everything: generated-file drift, vet, workflow lint, build, unit + envtest, e2e (root).
