@@ -30,7 +30,7 @@ import (
 // interceptor pods not ready: refused, never held or timed out. A held request cannot be woken while
 // the API is away (KEDA cannot scale); it is answered once the API is back, or at its readiness
 // timeout with 504 — never left hanging. Afterwards routing and status work again.
-var _ = Describe("Fault: API server stopped for 60 s", Ordered, func() {
+var _ = Describe("Fault: API server stopped for 60 s", Label("fault"), Ordered, func() {
 	const (
 		outage     = 60 * time.Second
 		shortReady = 15 * time.Second  // readiness timeout of the app whose held request times out

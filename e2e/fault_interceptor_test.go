@@ -27,7 +27,7 @@ import (
 // sends to its address until the kubelet has seen the container die (refused: nothing was sent, a
 // client or load balancer may retry them). Its replacement (the container restarted in place) loads
 // the current routing table before it reports Ready.
-var _ = Describe("Fault: an interceptor killed under steady load", Ordered, func() {
+var _ = Describe("Fault: an interceptor killed under steady load", Label("fault"), Ordered, func() {
 	const appLatency = 300 * time.Millisecond
 	sc := setUpScenario("ickill", hostApp("app", 2, warmBounds(2)))
 

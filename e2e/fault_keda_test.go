@@ -15,7 +15,7 @@ import (
 // httpscale's data path needs KEDA while an app is warm; a held request waits for KEDA to scale its
 // app, so it is answered once KEDA is back, or at its readiness timeout with 504. Wakes work again
 // afterwards.
-var _ = Describe("Fault: KEDA's operator away for 60 s", Ordered, func() {
+var _ = Describe("Fault: KEDA's operator away for 60 s", Label("fault"), Ordered, func() {
 	const (
 		away       = 60 * time.Second
 		shortReady = 15 * time.Second

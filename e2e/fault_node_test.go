@@ -31,7 +31,7 @@ import (
 // 10 s, as apps that want fast fail-over set). No request waits without an answer. The interceptor
 // Service is measured too: kube-proxy keeps sending part of its connections to the lost interceptor
 // until that pod is marked not ready.
-var _ = Describe("Fault: a node lost", Ordered, func() {
+var _ = Describe("Fault: a node lost", Label("fault"), Ordered, func() {
 	const toleration = 10
 	sc := setUpScenario("nodeloss", func(ctx SpecContext, e *scenarioEnv) {
 		routedAppWith(ctx, e.ns, "app", 1, func(d *appsv1.Deployment) {

@@ -32,7 +32,7 @@ import (
 // expires, or the killed one restarted in place) must route every object and report it Ready, and
 // leave nothing behind: every routing-table shard ConfigMap is one the head names, and every
 // ScaledObject belongs to an object and every object has one.
-var _ = Describe("Fault: the operator leader killed in the middle of a 1,000-object burst", Ordered, func() {
+var _ = Describe("Fault: the operator leader killed in the middle of a 1,000-object burst", Label("fault"), Ordered, func() {
 	const burst = 1000
 	sc := setUpScenario("opkill", func(ctx SpecContext, e *scenarioEnv) {
 		// One Service for all: the objects differ by host and workload only. Each object scales a

@@ -29,7 +29,7 @@ import (
 // address, pinned by kube-proxy to one replica when it was opened; the connection tracking table of
 // the cluster's namespace tells which. The replica is lost twice: killed (SIGKILL, its container
 // restarts in place) and deleted (`kubectl delete pod`, a graceful stop).
-var _ = Describe("Fault: the scaler replica KEDA uses is lost while apps at zero get their first requests", Ordered, func() {
+var _ = Describe("Fault: the scaler replica KEDA uses is lost while apps at zero get their first requests", Label("fault"), Ordered, func() {
 	const colds = 4
 	sc := setUpScenario("scalerloss",
 		func(ctx SpecContext, e *scenarioEnv) {

@@ -187,7 +187,7 @@ func (m *Metrics) forApp(app string, counts *queue.App) *appMetrics {
 
 // appCollector exports the registry's counters and every app's Tally at scrape time (or, with
 // PerAppNone, their sums and the fleet's Tally). A counter that is zero is left out, so an app
-// that only ever got 2xx answers costs four series: in_flight, held, requests_total and
+// that only ever got 2xx answers costs five series: in_flight, held, requests_total, queue_limit and
 // responses_total{code="2xx"}.
 type appCollector struct {
 	reg *queue.Registry
@@ -203,6 +203,7 @@ var (
 	rejectedDesc   = prometheus.NewDesc(metricPrefix+"queue_rejections_total", "Requests refused with 503 because the app's hold queue was full.", []string{"app"}, nil)
 	crossZoneDesc  = prometheus.NewDesc(metricPrefix+"cross_zone_forwards_total", "Requests forwarded to an endpoint in another zone than this replica's.", []string{"app"}, nil)
 	upstreamDesc   = prometheus.NewDesc(metricPrefix+"upstream_errors_total", "Requests that failed because of the upstream or a timeout (client disconnects excluded).", []string{"app", "reason"}, nil)
+	queueLimitDesc = prometheus.NewDesc(metricPrefix+"queue_limit", "Most requests this replica holds at once for the app (its coldStart.queueLimit, else --queue-limit).", []string{"app"}, nil)
 
 	// The fleet's, with PerAppNone.
 	fleetInFlightDesc   = prometheus.NewDesc(metricPrefix+"in_flight", "Requests forwarded and not finished (open WebSockets included).", nil, nil)
@@ -237,6 +238,9 @@ func (c *appCollector) Collect(ch chan<- prometheus.Metric) {
 		if t == nil {
 			continue
 		}
+		// The limit of the table that served the app's latest first request (set before its Tally
+		// exists, see app.series), next to held for the hold-queue alert.
+		ch <- prometheus.MustNewConstMetric(queueLimitDesc, prometheus.GaugeValue, float64(a.QueueLimit()), key)
 		for i, class := range codeClasses {
 			counter(responsesDesc, t[slotResponses+i].Load(), key, class)
 		}

@@ -42,9 +42,9 @@ func seriesByApp(t *testing.T, h *harness) (map[string][]string, int) {
 }
 
 // The default per-app metrics are counters read at scrape time: a routed app that got no request
-// has only in_flight, held and requests_total; one that got requests adds the counters that are not
-// zero (here responses_total{code="2xx"}), and no histogram names an app (the fleet's count every
-// request).
+// has only in_flight, held and requests_total; one that got requests adds its hold-queue limit and
+// the counters that are not zero (here responses_total{code="2xx"}), and no histogram names an app
+// (the fleet's count every request). The limit is the routing table's in use.
 func TestPerAppCountersByDefault(t *testing.T) {
 	_, ep := backend(t, "shop")
 	h := newHarness(t, []routing.Entry{entry("shop", "shop.example.com", "shop"), entry("idle", "idle.example.com", "idle")}, nil)
@@ -59,7 +59,7 @@ func TestPerAppCountersByDefault(t *testing.T) {
 	if diff := cmp.Diff(gauges, seen["ns/idle"]); diff != "" {
 		t.Errorf("series of the idle app (-want +got):\n%s", diff)
 	}
-	want := append(slices.Clone(gauges), "httpscale_interceptor_responses_total")
+	want := append(slices.Clone(gauges), "httpscale_interceptor_queue_limit", "httpscale_interceptor_responses_total")
 	slices.Sort(want)
 	if diff := cmp.Diff(want, seen["ns/shop"]); diff != "" {
 		t.Errorf("series of the requested app (-want +got):\n%s", diff)
@@ -69,6 +69,15 @@ func TestPerAppCountersByDefault(t *testing.T) {
 	}
 	if v := h.metric("httpscale_interceptor_request_duration_seconds", nil); v != 3 {
 		t.Errorf("the fleet's request duration histogram counted %v requests, want 3", v)
+	}
+	shop := entry("shop", "shop.example.com", "shop")
+	shop.ColdStart.QueueLimit = 7
+	h.setTable(shop, entry("idle", "idle.example.com", "idle"))
+	if code, _, _ := h.mustGet("shop.example.com", "/"); code != http.StatusOK {
+		t.Fatalf("GET shop: %d", code)
+	}
+	if v := h.metric("httpscale_interceptor_queue_limit", map[string]string{"app": "ns/shop"}); v != 7 {
+		t.Errorf("queue limit of ns/shop after a table setting coldStart.queueLimit 7 = %v", v)
 	}
 }
 
@@ -83,7 +92,8 @@ func TestPerAppMetricsModes(t *testing.T) {
 	}{{
 		mode: proxy.PerAppHistograms,
 		shopSeries: []string{"httpscale_interceptor_cold_start_wait_seconds", "httpscale_interceptor_held", "httpscale_interceptor_in_flight",
-			"httpscale_interceptor_request_duration_seconds", "httpscale_interceptor_requests_total", "httpscale_interceptor_responses_total"},
+			"httpscale_interceptor_queue_limit", "httpscale_interceptor_request_duration_seconds", "httpscale_interceptor_requests_total",
+			"httpscale_interceptor_responses_total"},
 		fleetSeries: "httpscale_interceptor_unrouted_requests_total",
 	}, {
 		mode:        proxy.PerAppNone,
@@ -113,8 +123,9 @@ func TestPerAppMetricsModes(t *testing.T) {
 	}
 }
 
-// What the user's Prometheus scrapes: three series per routed app, and one more per app that got
-// requests (all answered 2xx), whatever the number of requests.
+// What the user's Prometheus scrapes: three series per routed app, and two more per app that got
+// requests (its queue_limit and, all answered 2xx, one responses_total), whatever the number of
+// requests.
 func TestScrapeSeriesPerApp(t *testing.T) {
 	const apps = 50
 	var entries []routing.Entry
@@ -139,7 +150,7 @@ func TestScrapeSeriesPerApp(t *testing.T) {
 		get(i)
 	}
 	_, busy := seriesByApp(t, h)
-	if got := busy - idle; got != apps-1 {
-		t.Errorf("series after every app got requests: %d more than before, want %d (one responses_total each)", got, apps-1)
+	if got := busy - idle; got != 2*(apps-1) {
+		t.Errorf("series after every app got requests: %d more than before, want %d (queue_limit and one responses_total each)", got, 2*(apps-1))
 	}
 }

@@ -291,6 +291,9 @@ func (a *app) series() *appMetrics {
 	}
 	// Concurrent first requests resolve the same counters (the Tally is allocated once, and
 	// WithLabelValues is idempotent).
+	// This table's hold-queue limit, exported with the app's counters (a new table makes new apps);
+	// stored before forApp allocates the Tally, which makes the collector export it.
+	a.counts.SetQueueLimit(a.queueLimit)
 	m := a.metrics.forApp(a.key, a.counts)
 	a.m.Store(m)
 	return m

@@ -229,6 +229,8 @@ type App struct {
 	lastWake atomic.Int64
 	// tally counts the app's request outcomes; nil until the first (see Tally).
 	tally atomic.Pointer[Tally]
+	// queueLimit is the hold-queue limit exported next to held (see SetQueueLimit).
+	queueLimit atomic.Int64
 }
 
 // Count returns the app's current counters.

@@ -27,6 +27,13 @@ func (a *App) Tally() *Tally {
 // Tallied returns the app's Tally, or nil when nothing was ever counted in it.
 func (a *App) Tallied() *Tally { return a.tally.Load() }
 
+// SetQueueLimit records the app's hold-queue limit for its metrics (the limit TryHold is given by
+// the routing table in use).
+func (a *App) SetQueueLimit(n int64) { a.queueLimit.Store(n) }
+
+// QueueLimit is the limit last given to SetQueueLimit (0 before).
+func (a *App) QueueLimit() int64 { return a.queueLimit.Load() }
+
 // Key is the app's key (namespace/name).
 func (a *App) Key() string { return a.key }
 
