@@ -12,6 +12,7 @@ import (
 	"github.com/httpscale/httpscale/pkg/proxy/engine"
 	"github.com/httpscale/httpscale/pkg/queue"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/sessioncookie"
 )
 
 // TableSource yields the routing table to route with. pkg/tablewatch implements it; Table must be
@@ -69,6 +70,11 @@ type Options struct {
 	// ClusterDomain builds Service addresses for ViaService ("svc.ns.svc.<domain>:port").
 	ClusterDomain string
 
+	// SessionKeys returns the keys of session cookies (the first signs, all are accepted); it is
+	// called per request of an app with session persistence and must be cheap (an atomic load).
+	// nil: one random key for the process's lifetime, which other replicas do not share.
+	SessionKeys func() *sessioncookie.Keys
+
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// DialContext replaces the dialer of both upstream transports (nil: a net.Dialer with DialTimeout).
@@ -105,6 +111,10 @@ func (o *Options) setDefaults() {
 	}
 	if o.Registry == nil {
 		o.Registry = queue.NewRegistry(o.Now)
+	}
+	if o.SessionKeys == nil {
+		k := sessioncookie.RandomKeys()
+		o.SessionKeys = func() *sessioncookie.Keys { return k }
 	}
 }
 

@@ -20,7 +20,7 @@ var errWaitingPage = errors.New("answered with the waiting page while the app wa
 // and is answered at once; every other request is held (Wait).
 func (x *exchange) WaitRequest(r *http.Request) error {
 	a := x.app
-	if a.entry.ColdStart.WaitingPage == nil || !wantsPage(r.Method, r.Header) {
+	if x.badPath || a.entry.ColdStart.WaitingPage == nil || !wantsPage(r.Method, r.Header) {
 		return x.Wait(r.Context())
 	}
 	x.cold = true

@@ -73,8 +73,8 @@ func cutPrefix(path, prefix string) (rest string, ok bool) {
 // Target returns the request target (origin form: path and query, as sent on the wire) with the
 // prefix replaced; the query is kept as it came. Routes match the decoded path, and the target's
 // decoded path is always the rewrite of that path (Path). The rest of the path keeps the client's
-// encoding where that holds; where it does not (the prefix itself percent-encoded, or an encoded
-// "/" next to it) the rewritten decoded path is sent re-encoded. An absolute-form target
+// encoding where that holds; where it does not (an encoded "/" next to the prefix) the rewritten
+// decoded path is sent re-encoded. An absolute-form target
 // ("http://host/path") is rewritten to origin form. A target whose path does not match is returned
 // unchanged.
 func (rw *PathRewrite) Target(target string) string {
@@ -95,8 +95,8 @@ func (rw *PathRewrite) Target(target string) string {
 	}
 	want := rw.Path(decoded)
 	out := ""
-	if _, ok := cutPrefix(path, rw.Prefix); ok {
-		out = rw.Path(path) // the rest as the client encoded it
+	if rest, ok := escapedRest(path, len(rw.Prefix)); ok {
+		out = rw.Path(rw.Prefix + rest) // the rest as the client encoded it
 		if len(out) != len(want) {
 			if d, err := url.PathUnescape(out); err != nil || d != want {
 				out = "" // an encoded "/" next to the prefix: see below
@@ -110,6 +110,23 @@ func (rw *PathRewrite) Target(target string) string {
 		out += "?" + query
 	}
 	return out
+}
+
+// escapedRest returns what follows the first n decoded bytes of the escaped path (each %XX decodes
+// to one byte), or false when they end inside an escape.
+func escapedRest(path string, n int) (string, bool) {
+	i := 0
+	for ; n > 0 && i < len(path); n-- {
+		if path[i] == '%' {
+			i += 3
+		} else {
+			i++
+		}
+	}
+	if n > 0 || i > len(path) {
+		return "", false
+	}
+	return path[i:], true
 }
 
 // HasDotSegment reports whether the (decoded) path has a "." or ".." segment. A rewritten request

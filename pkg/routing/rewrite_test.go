@@ -52,7 +52,8 @@ func TestPathRewriteTargetKeepsTheQueryAndTheEncoding(t *testing.T) {
 		{"/shop?", "/?"},
 		{"/shop", "/"},
 		{"/shop/a%2Fb/%E2%82%AC", "/a%2Fb/%E2%82%AC"}, // the rest goes on as the client encoded it
-		{"/sh%6Fp/x?q", "/x?q"},                       // the prefix encoded: the decoded path is rewritten
+		{"/sh%6Fp/x?q", "/x?q"},                       // the prefix encoded
+		{"/sh%6Fp/a%2Fb", "/a%2Fb"},                   // and the rest kept as encoded
 		{"/shop%2Fx", "/x"},                           // an encoded "/" that ends the prefix
 		{"/shop/%2Fx", "/x"},                          // would decode to "//x": re-encoded from "/x"
 		{"http://shop.example.com/shop/x?y", "/x?y"},  // absolute form becomes origin form

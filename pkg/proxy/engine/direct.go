@@ -21,6 +21,9 @@ func (e *Engine) forwardDirect(w *h1Response, r *http.Request, x Exchange) {
 	out.Body = nil
 	out.Close = false
 	out.URL.Scheme = "http"
+	if c, _ := r.Context().Value(callKey{}).(*call); c != nil && c.target != "" {
+		setTarget(out.URL, c.target)
+	}
 
 	res, err := e.RoundTrip(&out)
 	if err != nil {

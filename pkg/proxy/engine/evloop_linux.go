@@ -572,13 +572,10 @@ func (l *evLoop) clientGone(c *evClient) {
 			c.up, up.c = nil, nil
 			l.closeUp(up)
 		}
-		if c.counted {
-			if c.relaying() {
-				c.x.Responded(c.res.code, nil)
-			} else {
-				// Nothing is sent: the answer's headers go nowhere (a rare path, allocated here).
-				c.x.Fail(fmt.Errorf("%w: host %s, path %s", ErrClientGone, c.rq.host, c.rq.path), http.Header{})
-			}
+		// A relayed response's status was recorded when its head was written (passHead).
+		if c.counted && !c.relaying() {
+			// Nothing is sent: the answer's headers go nowhere (a rare path, allocated here).
+			c.x.Fail(fmt.Errorf("%w: host %s, path %s", ErrClientGone, c.rq.host, c.rq.path), http.Header{})
 		}
 		l.endRequest(c)
 	}
@@ -1252,10 +1249,13 @@ func (l *evLoop) passHead(c *evClient, headLen int) {
 		return
 	}
 	c.x.Forwarded(c.addr)
+	// The status is recorded, and the logic's header fields added, before the head is written.
+	extra := c.rq.respHeader()
+	c.x.Responded(res.code, extra)
 	// An answer that comes before the whole request body was read ends the connection: what is
 	// left of the body must not be read as a request.
 	c.closeAfter = c.rq.close || c.hup || l.ls.s.shuttingDown() || c.bodyLeft > 0
-	writeRawResponseHead(&c.out, up.in[:headLen], res, c.closeAfter)
+	writeRawResponseHead(&c.out, up.in[:headLen], res, extra, c.closeAfter)
 	up.in = up.in[:copy(up.in, up.in[headLen:])]
 	c.res, c.remaining = res, res.length
 	if c.rq.method == http.MethodHead {
@@ -1296,7 +1296,6 @@ func (l *evLoop) finishWith(c *evClient, over bool, a, b []byte) {
 	default:
 		l.putIdle(up)
 	}
-	c.x.Responded(c.res.code, nil)
 	c.in = c.in[:copy(c.in, c.in[c.headLen:])]
 	l.releaseIn(c)
 	l.endRequest(c) // closeAfter stays: the connection closes once the response is out

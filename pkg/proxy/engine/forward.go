@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -72,10 +73,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, e.logic.Unrouted(w.Header()))
 		return
 	}
-	var set http.Header
-	if t, ok := x.(Traced); ok {
-		set = t.Trace(Request{Method: r.Method, Target: r.RequestURI, Host: r.Host, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor})
-	}
+	target, set := forwardedAs(x, Request{Method: r.Method, Target: r.RequestURI, Host: r.Host, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor})
 	x.Begin()
 	defer x.End()
 	if !x.Ready() {
@@ -85,7 +83,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	x.Forwarding()
-	e.forward(w, r, x, set)
+	e.forward(w, r, x, target, set)
 }
 
 // writeReply sends an answer the logic chose.
@@ -116,6 +114,7 @@ func abortResponse(w http.ResponseWriter) {
 // ReverseProxy hooks in the request context.
 type call struct {
 	x       Exchange
+	target  string      // the forwarded request's target; "" keeps the client's (see Rewriter)
 	set     http.Header // set on the forwarded request (see Traced)
 	client  context.Context
 	cancels []context.CancelFunc
@@ -127,13 +126,13 @@ var callPool = sync.Pool{New: func() any { return new(call) }}
 
 // forward sends the request through the ReverseProxy, or, for a request the fast path read, to
 // an HTTP/1.1 backend without it (forwardDirect).
-func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, set http.Header) {
+func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, target string, set http.Header) {
 	if r.Header.Get("Upgrade") != "" {
 		e.upgrades.add(1)
 		defer e.upgrades.add(-1)
 	}
 	c := callPool.Get().(*call)
-	c.x, c.client, c.set = x, r.Context(), set
+	c.x, c.client, c.target, c.set = x, r.Context(), target, set
 	defer func() {
 		for _, cancel := range c.cancels {
 			cancel()
@@ -154,6 +153,17 @@ func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, set
 		return
 	}
 	e.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// setTarget makes u's request target target (origin form, as Rewriter returns it): its path as
+// written (RawPath, with Path its decoding) and its query.
+func setTarget(u *url.URL, target string) {
+	path, query, hasQuery := strings.Cut(target, "?")
+	decoded, err := url.PathUnescape(path)
+	if err != nil {
+		decoded = path // a Rewriter returns a valid target; keep what it wrote
+	}
+	u.Path, u.RawPath, u.RawQuery, u.ForceQuery = decoded, path, query, hasQuery && query == ""
 }
 
 // WaitUpgrades blocks until every upgraded connection (WebSocket) forwarded by e has ended or ctx
@@ -208,6 +218,9 @@ func (e *Engine) newReverseProxy() *httputil.ReverseProxy {
 			// it): ReverseProxy drops the query parameters it cannot parse ("a=1;b=2", "%zz")
 			// before Rewrite, which would make the backend see another request than the client sent.
 			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+			if c, _ := pr.In.Context().Value(callKey{}).(*call); c != nil && c.target != "" {
+				setTarget(pr.Out.URL, c.target)
+			}
 			forwardRequestHeaders(pr.Out.Header, pr.In.Header, pr.In.RemoteAddr, pr.In.Host)
 		},
 		Transport:      e,

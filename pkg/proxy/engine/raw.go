@@ -54,13 +54,26 @@ type rawFields struct {
 	xff                        []string // prior X-Forwarded-For values
 	headers                    []rawHeader
 	set                        http.Header // header fields replacing the request's own (see Traced)
+	out                        string      // the target forwarded instead of target; "" none (see Rewriter)
+	resp                       http.Header // the logic's response header fields (see Exchange.Responded)
 }
 
 // reset forgets the last request, dropping its references into the head.
 func (rq *rawRequest) reset() {
 	clear(rq.buf[:len(rq.headers)])
 	clear(rq.xffBuf[:])
-	rq.rawFields = rawFields{headers: rq.buf[:0], xff: rq.xffBuf[:0]}
+	resp := rq.resp
+	clear(resp)
+	rq.rawFields = rawFields{headers: rq.buf[:0], xff: rq.xffBuf[:0], resp: resp}
+}
+
+// respHeader returns the (empty) header the logic adds its response fields to; the map is kept
+// with the pooled request, so that a response the logic adds nothing to costs no allocation.
+func (rq *rawRequest) respHeader() http.Header {
+	if rq.resp == nil {
+		rq.resp = make(http.Header, 1)
+	}
+	return rq.resp
 }
 
 type rawHeader struct {
@@ -192,7 +205,11 @@ type headWriter interface {
 func (rq *rawRequest) write(bw headWriter, clientIP string) {
 	_, _ = bw.WriteString(rq.method)
 	_ = bw.WriteByte(' ')
-	_, _ = bw.WriteString(rq.target)
+	if rq.out != "" {
+		_, _ = bw.WriteString(rq.out)
+	} else {
+		_, _ = bw.WriteString(rq.target)
+	}
 	_, _ = bw.WriteString(" HTTP/1.1\r\n")
 	for i := range rq.headers {
 		if h := &rq.headers[i]; !h.drop {
@@ -279,10 +296,31 @@ func (e *Engine) rawRoute(rq *rawRequest) Exchange {
 		x.Release()
 		return nil // the general path serves it (and holds a cold app's)
 	}
-	if t, ok := x.(Traced); ok {
-		rq.replace(t.Trace(Request{Method: rq.method, Target: rq.target, Host: rq.host, ProtoMajor: 1, ProtoMinor: 1}))
+	target, set := forwardedAs(x, Request{Method: rq.method, Target: rq.target, Host: rq.host, ProtoMajor: 1, ProtoMinor: 1})
+	if target != "" && !rawTarget(target) {
+		x.Release()
+		return nil // the general path sends what the raw path would have to escape
 	}
+	rq.out = target
+	rq.replace(set)
 	return x
+}
+
+// rawTarget reports whether a rewritten target can go out as it is on the raw path: an origin-form
+// path of bytes net/http sends unescaped, then any query.
+func rawTarget(t string) bool {
+	if t[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		switch c := t[i]; {
+		case c == '?':
+			return true
+		case c != '%' && !pathByte(c):
+			return false
+		}
+	}
+	return true
 }
 
 // replace makes write send the fields of set instead of the request's own fields of those names.
@@ -505,10 +543,11 @@ func (e *Engine) rawRelay(sc *h1ServerConn, rq *rawRequest, x Exchange, pc *h1Co
 	if !ok {
 		return e.relayParsed(sc, rq, x, pc)
 	}
-	x.Responded(res.code, nil)
+	extra := rq.respHeader()
+	x.Responded(res.code, extra)
 	head, _ := pc.br.Peek(headLen)
 	closeAfter := rq.close || sc.s.shuttingDown()
-	writeRawResponseHead(sc.bw, head, res, closeAfter)
+	writeRawResponseHead(sc.bw, head, res, extra, closeAfter)
 	_, _ = pc.br.Discard(headLen)
 
 	remaining := res.length
@@ -550,9 +589,10 @@ func (e *Engine) rawRelay(sc *h1ServerConn, rq *rawRequest, x Exchange, pc *h1Co
 }
 
 // writeRawResponseHead writes the head of a response parseRawResponse accepted as the client gets
-// it: hop-by-hop lines dropped, Cache-Control and Date added as net/http would, and
-// "Connection: close" when the connection closes after it.
-func writeRawResponseHead(bw headWriter, head []byte, res rawResponse, closeAfter bool) {
+// it: hop-by-hop lines dropped, extra's fields (the logic's, see Exchange.Responded) replacing the
+// upstream's of the same names but Set-Cookie (added to the app's own cookies), Cache-Control and
+// Date added as net/http would, and "Connection: close" when the connection closes after it.
+func writeRawResponseHead(bw headWriter, head []byte, res rawResponse, extra http.Header, closeAfter bool) {
 	status, rest, _ := bytes.Cut(head, []byte("\r\n"))
 	_, _ = bw.Write(status)
 	_, _ = bw.WriteString("\r\n")
@@ -560,11 +600,16 @@ func writeRawResponseHead(bw headWriter, head []byte, res rawResponse, closeAfte
 		var line []byte
 		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
 		name, _, _ := bytes.Cut(line, []byte(":"))
-		if isHopHeader(string(name)) {
+		if isHopHeader(string(name)) || len(extra) > 0 && replacedBy(extra, name) {
 			continue
 		}
 		_, _ = bw.Write(line)
 		_, _ = bw.WriteString("\r\n")
+	}
+	for k, vs := range extra {
+		for _, v := range vs {
+			writeHeaderLine(bw, k, v)
+		}
 	}
 	if res.noCache { // net/http's response parser adds it (fixPragmaCacheControl)
 		_, _ = bw.WriteString("Cache-Control: no-cache\r\n")
@@ -578,6 +623,17 @@ func writeRawResponseHead(bw headWriter, head []byte, res rawResponse, closeAfte
 		_, _ = bw.WriteString("Connection: close\r\n")
 	}
 	_, _ = bw.WriteString("\r\n")
+}
+
+// replacedBy reports whether the upstream's header line named name gives way to extra's field of
+// that name: every one but Set-Cookie, of which a response may carry several.
+func replacedBy(extra http.Header, name []byte) bool {
+	for k := range extra {
+		if asciiEqualFold(name, k) {
+			return !asciiEqualFold(name, "Set-Cookie")
+		}
+	}
+	return false
 }
 
 // relayParsed relays a response rawRelay does not pass on itself: net/http reads it and it is
