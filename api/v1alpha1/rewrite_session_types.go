@@ -2,16 +2,10 @@ package v1alpha1
 
 // PathRewrite replaces the matched path prefix of a request before the interceptor forwards it, as
 // Gateway API's URLRewrite filter with a ReplacePrefixMatch path modifier does. The match is on
-// whole segments and a trailing / of the prefix is ignored:
-//
-//	request   pathPrefix  replacePrefixMatch  forwarded
-//	/shop/x   /shop       /                   /x
-//	/shop/x   /shop       ""                  /x
-//	/shop     /shop       ""                  /
-//	/shop/    /shop       /store              /store/
-//	/shop/x   /shop       /store/             /store/x
-//
-// The query string is kept. The app gets X-Forwarded-Prefix with the prefix that was replaced.
+// whole segments and a trailing / of the prefix is ignored. With pathPrefix /shop: replacePrefixMatch
+// / (or "") forwards /shop/x as /x and /shop as /; /store forwards /shop/x as /store/x and /shop/ as
+// /store/. The query string is kept. The app gets X-Forwarded-Prefix with the prefix that was
+// replaced.
 type PathRewrite struct {
 	// PathPrefix is the prefix whose match is replaced: one of spec.pathPrefixes, written the same
 	// way (an object without pathPrefixes routes every path and can rewrite /). Ignored paths inside

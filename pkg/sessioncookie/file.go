@@ -2,7 +2,9 @@ package sessioncookie
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync/atomic"
 	"time"
@@ -23,19 +25,33 @@ type FileSource struct {
 	cur    atomic.Pointer[Keys]
 }
 
-// NewFileSource reads path once; an unreadable file or one without a valid key is an error (start
-// with keys or not at all). reload 0 means DefaultReload.
-func NewFileSource(path string, reload time.Duration, log logr.Logger) (*FileSource, error) {
+// NewFileSource reads path once. A file that is missing, empty or invalid at start is no reason
+// not to serve: cookies are then signed with a random key of this process (valid on this replica
+// only) until the file holds valid keys, which is logged. reload 0 means DefaultReload.
+func NewFileSource(path string, reload time.Duration, log logr.Logger) *FileSource {
 	if reload <= 0 {
 		reload = DefaultReload
 	}
 	s := &FileSource{path: path, reload: reload, log: log}
 	k, err := s.read()
 	if err != nil {
-		return nil, err
+		s.report(err, "")
+		k = RandomKeys()
 	}
 	s.cur.Store(k)
-	return s, nil
+	return s
+}
+
+// report logs why the file could not be used, unless it says what it said before (last).
+func (s *FileSource) report(err error, last string) {
+	if err.Error() == last {
+		return
+	}
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errNoKeys) {
+		s.log.Info("no session keys yet; signing session cookies with a key of this replica until they are written", "file", s.path)
+		return
+	}
+	s.log.Error(err, "session keys not loaded; keeping the keys in use")
 }
 
 // Keys returns the keys read last.
@@ -58,9 +74,7 @@ func (s *FileSource) Start(ctx context.Context) error {
 		}
 		k, err := s.read()
 		if err != nil {
-			if err.Error() != lastErr {
-				s.log.Error(err, "session keys not reloaded; keeping the keys in use")
-			}
+			s.report(err, lastErr)
 			lastErr = err.Error()
 			continue
 		}

@@ -20,6 +20,9 @@ import (
 	"fmt"
 )
 
+// errNoKeys: no key was given (an empty key file: one not written yet).
+var errNoKeys = errors.New("session keys: none given")
+
 // ValueLen is the length of a cookie value: 16 bytes in unpadded base64url.
 const ValueLen = 22
 
@@ -39,7 +42,7 @@ type Keys struct {
 // NewKeys returns keys, the first of which signs. Each must be at least MinKeyLen bytes.
 func NewKeys(keys ...[]byte) (*Keys, error) {
 	if len(keys) == 0 {
-		return nil, errors.New("session keys: none given")
+		return nil, errNoKeys
 	}
 	if len(keys) > maxKeys {
 		return nil, fmt.Errorf("session keys: %d given, at most %d", len(keys), maxKeys)

@@ -121,10 +121,7 @@ func TestFileSourceReloadsAndKeepsTheLastGoodKeys(t *testing.T) {
 	if err := os.WriteFile(path, []byte(key1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewFileSource(path, 10*time.Millisecond, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := NewFileSource(path, 10*time.Millisecond, logr.Discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- s.Start(ctx) }()
@@ -141,7 +138,22 @@ func TestFileSourceReloadsAndKeepsTheLastGoodKeys(t *testing.T) {
 	if !s.Keys().Equal(mustKeys(t, key2, key1)) {
 		t.Error("a broken file replaced the keys in use")
 	}
-	if _, err := NewFileSource(filepath.Join(dir, "missing"), 0, logr.Discard()); err == nil {
-		t.Error("a missing file at start is not an error")
+}
+
+// A file that is not there yet (the Secret not filled yet) is no reason not to start: a random key
+// signs meanwhile, and the keys are taken up once written.
+func TestFileSourceStartsBeforeTheKeysAreWritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys")
+	s := NewFileSource(path, 10*time.Millisecond, logr.Discard())
+	if s.Keys() == nil || s.Keys().Len() != 1 {
+		t.Fatal("no keys to sign with before the file exists")
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := os.WriteFile(path, []byte(key1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, "the written key is in use", func() bool { return s.Keys().Equal(mustKeys(t, key1)) })
 }

@@ -10,12 +10,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"github.com/httpscale/httpscale/pkg/tablewatch"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"github.com/httpscale/httpscale/pkg/tablewatch"
 )
 
 // stallableWatches passes every request through; while cut, the bodies of watch streams deliver
