@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -31,18 +32,33 @@ func ProbeInterval(staleAfter time.Duration) time.Duration {
 	return min(max(staleAfter/4, time.Second), 30*time.Second)
 }
 
-// ProbeClient returns a client for the staleness probe built from cfg with a connection pool of its
-// own: client-go shares one connection per configuration, so a probe through the watch's client
-// would stall with it.
+// ProbeClient returns a client for the staleness probe built from cfg that makes a new connection
+// for every request. client-go multiplexes every request of a configuration over one HTTP/2
+// connection; when that connection stops carrying data without being reset (a lost conntrack or NAT
+// entry, a partition), the watches on it stall silently, and so would a probe sent over it, until
+// HTTP/2's ping notices (30 s of silence, then 15 s) and the watches start over. A probe on a fresh
+// connection each time (HTTP/1.1, closed after the answer) sees the API server as a new client
+// would. Cost: a TLS handshake per probe.
 func ProbeClient(cfg *rest.Config) (kubernetes.Interface, error) {
 	c := rest.CopyConfig(cfg)
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	c.Dial = d.DialContext // a dialer of its own makes client-go build a transport of its own
+	c.NextProtos = []string{"http/1.1"}
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return closeEach{rt} })
 	cs, err := kubernetes.NewForConfig(c)
 	if err != nil {
 		return nil, fmt.Errorf("building the routing table's staleness probe client: %w", err)
 	}
 	return cs, nil
+}
+
+// closeEach asks for the connection to be closed after each answer.
+type closeEach struct{ next http.RoundTripper }
+
+func (c closeEach) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	r.Close = true
+	return c.next.RoundTrip(r)
 }
 
 // staleness decides whether the table served is stale. Its methods take the time; safe for

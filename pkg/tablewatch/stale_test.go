@@ -1,10 +1,20 @@
 package tablewatch
 
 import (
+	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 )
 
 // TestStalenessVerdicts walks the staleness state machine through what a replica meets, with the
@@ -70,4 +80,43 @@ func TestProbeInterval(t *testing.T) {
 			t.Errorf("ProbeInterval(%v) = %v, want %v", bound, got, want)
 		}
 	}
+}
+
+// TestProbeClientUsesAFreshConnectionEachTime: a probe must not ride on a connection that may have
+// gone silent, so every probe is a new HTTP/1.1 connection, closed after its answer.
+func TestProbeClientUsesAFreshConnectionEachTime(t *testing.T) {
+	var conns atomic.Int32
+	var protos sync.Map
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		protos.Store(r.Proto, true)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"head","resourceVersion":"7"}}`)
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+	cs, err := ProbeClient(&rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		cm, err := cs.CoreV1().ConfigMaps("ns").Get(context.Background(), "head", metav1.GetOptions{})
+		if err != nil || cm.ResourceVersion != "7" {
+			t.Fatalf("probe: %v %v", cm, err)
+		}
+	}
+	if n := conns.Load(); n != 3 {
+		t.Errorf("3 probes used %d connections, want 3", n)
+	}
+	protos.Range(func(k, _ any) bool {
+		if k != "HTTP/1.1" {
+			t.Errorf("a probe spoke %s, want HTTP/1.1 (HTTP/2 would share one connection)", k)
+		}
+		return true
+	})
 }
