@@ -41,7 +41,7 @@ var _ = Describe("Path rewrite", func() {
 				{"/shop", "/", "/shop"},
 				{"/shop/a/b/", "/a/b/", "/shop"},
 				{"/sh%6Fp/a%20b", "/a b", "/shop"}, // the app decodes what it gets
-				{"/api/v1", "/api/v1", ""},           // another prefix of the app, not rewritten
+				{"/api/v1", "/api/v1", ""},         // another prefix of the app, not rewritten
 			} {
 				Eventually(func(g Gomega) {
 					resp, err := f.Get(ctx, url(c.path), host)

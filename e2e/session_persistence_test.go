@@ -79,7 +79,7 @@ var _ = Describe("Session persistence", func() {
 				g.Expect(b.PodIP).To(Equal(a.PodIP), "a cookie of interceptor %d at interceptor %d", z, 1-z)
 				g.Expect(renewed).To(BeEmpty())
 			}
-		}).WithContext(ctx).WithTimeout(4*time.Minute).WithPolling(2*time.Second).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(4 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 		AddReportEntry("session keys shared by both interceptors after", time.Since(start).Round(time.Second).String())
 
 		By("100 requests with the cookie, alternating between the interceptors: one pod")

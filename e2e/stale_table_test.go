@@ -93,7 +93,7 @@ var _ = Describe("Stale routing table", Ordered, func() {
 		Expect(readyz(ctx, other)).To(Equal(http.StatusOK), "the other interceptor is not stale")
 
 		By("recovering by itself: client-go gives up on the silent connection and its watches start over")
-		Eventually(func() int { return readyz(ctx, cut) }).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(250*time.Millisecond).
+		Eventually(func() int { return readyz(ctx, cut) }).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(250 * time.Millisecond).
 			Should(Equal(http.StatusOK))
 		AddReportEntry("stale table: readiness fails -> ready again (cut left in place)", time.Since(written).Round(time.Second).String())
 		Expect(status(ctx, cut).TableVersion).To(Equal(status(ctx, other).TableVersion))
