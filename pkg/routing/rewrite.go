@@ -37,6 +37,11 @@ func (rw *PathRewrite) Path(path string) string {
 	if !ok {
 		return path
 	}
+	return rw.join(rest)
+}
+
+// join returns the replacement followed by rest, what follows the prefix (see Path).
+func (rw *PathRewrite) join(rest string) string {
 	out := trimPrefixSlash(rw.Replace)
 	if out == "/" {
 		out = ""
@@ -95,8 +100,15 @@ func (rw *PathRewrite) Target(target string) string {
 	}
 	want := rw.Path(decoded)
 	out := ""
-	if rest, ok := escapedRest(path, len(rw.Prefix)); ok {
-		out = rw.Path(rw.Prefix + rest) // the rest as the client encoded it
+	n := len(rw.Prefix)
+	if rw.Prefix == "/" {
+		n = 0 // the whole path is the rest (see cutPrefix)
+	}
+	if rest, ok := escapedRest(path, n); ok && (rest == "" || rest[0] == '/') {
+		out = rw.join(rest) // the rest as the client encoded it
+		if rest == "/" && n == 0 {
+			out = want // "/" is the root prefix itself
+		}
 		if len(out) != len(want) {
 			if d, err := url.PathUnescape(out); err != nil || d != want {
 				out = "" // an encoded "/" next to the prefix: see below
