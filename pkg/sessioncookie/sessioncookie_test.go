@@ -157,3 +157,33 @@ func TestFileSourceStartsBeforeTheKeysAreWritten(t *testing.T) {
 	}
 	testenv.Eventually(t, 5*time.Second, "the written key is in use", func() bool { return s.Keys().Equal(mustKeys(t, key1)) })
 }
+
+// FuzzFind: whatever Cookie header lines a client sends, Find yields only what a value of ours can
+// be (ValueLen base64url characters), values that stand in the lines after the name and "=", at most
+// max of them, and never panics.
+func FuzzFind(f *testing.F) {
+	v := strings.Repeat("A", ValueLen)
+	f.Add("pod="+v, "pod")
+	f.Add(`a=1; pod="`+v+`"; pod=`+v, "pod")
+	f.Add(";;pod=;pod", "pod")
+	f.Add("pod=\t"+v, "pod")
+	f.Fuzz(func(t *testing.T, line, name string) {
+		if name == "" || strings.ContainsAny(name, "=; \t") {
+			return
+		}
+		n := 0
+		Find([]string{line, line}, name, 3, func(got string) bool {
+			n++
+			if len(got) != ValueLen || !base64url(got) {
+				t.Fatalf("Find(%q, %q) yielded %q", line, name, got)
+			}
+			if !strings.Contains(line, name+"="+got) && !strings.Contains(line, name+`="`+got+`"`) {
+				t.Fatalf("Find(%q, %q) yielded %q, which does not follow the name", line, name, got)
+			}
+			return false
+		})
+		if n > 3 {
+			t.Fatalf("Find(%q) yielded %d values, more than max", line, n)
+		}
+	})
+}
