@@ -97,8 +97,8 @@ func TestSessionPersistenceOnEveryPath(t *testing.T) {
 			}
 			for _, be := range bes {
 				for _, r := range be.requests() {
-					if wantRaw := srv.name != "net/http"; r.viaRaw() != wantRaw {
-						t.Fatalf("served on the raw path %v, want %v", r.viaRaw(), wantRaw)
+					if wantLoops := srv.name == "event loops"; r.viaLoops() != wantLoops {
+						t.Fatalf("served on the event loops %v, want %v", r.viaLoops(), wantLoops)
 					}
 				}
 			}
