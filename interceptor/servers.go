@@ -84,6 +84,10 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 	} else {
 		log.Info("no --session-keys-file: session cookies are signed with a random key of this replica, which other replicas do not accept")
 	}
+	trusted, err := proxy.ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return servers{}, fmt.Errorf("--trusted-proxies: %w", err)
+	}
 	p, err := proxy.New(proxy.Options{
 		Tracer:                tp.Tracer("github.com/httpscale/httpscale/pkg/proxy"),
 		SessionKeys:           sessionKeys,
@@ -102,6 +106,7 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		DialTimeout:           cfg.DialTimeout,
 		MaxConnsPerEndpoint:   cfg.MaxConnsPerEndpoint,
 		ClusterDomain:         cfg.ClusterDomain,
+		TrustedProxies:        trusted,
 		DialContext:           dial,
 	})
 	if err != nil {

@@ -28,7 +28,7 @@ func FuzzRewrittenTarget(f *testing.F) {
 			return
 		}
 		var b bytes.Buffer
-		rq.Write(&b, "")
+		rq.Write(&b, Peer{})
 		line, _, _ := strings.Cut(b.String(), "\r\n")
 		if want := "GET " + target + " HTTP/1.1"; line != want {
 			t.Fatalf("the loops send %q for %q", line, target)
