@@ -20,8 +20,11 @@ const HeaderForwardedPrefix = "X-Forwarded-Prefix"
 
 // Rewrite implements engine.Rewriter: the target with the matched prefix replaced, and the
 // X-Forwarded-Prefix it replaced (a client's own is not passed on). Nothing for routes without a
-// rewrite (one nil check).
+// rewrite (one nil check). It also notes a request that came over TLS, whose session cookie is Secure.
 func (x *exchange) Rewrite(r engine.Request) (string, http.Header) {
+	if r.TLS {
+		x.secure = true // a session cookie set on the answer is Secure (session.go)
+	}
 	rw := x.rewrite
 	if rw == nil {
 		return "", nil

@@ -53,7 +53,9 @@ func (s *sessionCookie) header(v string, secure bool) string {
 }
 
 // readSession keeps the request's values of the app's session cookie (at most maxSessionValues,
-// each well-formed; see sessioncookie.Find) and whether it came over HTTPS.
+// each well-formed; see sessioncookie.Find) and whether it came over HTTPS to a proxy in front
+// (X-Forwarded-Proto; a request to the TLS port is noted by Rewrite). A client that claims https
+// itself only makes its own cookie Secure.
 func (x *exchange) readSession(h engine.Header) {
 	if h == nil {
 		return

@@ -84,7 +84,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, e.logic.Unrouted(w.Header()))
 		return
 	}
-	target, set := forwardedAs(x, Request{Method: r.Method, Target: r.RequestURI, Host: r.Host, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor})
+	target, set := forwardedAs(x, Request{Method: r.Method, Target: r.RequestURI, Host: r.Host, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor, TLS: r.TLS != nil})
 	x.Begin()
 	defer x.End()
 	if !x.Ready() {

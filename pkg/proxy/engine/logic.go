@@ -134,6 +134,8 @@ type Request struct {
 	Host string
 	// ProtoMajor and ProtoMinor are the client's HTTP version (1.1, 2).
 	ProtoMajor, ProtoMinor int
+	// TLS: the request arrived over TLS (the TLS port).
+	TLS bool
 }
 
 // Reply is an answer the logic chose (an error, a placeholder).
