@@ -101,7 +101,7 @@ func TestDefaults(t *testing.T) {
 		"PodDisruptionBudget httpscale-system/httpscale-interceptor", "PodDisruptionBudget httpscale-system/httpscale-operator",
 		"Role httpscale-system/httpscale-interceptor", "Role httpscale-system/httpscale-operator", "Role httpscale-system/httpscale-scaler",
 		"RoleBinding httpscale-system/httpscale-interceptor", "RoleBinding httpscale-system/httpscale-operator", "RoleBinding httpscale-system/httpscale-scaler",
-		"Secret httpscale-system/httpscale-operator-webhook-tls",
+		"Secret httpscale-system/httpscale-operator-webhook-tls", "Secret httpscale-system/httpscale-session-keys",
 		"Service httpscale-system/httpscale-interceptor", "Service httpscale-system/httpscale-interceptor-admin",
 		"Service httpscale-system/httpscale-operator-webhook", "Service httpscale-system/httpscale-scaler",
 		"ServiceAccount httpscale-system/httpscale-interceptor", "ServiceAccount httpscale-system/httpscale-operator", "ServiceAccount httpscale-system/httpscale-scaler",

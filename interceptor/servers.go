@@ -16,6 +16,7 @@ import (
 	"github.com/httpscale/httpscale/pkg/config"
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/queue"
+	"github.com/httpscale/httpscale/pkg/sessioncookie"
 	"github.com/httpscale/httpscale/pkg/tlsterm"
 	"github.com/httpscale/httpscale/pkg/tracing"
 	"github.com/httpscale/httpscale/pkg/version"
@@ -75,12 +76,21 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 	if err != nil {
 		return servers{}, err
 	}
+	var sessionKeys func() *sessioncookie.Keys
+	var keysFile manager.Runnable
+	if cfg.SessionKeysFile != "" {
+		src := sessioncookie.NewFileSource(cfg.SessionKeysFile, 0, log.WithName("session"))
+		sessionKeys, keysFile = src.Keys, src
+	} else {
+		log.Info("no --session-keys-file: session cookies are signed with a random key of this replica, which other replicas do not accept")
+	}
 	trusted, err := proxy.ParseTrustedProxies(cfg.TrustedProxies)
 	if err != nil {
 		return servers{}, fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	p, err := proxy.New(proxy.Options{
 		Tracer:                tp.Tracer("github.com/httpscale/httpscale/pkg/proxy"),
+		SessionKeys:           sessionKeys,
 		Tables:                kube.tables,
 		Endpoints:             kube.endpoints,
 		Registry:              reg,
@@ -119,6 +129,9 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		Log:          log.WithName("proxy"),
 	}
 	runnables := []manager.Runnable{proxySrv}
+	if keysFile != nil {
+		runnables = append(runnables, keysFile)
+	}
 	var tlsSrv *tlsterm.Server
 	if cfg.TLSAddr != "" {
 		if kube.certs == nil {

@@ -55,7 +55,14 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating endpoint cache: %w", err)
 	}
-	table, err := tablewatch.NewForClient(cs, tablewatch.Options{Namespace: cfg.Namespace, Base: cfg.TableName, Resync: cfg.TableResync, Log: log.WithName("routing"), Registerer: metrics})
+	var probe kubernetes.Interface
+	if cfg.TableStaleAfter > 0 {
+		if probe, err = tablewatch.ProbeClient(mgr.GetConfig()); err != nil {
+			return kubeParts{}, err
+		}
+	}
+	table, err := tablewatch.NewForClient(cs, tablewatch.Options{Namespace: cfg.Namespace, Base: cfg.TableName, Resync: cfg.TableResync,
+		StaleAfter: cfg.TableStaleAfter, Probe: probe, Log: log.WithName("routing"), Registerer: metrics})
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating routing-table watch: %w", err)
 	}

@@ -29,6 +29,10 @@ type Duration string
 // +kubebuilder:validation:XValidation:rule=`!has(self.replicas) || !has(self.replicas.min) || !has(self.replicas.max) || self.replicas.min <= self.replicas.max`,message="replicas.min must not be greater than replicas.max"
 // +kubebuilder:validation:XValidation:rule=`!has(self.mode) || self.mode != 'Serve' || !has(self.forwarding) || !has(self.forwarding.viaService) || !self.forwarding.viaService`,message="mode Serve cannot be combined with forwarding.viaService: while the app is at zero its Service leads back to the interceptors; remove forwarding.viaService"
 // +kubebuilder:validation:XValidation:rule=`!has(self.mode) || self.mode != 'Serve' || (has(self.scaling) && has(self.scaling.triggers) && size(self.scaling.triggers) > 0) || (has(self.replicas) && has(self.replicas.min) && self.replicas.min >= 1)`,message="mode Serve takes the interceptor out of the path while the app is warm, so the interceptor's counts cannot keep it up: add spec.scaling.triggers that measure the app's traffic (for example prometheus or metrics-api), or set replicas.min to at least 1"
+// +kubebuilder:validation:XValidation:rule=`!has(self.pathRewrites) || self.pathRewrites.all(r, (has(self.pathPrefixes) && size(self.pathPrefixes) > 0) ? r.pathPrefix in self.pathPrefixes : r.pathPrefix == '/')`,fieldPath=".pathRewrites",message="each pathRewrites[].pathPrefix must be one of spec.pathPrefixes, written the same way (an object without pathPrefixes can only rewrite /)"
+// +kubebuilder:validation:XValidation:rule=`!has(self.pathRewrites) || size(self.pathRewrites) == 0 || !has(self.mode) || self.mode != 'Serve'`,fieldPath=".pathRewrites",message="pathRewrites need mode Proxy: in Serve mode warm traffic reaches the app's pods without the interceptor, so it would arrive unrewritten; rewrite in the ingress in front, or use mode Proxy"
+// +kubebuilder:validation:XValidation:rule=`!has(self.sessionPersistence) || !has(self.mode) || self.mode != 'Serve'`,fieldPath=".sessionPersistence",message="sessionPersistence needs mode Proxy: in Serve mode warm traffic reaches the app's pods without the interceptor, which could not keep a client on one pod"
+// +kubebuilder:validation:XValidation:rule=`!has(self.sessionPersistence) || !has(self.forwarding) || !has(self.forwarding.viaService) || !self.forwarding.viaService`,fieldPath=".sessionPersistence",message="sessionPersistence cannot be combined with forwarding.viaService: through the Service's address the interceptor cannot choose the pod; remove forwarding.viaService"
 type HTTPScaledObjectSpec struct {
 	// Hosts whose requests are routed to this app. Exact hosts win over wildcards, more specific wildcards
 	// over less specific ones, and * catches whatever no other object claims.
@@ -135,6 +139,18 @@ type HTTPScaledObjectSpec struct {
 	// Forwarding controls how interceptors send this app's requests to it.
 	// +optional
 	Forwarding *Forwarding `json:"forwarding,omitempty"`
+
+	// PathRewrites replace the matched path prefix before a request is forwarded (Gateway API's
+	// URLRewrite ReplacePrefixMatch), per path prefix. See PathRewrite.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=pathPrefix
+	PathRewrites []PathRewrite `json:"pathRewrites,omitempty"`
+
+	// SessionPersistence keeps a client on one pod of the app with a cookie. See SessionPersistence.
+	// +optional
+	SessionPersistence *SessionPersistence `json:"sessionPersistence,omitempty"`
 
 	// TLS makes the interceptors terminate TLS for this object's hosts on their TLS port, with the
 	// certificate of a Secret in this object's namespace. See TLS.

@@ -74,6 +74,7 @@ func Validate(spec *v1.HTTPScaledObjectSpec, loc *time.Location) (field.ErrorLis
 		errs = append(errs, uniqueHeaderKeys(path.Child("coldStart", "placeholder", "headers"), cs.Placeholder.Headers)...)
 	}
 	errs = append(errs, validateExtraRoutes(path, spec)...)
+	errs = append(errs, validatePathRewrites(path, spec)...)
 	e, w := validateSchedules(path.Child("schedules"), spec, loc)
 	return append(errs, e...), append(warnings, w...)
 }

@@ -53,6 +53,12 @@ type Interceptor struct {
 	ClusterDomain string
 	// TableResync is the period of the routing table's full re-read.
 	TableResync time.Duration
+	// TableStaleAfter fails readiness while the API server has held a newer routing table than the
+	// watch delivered for longer than it (pkg/tablewatch); 0 turns the check off.
+	TableStaleAfter time.Duration
+	// SessionKeysFile holds the session cookies' keys, one per line, the signing key first (a
+	// mounted Secret, re-read as it changes); empty means a random key of this process.
+	SessionKeysFile string
 
 	// MaxConnsPerEndpoint bounds the connections open to one pod.
 	MaxConnsPerEndpoint int
@@ -106,6 +112,8 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&i.DialTimeout, "dial-timeout", proxy.Defaults.DialTimeout, "Bound of one connection attempt to a pod.")
 	fs.StringVar(&i.ClusterDomain, "cluster-domain", proxy.Defaults.ClusterDomain, "Cluster DNS domain, for apps forwarded via their Service.")
 	fs.DurationVar(&i.TableResync, "table-resync", time.Minute, "Period of the routing table's full re-read.")
+	fs.DurationVar(&i.TableStaleAfter, "table-stale-after", 30*time.Second, "Fail readiness while the API server has had a newer routing table than this replica's watch delivered for longer than this; 0 turns the check off.")
+	fs.StringVar(&i.SessionKeysFile, "session-keys-file", "", "File of session-cookie keys, one per line, the signing key first (re-read as it changes); empty uses a random key of this process, which other replicas do not share.")
 	fs.IntVar(&i.MaxConnsPerEndpoint, "max-conns-per-endpoint", proxy.Defaults.MaxConnsPerEndpoint, "Connections open at once to one pod; more requests wait for one.")
 	fs.IntVar(&i.GCPercent, "gc-percent", 400, "Go GC target percentage (ignored when GOGC is set).")
 	fs.BoolVar(&i.HTTP1FastPath, "http1-fast-path", true, "Serve the proxy port's HTTP/1.1 on the event loops (what they do not parse goes to net/http); false: net/http serves everything.")
@@ -166,7 +174,7 @@ func (i *Interceptor) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"request-timeout": i.RequestTimeout, "response-header-timeout": i.ResponseHeaderTimeout,
-		"drain-delay": i.DrainDelay,
+		"drain-delay": i.DrainDelay, "table-stale-after": i.TableStaleAfter,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("--%s %s: must not be negative", name, d))

@@ -52,6 +52,9 @@ type Operator struct {
 	// PprofAddr serves net/http/pprof (CPU and heap profiles of a large installation); "" or "0"
 	// disables it.
 	PprofAddr string
+	// SessionKeysSecret is the Secret in Namespace the interceptors read their session-cookie keys
+	// from; the elected operator writes a random key into it when it has none. Empty: none.
+	SessionKeysSecret string
 }
 
 // Bind registers the operator's flags on fs, then takes their values from the environment (see EnvName).
@@ -78,6 +81,7 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.InterceptorProxyPort, "interceptor-proxy-port", 8080, "The interceptors' proxy port on their pods, where Serve mode redirects an app's Service while the app is at zero.")
 	fs.StringVar(&o.InterceptorServiceAccount, "interceptor-service-account", "httpscale-interceptor", "The interceptor's ServiceAccount in --namespace, granted get/list/watch on exactly the Secrets HTTPScaledObjects name in spec.tls (a Role per namespace); empty grants nothing.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "", `Address serving /debug/pprof/ (off when empty or "0"); for profiling, never expose it.`)
+	fs.StringVar(&o.SessionKeysSecret, "session-keys-secret", "", "Secret in --namespace holding the interceptors' session-cookie keys; the elected operator writes a random key into it when it has none (a key that is there is never changed). Empty: none.")
 	o.Webhook.Bind(fs)
 	o.Schedules.Bind(fs)
 	o.loadEnv(fs)

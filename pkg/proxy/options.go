@@ -14,6 +14,7 @@ import (
 	"github.com/httpscale/httpscale/pkg/proxy/engine/h1"
 	"github.com/httpscale/httpscale/pkg/queue"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/sessioncookie"
 )
 
 // TableSource yields the routing table to route with. pkg/tablewatch implements it; Table must be
@@ -75,6 +76,11 @@ type Options struct {
 	// what the interceptor saw. Empty (the default) trusts nobody. See ParseTrustedProxies.
 	TrustedProxies []netip.Prefix
 
+	// SessionKeys returns the keys of session cookies (the first signs, all are accepted); it is
+	// called per request of an app with session persistence and must be cheap (an atomic load).
+	// nil: one random key for the process's lifetime, which other replicas do not share.
+	SessionKeys func() *sessioncookie.Keys
+
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// DialContext replaces the dialer of both upstream transports (nil: a net.Dialer with DialTimeout).
@@ -111,6 +117,10 @@ func (o *Options) setDefaults() {
 	}
 	if o.Registry == nil {
 		o.Registry = queue.NewRegistry(o.Now)
+	}
+	if o.SessionKeys == nil {
+		k := sessioncookie.RandomKeys()
+		o.SessionKeys = func() *sessioncookie.Keys { return k }
 	}
 }
 

@@ -93,9 +93,15 @@ func (p *Proxy) Route(host, path string, h engine.Header) engine.Exchange {
 	}
 	x := exchangePool.Get().(*exchange)
 	a, _ := rt.apps.Get(r.Entry)
-	*x = exchange{p: p, app: a, backend: a.target, kind: r.Kind, static: r.Static}
+	*x = exchange{p: p, app: a, backend: a.target, kind: r.Kind, static: r.Static, rewrite: r.Rewrite}
 	if r.Kind == routing.RouteStatic && r.Static.Backend != nil {
 		x.backend = a.static[r.Static]
+	}
+	if r.Rewrite != nil && routing.HasDotSegment(path) {
+		x.badPath = true // see rewrite.go
+	}
+	if a.session != nil && r.Kind != routing.RouteStatic {
+		x.readSession(h)
 	}
 	if p.opts.Tracer != nil {
 		x.hdr = h // for Trace, which reads the caller's trace context
@@ -136,6 +142,13 @@ type exchange struct {
 	done    func()        // ends the in-flight count; nil until Forwarding
 	hdr     engine.Header // the request's header view until Trace; nil when tracing is off
 	tr      *traced       // nil unless the request is traced (trace.go)
+
+	rewrite *routing.PathRewrite // the matched route's path rewrite; nil: none (rewrite.go)
+	badPath bool                 // a rewritten route's path with a dot segment: refused
+
+	cookies [maxSessionValues]string // the request's session cookie values (session.go)
+	pinned  string                   // the endpoint its cookie named under the signing key
+	secure  bool                     // the client reached the fleet over HTTPS
 }
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
@@ -151,6 +164,9 @@ func (x *exchange) Plan() engine.Plan {
 }
 
 func (x *exchange) Ready() bool {
+	if x.badPath {
+		return false // Wait refuses it
+	}
 	if x.kind == routing.RouteStatic {
 		return x.static.Backend != nil // a Service's address is always there; a response is written by Fail
 	}
@@ -160,7 +176,7 @@ func (x *exchange) Ready() bool {
 
 func (x *exchange) Begin() {
 	x.start = x.p.opts.Now()
-	if x.kind == routing.RouteApp {
+	if x.kind == routing.RouteApp && !x.badPath {
 		x.app.counts.Received()
 	}
 }
@@ -174,10 +190,12 @@ var errStatic = errors.New("static response")
 // passes and the app has a fallback Service, the request goes there.
 func (x *exchange) Wait(ctx context.Context) error {
 	a, p := x.app, x.p
-	switch x.kind {
-	case routing.RouteStatic:
+	switch {
+	case x.badPath:
+		return fmt.Errorf("%s: %w", a.key, ErrBadPath) // neither held nor a wake
+	case x.kind == routing.RouteStatic:
 		return errStatic
-	case routing.RouteIgnored:
+	case x.kind == routing.RouteIgnored:
 		return fmt.Errorf("%s: %w", a.key, ErrIdle) // neither held nor a wake
 	}
 	x.cold = true
@@ -255,6 +273,13 @@ func (x *exchange) Pick(attempt int) (string, bool) {
 	if attempt > 0 || b.hasBad() { // the clock is only needed to expire bad marks
 		now = x.p.opts.Now()
 	}
+	if attempt == 0 {
+		if c := x.sticky(view, now); c != nil { // the endpoint the session cookie names (session.go)
+			x.cand = c
+			x.tried[0] = c.addr
+			return c.addr, true
+		}
+	}
 	c, ok := b.pick(view.cands, tried, now)
 	if !ok && len(view.cands) < len(view.all) {
 		c, ok = b.pick(view.all, tried, now) // the zone's endpoints all failed: use every zone
@@ -300,6 +325,7 @@ func (x *exchange) Responded(code int, h http.Header) {
 	x.code = code
 	if h != nil {
 		x.coldHeaders(h)
+		x.setSessionCookie(h)
 	}
 }
 
@@ -327,7 +353,7 @@ func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 		p.log.V(1).Info("client went away", "app", a.key, "status", code, "error", err.Error())
 		return engine.Reply{Code: code, Abort: true} // nobody to answer
 	}
-	expected := reason == "queue_full" || reason == "app_idle" // answers by design, not upstream failures
+	expected := reason == "queue_full" || reason == "app_idle" || reason == "bad_path" // answers by design, not upstream failures
 	if code >= 500 && !expected {
 		p.opts.Metrics.upstreamErrs.WithLabelValues(a.key, reason).Inc()
 	}

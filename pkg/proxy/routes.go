@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -27,8 +28,10 @@ type app struct {
 	metrics        *Metrics
 	m              atomic.Pointer[appMetrics] // nil until the app's first request, see series
 	target         *backend
-	fallback       *backend                          // nil without a fallback
-	static         map[*routing.StaticRoute]*backend // the static routes forwarded to a Service
+	fallback       *backend                             // nil without a fallback
+	static         map[*routing.StaticRoute]*backend    // the static routes forwarded to a Service
+	session        *sessionCookie                       // nil without session persistence
+	prefixHeaders  map[*routing.PathRewrite]http.Header // X-Forwarded-Prefix of each path rewrite
 	zoneAware      bool
 	readiness      time.Duration
 	request        time.Duration
@@ -254,6 +257,12 @@ func (p *Proxy) newApp(e *routing.Entry, old *routes) *app {
 	a.target = p.newBackend(e.Namespace, e.Target(), prev, func(o *app) *backend { return o.target })
 	if fb := e.ColdStart.Fallback; fb != nil {
 		a.fallback = p.newBackend(e.Namespace, *fb, prev, func(o *app) *backend { return o.fallback })
+	}
+	if e.Session != nil {
+		a.session = newSessionCookie(e)
+	}
+	if len(e.Rewrites) > 0 {
+		a.prefixHeaders = prefixHeaders(e.Rewrites)
 	}
 	for i := range e.Static {
 		if sr := &e.Static[i]; sr.Backend != nil {

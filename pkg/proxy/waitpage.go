@@ -21,7 +21,7 @@ var errWaitingPage = errors.New("answered with the waiting page while the app wa
 // and is answered at once; every other request is held (Wait).
 func (x *exchange) WaitRequest(ctx context.Context, method string, h engine.Header) error {
 	a := x.app
-	if a.entry.ColdStart.WaitingPage == nil || !wantsPage(method, h) {
+	if x.badPath || a.entry.ColdStart.WaitingPage == nil || !wantsPage(method, h) {
 		return x.Wait(ctx)
 	}
 	x.cold = true

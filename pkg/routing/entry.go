@@ -74,6 +74,13 @@ type Entry struct {
 	// TLSSecret names a kubernetes.io/tls Secret in Namespace whose certificate the interceptors
 	// present for Hosts on their TLS port; empty means none (spec.tls unset).
 	TLSSecret string `json:"tls,omitempty"`
+
+	// Rewrites replace the matched path prefix before a request is forwarded, one per path prefix
+	// at most (spec.pathRewrites). Readers that predate them ignore the key and forward unrewritten.
+	Rewrites []PathRewrite `json:"rw,omitempty"`
+	// Session keeps a client on one endpoint with a cookie (spec.sessionPersistence); nil: off.
+	// Readers that predate it ignore the key.
+	Session *Session `json:"ss,omitempty"`
 }
 
 // HeaderMatch matches one request header.
@@ -175,6 +182,8 @@ func (e *Entry) Clone() Entry {
 	c.ColdStart.Fallback = clonePtr(e.ColdStart.Fallback)
 	c.ColdStart.Placeholder = e.ColdStart.Placeholder.clone()
 	c.ColdStart.WaitingPage = clonePtr(e.ColdStart.WaitingPage)
+	c.Rewrites = slices.Clone(e.Rewrites)
+	c.Session = clonePtr(e.Session)
 	return c
 }
 

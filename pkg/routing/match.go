@@ -31,6 +31,7 @@ type rule struct {
 	entry   *Entry
 	kind    RouteKind
 	static  *StaticRoute // for RouteStatic
+	rewrite *PathRewrite // nil: forwarded unrewritten
 }
 
 // Header is what Match reads of a request's headers: the values of one header, looked up by its
@@ -122,7 +123,7 @@ func (t *Table) MatchRoute(host, path string, header Header) (Route, bool) {
 	if r == nil {
 		return Route{}, false
 	}
-	return Route{Entry: r.entry, Kind: r.kind, Static: r.static}, true
+	return Route{Entry: r.entry, Kind: r.kind, Static: r.static, Rewrite: r.rewrite}, true
 }
 
 func (t *Table) match(host, path string, header Header) *rule {

@@ -2,13 +2,15 @@ package routing
 
 import (
 	"strings"
+	"time"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 )
 
 // EntryFromSpec turns an HTTPScaledObject and its resolved backends into the Entry the interceptors
 // route with. It copies the routing fields (hosts, path prefixes, headers, ignored paths, static
-// routes, timeouts, cold start, forwarding) and shares no memory with hso. Durations are expected to
+// routes, timeouts, cold start, forwarding, path rewrites, session persistence) and shares no memory
+// with hso. Durations are expected to
 // be valid (the API server validated them); an unparsable one is left zero, which means the
 // interceptor's default. The result is not validated: NewTable does that.
 func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) Entry {
@@ -73,6 +75,12 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 	if f := hso.Spec.Forwarding; f != nil {
 		e.ZoneAware = clonePtr(f.ZoneAware)
 		e.ViaService = f.ViaService
+	}
+	for _, rw := range hso.Spec.PathRewrites {
+		e.Rewrites = append(e.Rewrites, PathRewrite{Prefix: string(rw.PathPrefix), Replace: rw.ReplacePrefixMatch})
+	}
+	if sp := hso.Spec.SessionPersistence; sp != nil {
+		e.Session = &Session{Cookie: sp.SessionCookieName(), MaxAge: int64(sp.Lifetime.Parsed() / time.Second)}
 	}
 	return e
 }

@@ -28,13 +28,16 @@ type Route struct {
 	Entry  *Entry
 	Kind   RouteKind
 	Static *StaticRoute
+	// Rewrite is the path rewrite the request is forwarded with (shared with the table); nil: none.
+	Rewrite *PathRewrite
 }
 
 // entryRoute is one path prefix an entry claims on each of its hosts.
 type entryRoute struct {
-	prefix string
-	kind   RouteKind
-	static *StaticRoute
+	prefix  string
+	kind    RouteKind
+	static  *StaticRoute
+	rewrite *PathRewrite
 }
 
 // entryRoutes yields every path prefix the canonical entry e claims: its path prefixes ("/" when it
@@ -46,12 +49,12 @@ func entryRoutes(e *Entry) iter.Seq[entryRoute] {
 			if len(e.Ignored) > 0 && slices.Contains(e.Ignored, p) {
 				continue // the ignored route takes the prefix
 			}
-			if !yield(entryRoute{prefix: p, kind: RouteApp}) {
+			if !yield(entryRoute{prefix: p, kind: RouteApp, rewrite: rewriteFor(e, p, RouteApp)}) {
 				return
 			}
 		}
 		for _, p := range e.Ignored {
-			if !yield(entryRoute{prefix: p, kind: RouteIgnored}) {
+			if !yield(entryRoute{prefix: p, kind: RouteIgnored, rewrite: rewriteFor(e, p, RouteIgnored)}) {
 				return
 			}
 		}

@@ -278,7 +278,7 @@ func newHostRoutesFor(host string, entries []*Entry) *hostRoutes {
 				}
 				claimed[rk] = struct{}{}
 			}
-			byPrefix[r.prefix] = append(byPrefix[r.prefix], rule{headers: headers, entry: e, kind: r.kind, static: r.static})
+			byPrefix[r.prefix] = append(byPrefix[r.prefix], rule{headers: headers, entry: e, kind: r.kind, static: r.static, rewrite: r.rewrite})
 		}
 	}
 	return newHostRoutes(byPrefix)

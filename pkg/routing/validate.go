@@ -61,6 +61,17 @@ func (e *Entry) canonicalize() error {
 	if err := e.canonicalizeExtraRoutes(); err != nil {
 		return err
 	}
+	if err := e.canonicalizeRewrites(); err != nil {
+		return err
+	}
+	if s := e.Session; s != nil {
+		if err := s.validate(); err != nil {
+			return err
+		}
+		if e.ViaService {
+			return fmt.Errorf("session persistence needs forwarding to pods, not via the Service")
+		}
+	}
 	for i := range e.Headers {
 		h := &e.Headers[i]
 		if err := validateHeaderName(h.Name); err != nil {
