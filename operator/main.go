@@ -94,5 +94,6 @@ func options(cfg *config.Operator) controller.Options {
 		InterceptorServiceAccount: cfg.InterceptorServiceAccount,
 		ClusterDomain:             cfg.ClusterDomain,
 		InterceptorProxyPort:      int32(cfg.InterceptorProxyPort),
+		KEDACheckInterval:         cfg.KEDACheckInterval,
 	}
 }

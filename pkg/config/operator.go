@@ -33,6 +33,8 @@ type Operator struct {
 	// TableMaxDelay bounds how long a continuing burst may postpone the write.
 	TableDebounce time.Duration
 	TableMaxDelay time.Duration
+	// KEDACheckInterval paces the check for KEDA's CRDs while they are missing.
+	KEDACheckInterval time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
 	// ClusterDomain is the cluster's DNS domain; Serve mode routes <svc>.<ns>.svc.<ClusterDomain>.
@@ -71,6 +73,7 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.TableDebounce, "routing-table-debounce", 250*time.Millisecond, "Quiet time that ends a burst of changes before the routing table is written.")
 	fs.DurationVar(&o.TableMaxDelay, "routing-table-max-delay", 2*time.Second, "Longest a continuing burst of changes may postpone a routing-table write.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel reconciles.")
+	fs.DurationVar(&o.KEDACheckInterval, "keda-check-interval", 20*time.Second, "While KEDA's CRDs are missing, how often the operator looks for them (it routes without them, and starts scaling once they appear).")
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "The cluster's DNS domain; Serve mode routes <service>.<namespace>.svc.<domain>.")
 	fs.IntVar(&o.InterceptorProxyPort, "interceptor-proxy-port", 8080, "The interceptors' proxy port on their pods, where Serve mode redirects an app's Service while the app is at zero.")
 	fs.StringVar(&o.InterceptorServiceAccount, "interceptor-service-account", "httpscale-interceptor", "The interceptor's ServiceAccount in --namespace, granted get/list/watch on exactly the Secrets HTTPScaledObjects name in spec.tls (a Role per namespace); empty grants nothing.")
@@ -98,7 +101,7 @@ func (o *Operator) Validate() error {
 	if _, err := o.Selector(); err != nil {
 		errs = append(errs, err)
 	}
-	for name, d := range map[string]time.Duration{"propagation-probe-interval": o.ProbeInterval, "propagation-probe-timeout": o.ProbeTimeout, "routing-table-debounce": o.TableDebounce, "routing-table-max-delay": o.TableMaxDelay} {
+	for name, d := range map[string]time.Duration{"propagation-probe-interval": o.ProbeInterval, "propagation-probe-timeout": o.ProbeTimeout, "routing-table-debounce": o.TableDebounce, "routing-table-max-delay": o.TableMaxDelay, "keda-check-interval": o.KEDACheckInterval} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("--%s must be positive, got %s", name, d))
 		}
