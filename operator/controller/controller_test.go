@@ -17,6 +17,7 @@ import (
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/controller"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 	"github.com/httpscale/httpscale/pkg/trigger"
 )
 
@@ -84,7 +85,7 @@ func update(h *v1.HTTPScaledObject, mutate func(*v1.HTTPScaledObject)) {
 
 var _ = Describe("An HTTPScaledObject", func() {
 	var ns string
-	BeforeEach(func() { ns = newNamespace() })
+	BeforeEach(func() { ns = ginkgoenv.NewNamespace(context.Background(), k8s, "app-") })
 
 	It("is routed with everything the interceptor needs and gets a ScaledObject, a finalizer and status", func() {
 		createService(ns, "shop", corev1.ServicePort{Name: "web", Port: 80, TargetPort: intstr.FromInt32(8080), AppProtocol: ptr.To("kubernetes.io/h2c")})

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/testenv"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 // The API server enforces RBAC; this runs the operator as a user holding only the roles generated
@@ -52,7 +54,7 @@ var _ = Describe("The operator's generated RBAC", func() {
 		limited := startOperatorAs(u.Config(), defaultOptions(), true)
 		DeferCleanup(limited.stop)
 
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		fake := newFakeInterceptor("192.0.2.20")
 		publishFleet("rbac-fleet", []*fakeInterceptor{fake})
 		DeferCleanup(func() {

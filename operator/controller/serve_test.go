@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -24,6 +25,7 @@ import (
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/endpoints"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 // serveApp returns a Serve-mode object for a new Service and Deployment named name, with an extra
@@ -123,7 +125,7 @@ var _ = Describe("Serve mode", func() {
 	It("redirects the app's Service to the ready interceptors while the app has no ready endpoint, and hands it back once the interceptors hold nothing", func() {
 		a, b := newFakeInterceptor("198.19.0.1"), newFakeInterceptor("198.19.0.2")
 		serveFleet(a, b)
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		h := serveApp(ns, "shop")
 		key := ns + "/shop"
 		Expect(k8s.Create(ctx, h)).To(Succeed())
@@ -210,7 +212,7 @@ var _ = Describe("Serve mode", func() {
 	It("restores the Service of an object switched to Proxy while the operator was down", func() {
 		a := newFakeInterceptor("198.19.1.1")
 		serveFleet(a)
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		DeferCleanup(func() { Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed()) })
 		h := serveApp(ns, "cart")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
@@ -231,7 +233,7 @@ var _ = Describe("Serve mode", func() {
 	It("creates no redirect its object's status does not record, so a later reconcile always finds it", func() {
 		a := newFakeInterceptor("198.19.1.2")
 		serveFleet(a)
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		DeferCleanup(func() { Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed()) })
 
 		// An operator whose status writes for this namespace fail, as when it is stopped between
@@ -272,7 +274,7 @@ var _ = Describe("Serve mode", func() {
 	It("leaves a Service it cannot serve as it is and says why, and gives a claimed Service to the next object when the first goes", func() {
 		a := newFakeInterceptor("198.19.2.1")
 		serveFleet(a)
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		// Objects waiting for a ready endpoint are re-checked every second: do not leave them to the
 		// specs that follow.
 		DeferCleanup(func() { Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed()) })

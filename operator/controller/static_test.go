@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -8,11 +9,12 @@ import (
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 var _ = Describe("Ignored paths and static routes", func() {
 	var ns string
-	BeforeEach(func() { ns = newNamespace() })
+	BeforeEach(func() { ns = ginkgoenv.NewNamespace(context.Background(), k8s, "app-") })
 
 	It("are carried into the object's routing entry and routed by kind", func() {
 		h := app(ns, "shop", "shop."+ns+".example.com")

@@ -302,14 +302,6 @@ func publishFleet(name string, fakes []*fakeInterceptor, notReady ...*fakeInterc
 	Expect(err).NotTo(HaveOccurred())
 }
 
-// newNamespace creates a namespace for one spec.
-func newNamespace() string {
-	GinkgoHelper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "app-"}}
-	Expect(k8s.Create(context.Background(), ns)).To(Succeed())
-	return ns.Name
-}
-
 func createService(ns, name string, ports ...corev1.ServicePort) *corev1.Service {
 	GinkgoHelper()
 	if len(ports) == 0 {
