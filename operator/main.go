@@ -64,6 +64,7 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
 			wo := webhook.OptionsFrom(cfg.Webhook, cfg.Namespace)
 			wo.Finalizer, wo.Fleet, wo.WatchNamespaces = controller.FinalizerFor(cfg.Fleet), cfg.Fleet, cfg.WatchNamespaces
+			wo.ClusterDomain, wo.MaxEntryBytes = cfg.ClusterDomain, cfg.MaxEntryBytes
 			if _, err := webhook.Setup(mgr, wo, log.WithName("webhook")); err != nil {
 				return err
 			}
@@ -94,5 +95,7 @@ func options(cfg *config.Operator) controller.Options {
 		InterceptorServiceAccount: cfg.InterceptorServiceAccount,
 		ClusterDomain:             cfg.ClusterDomain,
 		InterceptorProxyPort:      int32(cfg.InterceptorProxyPort),
+		HostClaimRetention:        cfg.HostClaimRetention,
+		MaxEntryBytes:             cfg.MaxEntryBytes,
 	}
 }

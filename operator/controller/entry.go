@@ -29,7 +29,7 @@ func invalid(reason, format string, args ...any) error {
 func resolvePort(svc *corev1.Service, port *int32, portName *string, field string) (routing.Backend, error) {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return routing.Backend{}, invalid("UnsupportedService",
-			"%s: Service %s is of type ExternalName, which has no endpoints to route to; point it at a Service with a selector", field, svc.Name)
+			"%s: Service %s is of type ExternalName: the interceptors would dial a DNS name it chooses from their own network position, so it is refused; point it at a Service with a cluster IP in this namespace", field, svc.Name)
 	}
 	for _, p := range svc.Spec.Ports {
 		if p.Protocol != "" && p.Protocol != corev1.ProtocolTCP {
@@ -37,6 +37,9 @@ func resolvePort(svc *corev1.Service, port *int32, portName *string, field strin
 		}
 		if (port != nil && p.Port == *port) || (portName != nil && p.Name == *portName) {
 			b := routing.Backend{Service: svc.Name, Port: p.Port, PortName: p.Name, Protocol: routing.ProtocolHTTP}
+			if ip := svc.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
+				b.ClusterIP = ip
+			}
 			if p.TargetPort.IntValue() > 0 {
 				b.TargetPort = int32(p.TargetPort.IntValue())
 			} else if p.TargetPort.StrVal == "" {
@@ -62,8 +65,29 @@ func resolvePort(svc *corev1.Service, port *int32, portName *string, field strin
 		"%s: Service %s has no TCP %s; its ports are %v", field, svc.Name, want, have)
 }
 
+// addressed refuses a backend the interceptors would have to dial by the Service's address when the
+// Service has no cluster IP (headless): they dial only addresses the operator read from the API,
+// never a DNS name a tenant chose.
+func addressed(b routing.Backend, field string) error {
+	if b.ClusterIP == "" {
+		return invalid("UnsupportedService",
+			"%s: Service %s is headless (clusterIP: None); the interceptors forward here to the Service's cluster IP and never resolve a name, so give the Service a cluster IP", field, b.Service)
+	}
+	return nil
+}
+
 // buildEntry turns a valid object and its resolved backends into the routing-table entry the
 // interceptors route with (routing.EntryFromSpec, shared with the interceptor's standalone mode).
 func buildEntry(hso *v1.HTTPScaledObject, target routing.Backend, fallback *routing.Backend) routing.Entry {
 	return routing.EntryFromSpec(hso, target, fallback)
+}
+
+// ReasonRouteTooLarge is the Valid=False reason of an object whose routing entry is over the
+// per-object budget.
+const ReasonRouteTooLarge = "RouteTooLarge"
+
+// routeTooLarge is the message of an object whose routing entry's stored form is size bytes, over
+// the budget limit.
+func routeTooLarge(size, limit int) string {
+	return fmt.Sprintf("the object's routing entry is %d bytes, over the per-object budget of %d bytes (the operator's --max-entry-bytes); shorten its placeholder, waiting page, static responses or header matches, or split it into several objects", size, limit)
 }

@@ -37,10 +37,13 @@ const invalidRecheck = 30 * time.Second
 // controller has not routed yet, should no table write bring it back first.
 const notRoutedRecheck = 5 * time.Second
 
-// +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/status,verbs=get;update;patch
+// The operator writes HTTPScaledObjects only through merge patches (finalizers; status), and never
+// their spec; /finalizers update lets it set owner references that block the owner's deletion (the
+// ScaledObject, a redirect EndpointSlice).
+// +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/status,verbs=patch
 // +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/finalizers,verbs=update
-// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=*,resources=*/scale,verbs=get
@@ -77,6 +80,13 @@ type Reconciler struct {
 	Log     logr.Logger
 	// Now is the clock of the wait for routing (routingWait); nil means time.Now.
 	Now func() time.Time
+
+	// own decides which hosts each object's namespace may route (hosts.go).
+	own *ownership
+	// requeue asks for a reconcile of key ("namespace/name") by the main controller.
+	requeue func(key string)
+	// maxEntryBytes is the per-object budget of a routing entry's stored form.
+	maxEntryBytes int
 }
 
 // routingWait bounds how long a new object that already carries its finalizer (from the mutating
@@ -113,7 +123,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	entry, err := r.resolve(ctx, hso)
 	var inv *invalidError
-	if written := r.Table.Written(); !errors.As(err, &inv) && err == nil && !written.Contains(key) && !written.Lost(key) &&
+	refusedAll := false
+	if v, ok := r.own.verdict(key, hso.UID, hso.Generation); ok && len(v.granted) == 0 {
+		refusedAll = true // left out of the table for good: nothing to wait for
+	}
+	if written := r.Table.Written(); !errors.As(err, &inv) && err == nil && !written.Contains(key) && !written.Lost(key) && !refusedAll &&
 		(!controllerutil.ContainsFinalizer(hso, r.finalizer()) || r.now().Sub(hso.CreationTimestamp.Time) < routingWait) {
 		// Not settled in a written table yet: neither routed nor reported as the loser of a route
 		// conflict. The table writer's Notify brings the object back here once it is; until then this
@@ -173,7 +187,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if recheck > 0 && (result.RequeueAfter == 0 || recheck < result.RequeueAfter) {
 		result.RequeueAfter = recheck
 	}
-	r.setRoutingStatus(hso, key, inv == nil)
+	r.setHostsStatus(hso, key)
+	r.setRoutingStatus(hso, key, inv == nil, refusedAll)
 	if err := r.setTLSStatus(ctx, hso); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -222,6 +237,11 @@ func (r *Reconciler) resolve(ctx context.Context, hso *v1.HTTPScaledObject) (rou
 	if err != nil {
 		return routing.Entry{}, err
 	}
+	if f := hso.Spec.Forwarding; f != nil && f.ViaService {
+		if err := addressed(target, "scaleTargetRef (forwarding.viaService)"); err != nil {
+			return routing.Entry{}, err
+		}
+	}
 	var fallback *routing.Backend
 	if cs := hso.Spec.ColdStart; cs != nil && cs.Fallback != nil {
 		fsvc, err := r.service(ctx, hso.Namespace, cs.Fallback.Service, "coldStart.fallback.service", "FallbackServiceNotFound")
@@ -232,18 +252,52 @@ func (r *Reconciler) resolve(ctx context.Context, hso *v1.HTTPScaledObject) (rou
 		if err != nil {
 			return routing.Entry{}, err
 		}
+		if err := addressed(fb, "coldStart.fallback"); err != nil {
+			return routing.Entry{}, err
+		}
 		fallback = &fb
+	}
+	static := map[string]routing.Backend{}
+	for i, sr := range hso.Spec.StaticRoutes {
+		if sr.Service == nil {
+			continue
+		}
+		field := fmt.Sprintf("staticRoutes[%d].service", i)
+		ssvc, err := r.service(ctx, hso.Namespace, sr.Service.Name, field, "StaticServiceNotFound")
+		if err != nil {
+			return routing.Entry{}, err
+		}
+		b, err := resolvePort(ssvc, &sr.Service.Port, nil, field)
+		if err != nil {
+			return routing.Entry{}, err
+		}
+		if err := addressed(b, field); err != nil {
+			return routing.Entry{}, err
+		}
+		static[string(sr.PathPrefix)] = b
+	}
+	if err := r.checkTriggers(ctx, hso); err != nil {
+		return routing.Entry{}, err
 	}
 	if err := r.Targets.Check(ctx, hso); err != nil {
 		return routing.Entry{}, err
 	}
 	entry := buildEntry(hso, target, fallback)
+	for i := range entry.Static {
+		if b, ok := static[entry.Static[i].PathPrefix]; ok {
+			entry.Static[i].Backend = &b
+		}
+	}
 	if err := r.serveHosts(ctx, hso, svc, &entry); err != nil {
 		return routing.Entry{}, err
 	}
 	// CEL admits nothing the table rejects today; this keeps it that way if the two ever drift apart.
-	if err := entry.Validate(); err != nil {
+	_, line, err := routing.EncodeEntry(entry)
+	if err != nil {
 		return routing.Entry{}, invalid("InvalidRoute", "the routing table cannot hold this object: %v", err)
+	}
+	if len(line) > r.maxEntryBytes {
+		return routing.Entry{}, invalid(ReasonRouteTooLarge, "%s", routeTooLarge(len(line), r.maxEntryBytes))
 	}
 	return entry, nil
 }
@@ -318,7 +372,7 @@ func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObj
 }
 
 // setRoutingStatus reports conflicts and which interceptors route this generation.
-func (r *Reconciler) setRoutingStatus(hso *v1.HTTPScaledObject, key string, valid bool) {
+func (r *Reconciler) setRoutingStatus(hso *v1.HTTPScaledObject, key string, valid, refusedAll bool) {
 	// The fleet first: every version it reports was known to the writer before it could be served
 	// (TableWriter.announce), so the view read after it knows them all. Read the other way round, a
 	// view older than the fleet counts a replica on a newer table as serving nothing.
@@ -353,6 +407,9 @@ func (r *Reconciler) setRoutingStatus(hso *v1.HTTPScaledObject, key string, vali
 	case lost:
 		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, "Conflict",
 			"another object holds this route (see condition Conflict), so this one is left out of the routing table")
+	case refusedAll:
+		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, ReasonHostsRefused,
+			"none of the object's hosts is its namespace's to route (see condition HostsAccepted), so it is left out of the routing table")
 	case !routed:
 		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, "Pending",
 			"the routing table holding this generation is not written yet")
@@ -375,6 +432,7 @@ func (r *Reconciler) setReady(hso *v1.HTTPScaledObject) {
 		want metav1.ConditionStatus
 	}{
 		{v1.ConditionValid, metav1.ConditionTrue},
+		{v1.ConditionHostsAccepted, metav1.ConditionTrue},
 		{v1.ConditionConflict, metav1.ConditionFalse},
 		{v1.ConditionScaledObjectReady, metav1.ConditionTrue},
 		{v1.ConditionRoutingPropagated, metav1.ConditionTrue},
@@ -413,6 +471,7 @@ func (r *Reconciler) setCondition(hso *v1.HTTPScaledObject, typ string, status m
 	// Warnings are problems the user must fix; everything else is progress.
 	warning := typ == v1.ConditionConflict && status == metav1.ConditionTrue ||
 		typ == v1.ConditionValid && status == metav1.ConditionFalse ||
+		typ == v1.ConditionHostsAccepted && status == metav1.ConditionFalse ||
 		typ == v1.ConditionTLSReady && status == metav1.ConditionFalse ||
 		typ == v1.ConditionScaledObjectReady && status == metav1.ConditionFalse && reason != "NotValid" ||
 		typ == v1.ConditionServing && status == metav1.ConditionFalse && reason != v1.ServingReasonProxying

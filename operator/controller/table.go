@@ -95,7 +95,11 @@ type TableWriter struct {
 	MaxShardBytes int
 	// MaxShardEntries bounds the entries of one shard; zero means routing.DefaultMaxShardEntries.
 	MaxShardEntries int
-	Log             logr.Logger
+	// MaxEntryBytes bounds one entry's stored form; a larger entry is left out of the table (the
+	// reconciler reports it invalid), so it can never fail a shard's encoding and with it every
+	// write. Zero means routing.DefaultMaxEntryBytes.
+	MaxEntryBytes int
+	Log           logr.Logger
 	// Notify is called after each write with the keys whose routing or conflict state may have changed.
 	Notify func(keys []string)
 	// AfterWrite is called after each write that changed the table version (the prober re-asks then).
@@ -157,7 +161,7 @@ func (w *TableWriter) Set(key string, c *candidate) {
 	w.init()
 	if c != nil {
 		c = &candidate{entry: c.entry, created: c.created, uid: c.uid}
-		if err := c.prepare(); err != nil {
+		if err := c.prepare(w.maxEntryBytes()); err != nil {
 			// The reconciler validates entries before handing them over; this guard keeps one bad
 			// entry from blocking every other app should the two ever disagree.
 			w.Log.Error(err, "leaving an invalid entry out of the routing table", "key", key)
@@ -367,7 +371,7 @@ func (w *TableWriter) seed(ctx context.Context) error {
 			continue
 		}
 		c := &candidate{entry: e.Clone(), created: o.CreationTimestamp.Time, uid: o.UID}
-		if err := c.prepare(); err != nil {
+		if err := c.prepare(w.maxEntryBytes()); err != nil {
 			continue
 		}
 		seeded[e.Key()] = c

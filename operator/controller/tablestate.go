@@ -3,6 +3,7 @@ package controller
 import (
 	"bytes"
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -20,15 +21,27 @@ type candidate struct {
 	routes  []string  // routing.RouteKeys of entry
 }
 
-// prepare canonicalises c's entry and computes its stored form and route keys. It is called outside
-// the writer's lock, by the goroutine that decided the candidate.
-func (c *candidate) prepare() error {
+// prepare canonicalises c's entry and computes its stored form and route keys; an entry whose stored
+// form exceeds maxLine bytes is an error wrapping routing.ErrEntryTooLarge. It is called outside the
+// writer's lock, by the goroutine that decided the candidate.
+func (c *candidate) prepare(maxLine int) error {
 	canon, line, err := routing.EncodeEntry(c.entry)
 	if err != nil {
 		return err
 	}
+	if len(line) > maxLine {
+		return fmt.Errorf("%w: %s is %d bytes, over the per-object budget of %d", routing.ErrEntryTooLarge, canon.Key(), len(line), maxLine)
+	}
 	c.entry, c.line, c.routes = canon, line, routing.RouteKeys(&canon)
 	return nil
+}
+
+// maxEntryBytes is the writer's per-entry budget.
+func (w *TableWriter) maxEntryBytes() int {
+	if w.MaxEntryBytes > 0 {
+		return min(w.MaxEntryBytes, routing.MaxEntryBytesLimit)
+	}
+	return routing.DefaultMaxEntryBytes
 }
 
 func sameCandidate(a, b *candidate) bool {

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/httpscale/httpscale/pkg/routing"
 )
 
 // Operator configures the operator binary.
@@ -43,6 +45,12 @@ type Operator struct {
 	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace; the operator lets it
 	// read exactly the Secrets HTTPScaledObjects name in spec.tls. Empty grants nothing.
 	InterceptorServiceAccount string
+	// HostClaimRetention is how long a host stays its namespace's after the last object of the
+	// namespace routing it is gone (HostClaims); zero keeps it until an admin deletes the claim.
+	HostClaimRetention time.Duration
+	// MaxEntryBytes is the per-object budget of a routing entry's stored form: a larger object is
+	// refused at admission and left out of the routing table.
+	MaxEntryBytes int
 	// Webhook configures the validating admission webhook and its certificate.
 	Webhook Webhook
 	// Schedules configures scheduled scaling.
@@ -75,6 +83,8 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.InterceptorProxyPort, "interceptor-proxy-port", 8080, "The interceptors' proxy port on their pods, where Serve mode redirects an app's Service while the app is at zero.")
 	fs.StringVar(&o.InterceptorServiceAccount, "interceptor-service-account", "httpscale-interceptor", "The interceptor's ServiceAccount in --namespace, granted get/list/watch on exactly the Secrets HTTPScaledObjects name in spec.tls (a Role per namespace); empty grants nothing.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "", `Address serving /debug/pprof/ (off when empty or "0"); for profiling, never expose it.`)
+	fs.DurationVar(&o.HostClaimRetention, "host-claim-retention", 24*time.Hour, "How long a host stays its namespace's after the last object of the namespace routing it is gone (a GitOps replace, a helm uninstall/install); 0 keeps it until an admin deletes its HostClaim.")
+	fs.IntVar(&o.MaxEntryBytes, "max-entry-bytes", routing.DefaultMaxEntryBytes, fmt.Sprintf("Per-object budget of a routing entry's stored form in bytes (at most %d): a larger HTTPScaledObject is refused at admission and left out of the routing table.", routing.MaxEntryBytesLimit))
 	o.Webhook.Bind(fs)
 	o.Schedules.Bind(fs)
 	o.loadEnv(fs)
@@ -111,6 +121,12 @@ func (o *Operator) Validate() error {
 	}
 	if strings.Contains(o.ClusterDomain, "/") || strings.HasPrefix(o.ClusterDomain, ".") || strings.HasSuffix(o.ClusterDomain, ".") {
 		errs = append(errs, fmt.Errorf("--cluster-domain %q: want a DNS domain such as cluster.local, without leading or trailing dots", o.ClusterDomain))
+	}
+	if o.HostClaimRetention < 0 {
+		errs = append(errs, fmt.Errorf("--host-claim-retention must not be negative, got %s", o.HostClaimRetention))
+	}
+	if o.MaxEntryBytes < 1024 || o.MaxEntryBytes > routing.MaxEntryBytesLimit {
+		errs = append(errs, fmt.Errorf("--max-entry-bytes must be between 1024 and %d (a quarter of a routing-table shard), got %d", routing.MaxEntryBytesLimit, o.MaxEntryBytes))
 	}
 	errs = append(errs, o.Webhook.Validate(), o.Schedules.Validate())
 	return errors.Join(errs...)
