@@ -80,6 +80,12 @@ type Entry struct {
 	// TLSSecret names a kubernetes.io/tls Secret in Namespace whose certificate the interceptors
 	// present for Hosts on their TLS port; empty means none (spec.tls unset).
 	TLSSecret string `json:"tls,omitempty"`
+
+	// ServePort, when set, is the port the interceptors listen on for this app alone (Serve mode):
+	// the operator points the app's own Service at it while the app is at zero, and every request
+	// arriving there is routed to this entry, whatever its Host (MatchPath). Zero: none. Readers that
+	// predate it ignore the key and serve no such port.
+	ServePort int32 `json:"sp,omitempty"`
 }
 
 // HeaderMatch matches one request header.

@@ -68,7 +68,7 @@ func fullEntry(key string) Entry {
 	return entry(key, []string{"*.shop.example.com", "shop.example.com"}, paths("/api", "/cart"), hdr("X-Tenant=acme"), hdr("X-Debug"),
 		func(e *Entry) {
 			e.Generation = 7
-			e.Port, e.PortName, e.TargetPort, e.Protocol, e.ClusterIP = 8080, "http", 9090, ProtocolH2C, "10.96.0.10"
+			e.Port, e.PortName, e.TargetPort, e.Protocol, e.ClusterIP, e.ServePort = 8080, "http", 9090, ProtocolH2C, "10.96.0.10", 20001
 			e.Timeouts = Timeouts{Readiness: 1500 * time.Millisecond, Request: 2*time.Minute + 1, ResponseHeader: 10 * time.Second}
 			e.ColdStart = ColdStart{
 				QueueLimit: 50,

@@ -50,3 +50,39 @@ func TestFallThroughWithinNamespace(t *testing.T) {
 		t.Errorf("got %v, %v; want a/wild", e, ok)
 	}
 }
+
+// A request on an app's Serve port is routed among that app's routes only, whatever its Host.
+func TestMatchPath(t *testing.T) {
+	tbl := mustTable(t, entry("b/shop", []string{"shop.example.com"}, paths("/api", "/web"), hdr("X-Tenant=b"), func(e *Entry) {
+		e.Ignored = []string{"/api/health"}
+		e.Static = []StaticRoute{{PathPrefix: "/ping", Response: &Placeholder{Body: "pong"}}}
+		e.ServePort = 20001
+	}))
+	e, _ := tbl.Lookup("b/shop")
+	tenant := map[string][]string{"X-Tenant": {"b"}}
+	for _, tc := range []struct {
+		path   string
+		header map[string][]string
+		ok     bool
+		kind   RouteKind
+	}{
+		{"/api/v1", tenant, true, RouteApp},
+		{"/api/health/live", tenant, true, RouteIgnored},
+		{"/ping", tenant, true, RouteStatic},
+		{"/other", tenant, false, 0},
+		{"/api", nil, false, 0},
+		{"/api", map[string][]string{"X-Tenant": {"a"}}, false, 0},
+	} {
+		r, ok := e.MatchPath(tc.path, routingHeaders(tc.header))
+		if ok != tc.ok || ok && (r.Kind != tc.kind || r.Entry != e) {
+			t.Errorf("MatchPath(%s, %v) = %+v, %v; want kind %d, %v", tc.path, tc.header, r, ok, tc.kind, tc.ok)
+		}
+	}
+	if e.ServePort != 20001 {
+		t.Errorf("ServePort %d did not survive the table", e.ServePort)
+	}
+}
+
+type routingHeaders map[string][]string
+
+func (h routingHeaders) Values(k string) []string { return h[k] }

@@ -91,6 +91,9 @@ func (e *Entry) canonicalize() error {
 	if e.Timeouts.Readiness < 0 || e.Timeouts.Request < 0 || e.Timeouts.ResponseHeader < 0 {
 		return fmt.Errorf("timeouts must not be negative")
 	}
+	if e.ServePort < 0 || e.ServePort > 65535 {
+		return fmt.Errorf("serve port %d is not in 1-65535", e.ServePort)
+	}
 	if e.TLSSecret != "" && !isDNSSubdomain(e.TLSSecret) {
 		return fmt.Errorf("TLS Secret name %q is not a DNS subdomain", e.TLSSecret)
 	}
