@@ -74,4 +74,6 @@ func TestServePortReachesOnlyItsApp(t *testing.T) {
 	})
 }
 
-func keyIn(ns, svc string) endpoints.ServiceKey { return endpoints.ServiceKey{Namespace: ns, Service: svc} }
+func keyIn(ns, svc string) endpoints.ServiceKey {
+	return endpoints.ServiceKey{Namespace: ns, Service: svc}
+}
