@@ -94,7 +94,8 @@ func options(cfg *config.Operator) controller.Options {
 		MaxConcurrentReconciles:   cfg.MaxConcurrentReconciles,
 		InterceptorServiceAccount: cfg.InterceptorServiceAccount,
 		ClusterDomain:             cfg.ClusterDomain,
-		InterceptorProxyPort:      int32(cfg.InterceptorProxyPort),
+		ServePortMin:              int32(cfg.ServePortMin),
+		ServePortMax:              int32(cfg.ServePortMax),
 		HostClaimRetention:        cfg.HostClaimRetention,
 		MaxEntryBytes:             cfg.MaxEntryBytes,
 	}

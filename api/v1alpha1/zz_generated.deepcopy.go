@@ -189,6 +189,11 @@ func (in *HTTPScalePolicySpec) DeepCopyInto(out *HTTPScalePolicySpec) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.CatchAll != nil {
+		in, out := &in.CatchAll, &out.CatchAll
+		*out = new(NamespaceSelection)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.ClusterTriggerAuthentication != nil {
 		in, out := &in.ClusterTriggerAuthentication, &out.ClusterTriggerAuthentication
 		*out = new(NamespaceSelection)

@@ -101,7 +101,13 @@ func (rr *routeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			return ctrl.Result{}, nil
 		}
 	}
-	rr.r.Table.Set(key, &candidate{entry: entry, created: hso.CreationTimestamp.Time, uid: hso.UID})
+	// A Serve-mode app that owns its Service's redirect and all its hosts gets a Serve port.
+	serve, err := rr.r.wantsServePort(ctx, hso)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	serve = serve && len(verdict.refused) == 0
+	rr.r.Table.Set(key, &candidate{entry: entry, created: hso.CreationTimestamp.Time, uid: hso.UID, serve: serve})
 	return ctrl.Result{}, nil
 }
 

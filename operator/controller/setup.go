@@ -83,9 +83,9 @@ type Options struct {
 	Schedules *scheduler.Scheduler
 	// ClusterDomain is the cluster's DNS domain, for the Service host names Serve mode routes.
 	ClusterDomain string
-	// InterceptorProxyPort is the interceptors' proxy port, the target of Serve mode's redirects;
-	// 0 means 8080.
-	InterceptorProxyPort int32
+	// ServePortMin and ServePortMax bound the Serve ports given to Serve-mode apps (serveports.go);
+	// zero means DefaultServePortMin-DefaultServePortMax.
+	ServePortMin, ServePortMax int32
 	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace, which SecretGrants
 	// lets read the Secrets spec.tls names; empty grants nothing.
 	InterceptorServiceAccount string
@@ -236,6 +236,8 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		StartupGrace:    30 * time.Second,
 		MaxShardBytes:   maxShard,
 		MaxShardEntries: o.MaxShardEntries,
+		ServePortMin:    o.ServePortMin,
+		ServePortMax:    o.ServePortMax,
 		Log:             log.WithName("table"),
 		Notify:          keys.Enqueue,
 		AfterWrite:      prober.Kick,
@@ -274,7 +276,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		ScalerAddress: o.ScalerAddress,
 		Schedules:     o.Schedules,
 		APIReader:     mgr.GetAPIReader(),
-		Serve:         ServeOptions{ProxyPort: cmp.Or(o.InterceptorProxyPort, 8080), ClusterDomain: o.ClusterDomain},
+		Serve:         ServeOptions{ClusterDomain: o.ClusterDomain},
 		Secrets:       mgr.GetAPIReader(),
 		Log:           log,
 		maxEntryBytes: cmp.Or(o.MaxEntryBytes, routing.DefaultMaxEntryBytes),

@@ -51,6 +51,9 @@ type TableWriter struct {
 	AfterWrite func()
 	// Clock paces the writes (tableloop.go); nil means the real clock.
 	Clock clock.Clock
+	// ServePortMin and ServePortMax bound the Serve ports given to apps (serveports.go); zero means
+	// DefaultServePortMin-DefaultServePortMax.
+	ServePortMin, ServePortMax int32
 
 	mu      sync.Mutex
 	state   *tableState
@@ -91,6 +94,9 @@ func (w *TableWriter) init() {
 			maxEntries = routing.DefaultMaxShardEntries
 		}
 		w.state, w.initErr = newTableState(maxBytes, maxEntries)
+		if w.state != nil {
+			w.state.ports = newPortAllocator(w.ServePortMin, w.ServePortMax)
+		}
 		w.store = tableStore{client: w.Client, reader: w.Reader, namespace: w.Namespace, base: w.Base, writes: &w.Writes}
 		w.touched = map[string]struct{}{}
 		w.dirty = make(chan struct{}, 1)
@@ -104,7 +110,7 @@ func (w *TableWriter) init() {
 func (w *TableWriter) Set(key string, c *candidate) {
 	w.init()
 	if c != nil {
-		c = &candidate{entry: c.entry, created: c.created, uid: c.uid}
+		c = &candidate{entry: c.entry, created: c.created, uid: c.uid, serve: c.serve}
 		if err := c.prepare(w.maxEntryBytes()); err != nil {
 			// The reconciler validates entries before handing them over; this guard keeps one bad
 			// entry from blocking every other app should the two ever disagree.

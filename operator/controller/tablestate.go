@@ -19,6 +19,10 @@ type candidate struct {
 	uid     types.UID // of the object, to tell a stale decision from a recreated object
 	line    []byte    // the stored form of entry (routing.EncodeEntry)
 	routes  []string  // routing.RouteKeys of entry
+	// serve asks for a Serve port (serveports.go); out is the line published with port outPort.
+	serve   bool
+	out     []byte
+	outPort int32
 }
 
 // prepare canonicalises c's entry and computes its stored form and route keys; an entry whose stored
@@ -45,7 +49,24 @@ func (w *TableWriter) maxEntryBytes() int {
 }
 
 func sameCandidate(a, b *candidate) bool {
-	return a.created.Equal(b.created) && bytes.Equal(a.line, b.line)
+	return a.created.Equal(b.created) && a.serve == b.serve && bytes.Equal(a.line, b.line)
+}
+
+// published returns c's stored form with port as its Serve port.
+func (c *candidate) published(port int32) []byte {
+	if port == c.entry.ServePort {
+		return c.line
+	}
+	if c.out == nil || c.outPort != port {
+		e := c.entry.Clone()
+		e.ServePort = port
+		_, line, err := routing.EncodeEntry(e)
+		if err != nil {
+			return c.line // the port is in range and the rest was valid: cannot happen
+		}
+		c.out, c.outPort = line, port
+	}
+	return c.out
 }
 
 // before is the precedence of contested routes: the oldest object wins, then namespace/name.
@@ -69,6 +90,7 @@ type tableState struct {
 	published map[string]int64 // key → generation of the entry in the encoder
 	dirty     map[string]struct{}
 	enc       *routing.Encoder
+	ports     *portAllocator // Serve ports of the published candidates that ask for one
 }
 
 func newTableState(maxShardBytes, maxShardEntries int) (*tableState, error) {
@@ -77,7 +99,7 @@ func newTableState(maxShardBytes, maxShardEntries int) (*tableState, error) {
 		return nil, err
 	}
 	return &tableState{desired: map[string]*candidate{}, routes: map[string][]string{}, losers: map[string]routing.Conflict{},
-		published: map[string]int64{}, dirty: map[string]struct{}{}, enc: enc}, nil
+		published: map[string]int64{}, dirty: map[string]struct{}{}, enc: enc, ports: newPortAllocator(0, 0)}, nil
 }
 
 // set records key's prepared candidate, or its absence (nil). It reports whether anything changed.
@@ -105,6 +127,12 @@ func (s *tableState) set(key string, c *candidate) bool {
 		for _, rk := range c.routes {
 			s.markAll(s.routes[rk])
 			s.routes[rk] = append(s.routes[rk], key)
+		}
+		if c.entry.ServePort > 0 {
+			// Only a stored table's entry comes with a port (the routing controller never sets one):
+			// the app keeps it until it is decided again.
+			c.serve = true
+			s.ports.hint(key, c.entry.ServePort)
 		}
 		s.desired[key] = c
 	}
@@ -170,9 +198,16 @@ func (s *tableState) decide() []string {
 		if _, lost := s.losers[k]; c == nil || lost {
 			s.enc.Put(k, nil)
 			delete(s.published, k)
+			s.ports.release(k) // no redirect while the app does not own its routes
 			continue
 		}
-		s.enc.Put(k, c.line)
+		var port int32
+		if c.serve {
+			port = s.ports.assign(k)
+		} else {
+			s.ports.release(k)
+		}
+		s.enc.Put(k, c.published(port))
 		s.published[k] = c.entry.Generation
 	}
 	slices.Sort(queue)

@@ -364,3 +364,35 @@ func current2(s *corev1.Service) *corev1.Service {
 	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(s), cur)).To(Succeed())
 	return cur
 }
+
+// Traffic redirected from a Service must reach only that Service's own app: a Serve-mode object that
+// does not own its routes gets no Serve port and its Service is not redirected; once it owns them,
+// it gets a port no other app has.
+var _ = Describe("Serve mode between namespaces", func() {
+	It("redirects no Service of an object that does not own its routes, and gives each app a port of its own", func() {
+		a, b := newNamespace(), newNamespace()
+		fake := newFakeInterceptor("198.19.2.1")
+		serveFleet(fake)
+		taken := "taken-" + utilrand.String(8) + ".example.com"
+		owner := app(a, "owner", taken)
+		Expect(k8s.Create(ctx, owner)).To(Succeed())
+		Eventually(claimNamespace(taken)).Should(Equal(a))
+
+		h := serveApp(b, "shop")
+		h.Spec.Hosts = append(h.Spec.Hosts, v1.Host(taken))
+		Expect(k8s.Create(ctx, h)).To(Succeed())
+		Eventually(condition(h, v1.ConditionServing)).Should(haveCondition(False, "RoutesNotOwned"))
+		Consistently(redirect(b, "shop"), "1s").Should(BeNil())
+		Expect(servePortOf(b + "/shop")()).To(BeZero())
+
+		update(h, func(o *v1.HTTPScaledObject) { o.Spec.Hosts = o.Spec.Hosts[:1] })
+		Eventually(servePortOf(b + "/shop")).ShouldNot(BeZero())
+		port := servePortOf(b + "/shop")()
+		Eventually(redirectTargets(b, "shop")).Should(Equal(targetsAt(port)("198.19.2.1")))
+
+		other := serveApp(a, "cart")
+		Expect(k8s.Create(ctx, other)).To(Succeed())
+		Eventually(servePortOf(a + "/cart")).ShouldNot(BeZero())
+		Expect(servePortOf(a + "/cart")()).NotTo(Equal(port), "each app has a port of its own")
+	})
+})

@@ -15,7 +15,7 @@ import (
 // PolicyPath is where the HTTPScalePolicy validating webhook is served.
 const PolicyPath = "/validate-httpscale-dev-v1alpha1-httpscalepolicy"
 
-// +kubebuilder:webhook:path=/validate-httpscale-dev-v1alpha1-httpscalepolicy,mutating=false,failurePolicy=fail,sideEffects=None,groups=httpscale.dev,resources=httpscalepolicies,verbs=create;update,versions=v1alpha1,name=httpscalepolicies.httpscale.dev,admissionReviewVersions=v1,serviceName=httpscale-operator-webhook,serviceNamespace=httpscale-system,servicePort=443,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-httpscale-dev-v1alpha1-httpscalepolicy,mutating=false,failurePolicy=ignore,sideEffects=None,groups=httpscale.dev,resources=httpscalepolicies,verbs=create;update,versions=v1alpha1,name=httpscalepolicies.httpscale.dev,admissionReviewVersions=v1,serviceName=httpscale-operator-webhook,serviceNamespace=httpscale-system,servicePort=443,timeoutSeconds=10
 
 // PolicyValidator rejects HTTPScalePolicies the operator could not apply as written: a label
 // selector that does not parse would select no namespace (the operator logs and ignores it), so it

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,9 +40,9 @@ type Operator struct {
 	MaxConcurrentReconciles int
 	// ClusterDomain is the cluster's DNS domain; Serve mode routes <svc>.<ns>.svc.<ClusterDomain>.
 	ClusterDomain string
-	// InterceptorProxyPort is the interceptors' proxy port on their pods, the target of Serve mode's
-	// redirect slices.
-	InterceptorProxyPort int
+	// ServePortMin and ServePortMax bound the Serve ports: one per Serve-mode app, on which the
+	// interceptors listen for that app alone, the target of its Service's redirect slice.
+	ServePortMin, ServePortMax int
 	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace; the operator lets it
 	// read exactly the Secrets HTTPScaledObjects name in spec.tls. Empty grants nothing.
 	InterceptorServiceAccount string
@@ -80,7 +81,17 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.TableMaxDelay, "routing-table-max-delay", 2*time.Second, "Longest a continuing burst of changes may postpone a routing-table write.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel reconciles.")
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "The cluster's DNS domain; Serve mode routes <service>.<namespace>.svc.<domain>.")
-	fs.IntVar(&o.InterceptorProxyPort, "interceptor-proxy-port", 8080, "The interceptors' proxy port on their pods, where Serve mode redirects an app's Service while the app is at zero.")
+	o.ServePortMin, o.ServePortMax = 20000, 29999
+	fs.Func("serve-ports", "Range of the interceptors' Serve ports, min-max (default 20000-29999): each Serve-mode app gets one, on which the interceptors route every request to that app alone; its Service is redirected there while the app is at zero. Must not include a port the interceptors already use.", func(v string) error {
+		lo, hi, ok := strings.Cut(v, "-")
+		a, err1 := strconv.Atoi(strings.TrimSpace(lo))
+		b, err2 := strconv.Atoi(strings.TrimSpace(hi))
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("want min-max, such as 20000-29999")
+		}
+		o.ServePortMin, o.ServePortMax = a, b
+		return nil
+	})
 	fs.StringVar(&o.InterceptorServiceAccount, "interceptor-service-account", "httpscale-interceptor", "The interceptor's ServiceAccount in --namespace, granted get/list/watch on exactly the Secrets HTTPScaledObjects name in spec.tls (a Role per namespace); empty grants nothing.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "", `Address serving /debug/pprof/ (off when empty or "0"); for profiling, never expose it.`)
 	fs.DurationVar(&o.HostClaimRetention, "host-claim-retention", 24*time.Hour, "How long a host stays its namespace's after the last object of the namespace routing it is gone (a GitOps replace, a helm uninstall/install); 0 keeps it until an admin deletes its HostClaim.")
@@ -116,8 +127,8 @@ func (o *Operator) Validate() error {
 	if o.MaxConcurrentReconciles < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.MaxConcurrentReconciles))
 	}
-	if o.InterceptorProxyPort < 1 || o.InterceptorProxyPort > 65535 {
-		errs = append(errs, fmt.Errorf("--interceptor-proxy-port must be a port number (1-65535), got %d", o.InterceptorProxyPort))
+	if o.ServePortMin < 1024 || o.ServePortMax > 65535 || o.ServePortMin > o.ServePortMax {
+		errs = append(errs, fmt.Errorf("--serve-ports %d-%d: want min-max within 1024-65535, min not above max", o.ServePortMin, o.ServePortMax))
 	}
 	if strings.Contains(o.ClusterDomain, "/") || strings.HasPrefix(o.ClusterDomain, ".") || strings.HasSuffix(o.ClusterDomain, ".") {
 		errs = append(errs, fmt.Errorf("--cluster-domain %q: want a DNS domain such as cluster.local, without leading or trailing dots", o.ClusterDomain))
