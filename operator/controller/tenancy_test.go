@@ -393,6 +393,6 @@ var _ = Describe("Serve mode between namespaces", func() {
 		other := serveApp(a, "cart")
 		Expect(k8s.Create(ctx, other)).To(Succeed())
 		Eventually(servePortOf(a + "/cart")).ShouldNot(BeZero())
-		Expect(servePortOf(a + "/cart")()).NotTo(Equal(port), "each app has a port of its own")
+		Expect(servePortOf(a+"/cart")()).NotTo(Equal(port), "each app has a port of its own")
 	})
 })
