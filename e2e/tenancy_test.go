@@ -87,19 +87,7 @@ var _ = Describe("Tenancy", Ordered, func() {
 	}
 	// viaService sends GET path with host and headers to the interceptor Service, as a client does.
 	viaService := func(ctx context.Context, hostHeader, path string, headers map[string]string) (answer, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d%s", h.InterceptorService, localcluster.ProxyPort, path), nil)
-		if err != nil {
-			return answer{}, err
-		}
-		req.Host = hostHeader
-		for k, v := range headers {
-			req.Header.Set(k, v)
-		}
-		resp, err := f.HTTP.Do(req)
-		if err != nil {
-			return answer{}, err
-		}
-		return readAnswer(resp)
+		return askURL(ctx, fmt.Sprintf("http://%s:%d%s", h.InterceptorService, localcluster.ProxyPort, path), hostHeader, headers)
 	}
 	// servedBy expects requests for hostHeader/path with headers to be answered 200 by a pod of app in ns.
 	servedBy := func(ctx context.Context, hostHeader, path string, headers map[string]string, ns, name string) {
