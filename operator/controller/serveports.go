@@ -68,6 +68,9 @@ func (a *portAllocator) assign(key string) int32 {
 	return 0
 }
 
+// free reports whether a port is free.
+func (a *portAllocator) free() bool { return len(a.byPort) < int(a.hi-a.lo)+1 }
+
 // release frees key's port.
 func (a *portAllocator) release(key string) {
 	if p, ok := a.byKey[key]; ok {

@@ -91,6 +91,9 @@ type tableState struct {
 	dirty     map[string]struct{}
 	enc       *routing.Encoder
 	ports     *portAllocator // Serve ports of the published candidates that ask for one
+	// portless holds the published candidates that ask for a Serve port and got none (the range
+	// was exhausted): they get one as soon as one is free.
+	portless map[string]struct{}
 }
 
 func newTableState(maxShardBytes, maxShardEntries int) (*tableState, error) {
@@ -195,21 +198,40 @@ func (s *tableState) decide() []string {
 	}
 	for _, k := range queue {
 		c := s.desired[k]
+		delete(s.portless, k)
 		if _, lost := s.losers[k]; c == nil || lost {
 			s.enc.Put(k, nil)
 			delete(s.published, k)
 			s.ports.release(k) // no redirect while the app does not own its routes
 			continue
 		}
-		var port int32
-		if c.serve {
-			port = s.ports.assign(k)
-		} else {
-			s.ports.release(k)
+		s.publish(k, c)
+	}
+	// Ports freed by this decision go to the apps that waited for one.
+	for k := range s.portless {
+		if c := s.desired[k]; c != nil && s.ports.free() {
+			delete(s.portless, k)
+			s.publish(k, c)
+			queue = append(queue, k)
 		}
-		s.enc.Put(k, c.published(port))
-		s.published[k] = c.entry.Generation
 	}
 	slices.Sort(queue)
-	return queue
+	return slices.Compact(queue)
+}
+
+// publish puts candidate c of key into the encoder, with its Serve port when it asks for one.
+func (s *tableState) publish(k string, c *candidate) {
+	var port int32
+	if c.serve {
+		if port = s.ports.assign(k); port == 0 {
+			if s.portless == nil {
+				s.portless = map[string]struct{}{}
+			}
+			s.portless[k] = struct{}{}
+		}
+	} else {
+		s.ports.release(k)
+	}
+	s.enc.Put(k, c.published(port))
+	s.published[k] = c.entry.Generation
 }
