@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,7 +22,6 @@ import (
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/scheduler"
 	"github.com/httpscale/httpscale/pkg/appkey"
-	"github.com/httpscale/httpscale/pkg/routing"
 )
 
 // Finalizer keeps an HTTPScaledObject until its entry has left the written routing table.
@@ -228,95 +226,6 @@ func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key
 		return ctrl.Result{}, fmt.Errorf("removing finalizer from %s: %w", key, err)
 	}
 	return ctrl.Result{}, nil
-}
-
-// resolve validates everything CEL cannot (the Service and port, the fallback, the scale target) and
-// builds the routing entry. Problems the user must fix come back as *invalidError.
-func (r *Reconciler) resolve(ctx context.Context, hso *v1.HTTPScaledObject) (routing.Entry, error) {
-	ref := hso.Spec.ScaleTargetRef
-	svc, err := r.service(ctx, hso.Namespace, ref.Service, "scaleTargetRef.service", "ServiceNotFound")
-	if err != nil {
-		return routing.Entry{}, err
-	}
-	target, err := resolvePort(svc, ref.Port, ref.PortName, "scaleTargetRef")
-	if err != nil {
-		return routing.Entry{}, err
-	}
-	if f := hso.Spec.Forwarding; f != nil && f.ViaService {
-		if err := addressed(target, "scaleTargetRef (forwarding.viaService)"); err != nil {
-			return routing.Entry{}, err
-		}
-	}
-	var fallback *routing.Backend
-	if cs := hso.Spec.ColdStart; cs != nil && cs.Fallback != nil {
-		fsvc, err := r.service(ctx, hso.Namespace, cs.Fallback.Service, "coldStart.fallback.service", "FallbackServiceNotFound")
-		if err != nil {
-			return routing.Entry{}, err
-		}
-		fb, err := resolvePort(fsvc, cs.Fallback.Port, cs.Fallback.PortName, "coldStart.fallback")
-		if err != nil {
-			return routing.Entry{}, err
-		}
-		if err := addressed(fb, "coldStart.fallback"); err != nil {
-			return routing.Entry{}, err
-		}
-		fallback = &fb
-	}
-	static := map[string]routing.Backend{}
-	for i, sr := range hso.Spec.StaticRoutes {
-		if sr.Service == nil {
-			continue
-		}
-		field := fmt.Sprintf("staticRoutes[%d].service", i)
-		ssvc, err := r.service(ctx, hso.Namespace, sr.Service.Name, field, "StaticServiceNotFound")
-		if err != nil {
-			return routing.Entry{}, err
-		}
-		b, err := resolvePort(ssvc, &sr.Service.Port, nil, field)
-		if err != nil {
-			return routing.Entry{}, err
-		}
-		if err := addressed(b, field); err != nil {
-			return routing.Entry{}, err
-		}
-		static[string(sr.PathPrefix)] = b
-	}
-	if err := r.checkTriggers(ctx, hso); err != nil {
-		return routing.Entry{}, err
-	}
-	if err := r.Targets.Check(ctx, hso); err != nil {
-		return routing.Entry{}, err
-	}
-	entry := buildEntry(hso, target, fallback)
-	for i := range entry.Static {
-		if b, ok := static[entry.Static[i].PathPrefix]; ok {
-			entry.Static[i].Backend = &b
-		}
-	}
-	if err := r.serveHosts(ctx, hso, svc, &entry); err != nil {
-		return routing.Entry{}, err
-	}
-	// CEL admits nothing the table rejects today; this keeps it that way if the two ever drift apart.
-	_, line, err := routing.EncodeEntry(entry)
-	if err != nil {
-		return routing.Entry{}, invalid("InvalidRoute", "the routing table cannot hold this object: %v", err)
-	}
-	if len(line) > r.maxEntryBytes {
-		return routing.Entry{}, invalid(ReasonRouteTooLarge, "%s", routeTooLarge(len(line), r.maxEntryBytes))
-	}
-	return entry, nil
-}
-
-func (r *Reconciler) service(ctx context.Context, namespace, name, field, reason string) (*corev1.Service, error) {
-	svc := &corev1.Service{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, svc)
-	if apierrors.IsNotFound(err) {
-		return nil, invalid(reason, "%s: Service %s/%s does not exist; create it or correct the name", field, namespace, name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading Service %s/%s: %w", namespace, name, err)
-	}
-	return svc, nil
 }
 
 // syncScaledObject creates or updates the KEDA ScaledObject, or removes ours when the user owns it.
