@@ -145,7 +145,8 @@ var _ = Describe("Tenancy", Ordered, func() {
 	It("refuses every attack of the other tenant at admission and keeps the victim's clients with the victim", func(ctx SpecContext) {
 		// attack is tenant A's attempt: the sample app and an HTTPScaledObject named name for hosts.
 		attack := func(name string, hosts []string, mods ...func(*httpscalev1alpha1.HTTPScaledObjectSpec)) (string, []string, func() error) {
-			return name, hosts, func() error { _, err := app(ctx, a, nsA, name, 1, hosts, mods...); return err }
+			// At zero replicas: no pod runs for an object that is never admitted.
+			return name, hosts, func() error { _, err := app(ctx, a, nsA, name, 0, hosts, mods...); return err }
 		}
 		By("a header match on the victim's host (tokens and session cookies)")
 		name, hosts, create := attack("hdr", []string{host}, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
@@ -240,7 +241,7 @@ var _ = Describe("Tenancy", Ordered, func() {
 			return got.Status
 		}).WithContext(ctx).Should(Equal(http.StatusNotFound))
 		By("the other tenant's identical claim, now the oldest, is still refused")
-		refused("squat", []string{host}, func() error { _, err := app(ctx, a, nsA, "squat", 1, []string{host}); return err },
+		refused("squat", []string{host}, func() error { _, err := app(ctx, a, nsA, "squat", 0, []string{host}); return err },
 			"spec.hosts[0]", "belongs to another namespace")
 		By("the owner creates its object again and gets its host back")
 		shop, err := app(ctx, b, nsB, "shop", 1, []string{host})
@@ -270,7 +271,7 @@ var _ = Describe("Tenancy", Ordered, func() {
 
 		By("narrowing: a reserved domain is refused to tenant A, naming the policy")
 		reserved := []string{"api.reserved." + nsB + ".example"}
-		refused("reserved", reserved, func() error { _, err := app(ctx, a, nsA, "reserved", 1, reserved); return err },
+		refused("reserved", reserved, func() error { _, err := app(ctx, a, nsA, "reserved", 0, reserved); return err },
 			"spec.hosts[0]", "HTTPScalePolicy wild-"+nsA+" reserves")
 
 		By("narrowing what was granted: tenant A loses its wildcard, reported on its own object")
