@@ -101,8 +101,9 @@ var _ = Describe("Tenancy", Ordered, func() {
 		}).WithContext(ctx).Should(Succeed())
 	}
 	// refused expects tenant A's create of an object for hosts to be denied by the webhook, naming
-	// field and why, and never tenant B's namespace beyond what the hosts themselves name.
-	refused := func(name string, hosts []string, create func() error, field, why string) {
+	// field and why, and never tenant B's namespace beyond what names (the hosts, and any policy
+	// pattern the refusal may quote) themselves contain.
+	refused := func(name string, names []string, create func() error, field, why string) {
 		GinkgoHelper()
 		err := create()
 		Expect(err).To(HaveOccurred(), "%s was admitted", name)
@@ -110,8 +111,8 @@ var _ = Describe("Tenancy", Ordered, func() {
 		Expect(err.Error()).To(ContainSubstring(field))
 		Expect(err.Error()).To(ContainSubstring(why))
 		text := err.Error()
-		for _, hs := range hosts {
-			text = strings.ReplaceAll(text, hs, "")
+		for _, n := range names {
+			text = strings.ReplaceAll(text, n, "")
 		}
 		Expect(text).NotTo(ContainSubstring(nsB), "a refusal must not name the other tenant")
 	}
@@ -271,8 +272,11 @@ var _ = Describe("Tenancy", Ordered, func() {
 
 		By("narrowing: a reserved domain is refused to tenant A, naming the policy")
 		reserved := []string{"api.reserved." + nsB + ".example"}
-		refused("reserved", reserved, func() error { _, err := app(ctx, a, nsA, "reserved", 0, reserved); return err },
-			"spec.hosts[0]", "HTTPScalePolicy wild-"+nsA+" reserves")
+		// The refusal names the host and the platform team's pattern (which this test builds from
+		// team B's namespace name), and nothing else of team B.
+		refused("reserved", append(reserved, string(policy.Spec.Hosts[1].Pattern)),
+			func() error { _, err := app(ctx, a, nsA, "reserved", 0, reserved); return err },
+			"spec.hosts[0]", "HTTPScalePolicy wild-"+nsA+" reserves the hosts of pattern "+string(policy.Spec.Hosts[1].Pattern))
 
 		By("narrowing what was granted: tenant A loses its wildcard, reported on its own object")
 		Eventually(func() error {
