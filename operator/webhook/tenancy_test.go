@@ -23,6 +23,8 @@ var _ = Describe("Admission between tenants", func() {
 	ctx := context.Background()
 	var a, b, host string
 	BeforeEach(func() {
+		// Specs run in random order: the first may start before the webhook serves its certificate.
+		acceptsValidObjects(ctx, "ready-"+utilrand.String(5))
 		a, b = "tenant-a-"+utilrand.String(5), "tenant-b-"+utilrand.String(5)
 		for _, ns := range []string{a, b} {
 			Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
