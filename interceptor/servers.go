@@ -75,6 +75,10 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 	if err != nil {
 		return servers{}, err
 	}
+	trusted, err := proxy.ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return servers{}, fmt.Errorf("--trusted-proxies: %w", err)
+	}
 	p, err := proxy.New(proxy.Options{
 		Tracer:                tp.Tracer("github.com/httpscale/httpscale/pkg/proxy"),
 		Tables:                kube.tables,
@@ -92,6 +96,7 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		DialTimeout:           cfg.DialTimeout,
 		MaxConnsPerEndpoint:   cfg.MaxConnsPerEndpoint,
 		ClusterDomain:         cfg.ClusterDomain,
+		TrustedProxies:        trusted,
 		DialContext:           dial,
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ func (p *Proxy) engineOptions() engine.Options {
 		MaxConnsPerEndpoint: p.opts.MaxConnsPerEndpoint,
 		Now:                 p.opts.Now,
 		Discarded:           p.opts.Metrics.discarded,
+		TrustedProxies:      p.opts.TrustedProxies,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,4 +77,42 @@ func TestServePortReachesOnlyItsApp(t *testing.T) {
 
 func keyIn(ns, svc string) endpoints.ServiceKey {
 	return endpoints.ServiceKey{Namespace: ns, Service: svc}
+}
+
+// A client of an app's Service that forges forwarding headers gets no further on the app's Serve
+// port than on the proxy port: nobody is trusted by default, so the app sees the client's address.
+func TestServePortReplacesForgedForwardingHeaders(t *testing.T) {
+	_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, strings.Join(r.Header.Values("X-Forwarded-For"), "|")+" "+strings.Join(r.Header.Values("X-Forwarded-Host"), "|"))
+	})
+	shop := entry("shop", "shop.b.example.com", "shop")
+	shop.Namespace, shop.ServePort = "b", 20001
+	h := newHarness(t, []routing.Entry{shop}, nil)
+	h.src.Set(keyIn("b", "shop"), ep)
+	for _, fast := range []bool{true, false} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng := h.proxy.ServePortEngine(20001, "b/shop")
+		srv := &proxy.Server{Name: "serve", Listener: ln, Engine: eng, Handler: eng, FastHTTP1: fast, DrainTimeout: time.Second, Log: testr.New(t)}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Start(ctx) }()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/", nil)
+		req.Host = "shop.b.example.com"
+		req.Header.Set("X-Forwarded-For", "203.0.113.9")
+		req.Header.Set("X-Forwarded-Host", "evil.example")
+		resp, err := h.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got, want := string(b), "127.0.0.1 shop.b.example.com"; resp.StatusCode != http.StatusOK || got != want {
+			t.Errorf("event loops %v: the app saw %d %q, want %q", fast, resp.StatusCode, got, want)
+		}
+		cancel()
+		<-done
+	}
 }
