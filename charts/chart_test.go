@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -143,7 +144,12 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("operator args %v lack %s", oc.Args, arg)
 		}
 	}
-	if got := oc.Image; got != "ghcr.io/httpscale/operator:0.1.0" {
+	chart, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	appVersion := regexp.MustCompile(`(?m)^appVersion: "(.*)"$`).FindStringSubmatch(string(chart))
+	if got := oc.Image; appVersion == nil || got != "ghcr.io/httpscale/operator:"+appVersion[1] {
 		t.Errorf("operator image = %s, want the chart's appVersion tag", got)
 	}
 	secret := get[*corev1.Secret](t, m, "Secret", "httpscale-operator-webhook-tls")

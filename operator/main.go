@@ -98,5 +98,6 @@ func options(cfg *config.Operator) controller.Options {
 		ServePortMax:              int32(cfg.ServePortMax),
 		HostClaimRetention:        cfg.HostClaimRetention,
 		MaxEntryBytes:             cfg.MaxEntryBytes,
+		KEDACheckInterval:         cfg.KEDACheckInterval,
 	}
 }

@@ -402,8 +402,9 @@ type Timeouts struct {
 	// +optional
 	Readiness *Duration `json:"readiness,omitempty"`
 
-	// Request bounds the whole request once forwarded, including the response body (0 or unset: the
-	// interceptor's default). WebSockets are not bounded by it once upgraded.
+	// Request bounds the whole request once forwarded, including the response body (unset: the
+	// interceptor's --request-timeout, which is none by default; a positive duration, 0 is rejected).
+	// WebSockets are not bounded by it once upgraded.
 	// +optional
 	Request *Duration `json:"request,omitempty"`
 

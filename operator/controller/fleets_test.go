@@ -18,6 +18,7 @@ import (
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/controller"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // A second installation in the same API server: fleet "blue" in its own namespace, with its own table
@@ -210,20 +211,7 @@ func blueEntry(key string) *routing.Entry {
 	GinkgoHelper()
 	c, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var list corev1.ConfigMapList
-	if err := k8s.List(c, &list, client.InNamespace(blueNS), client.MatchingLabels{routing.LabelTable: blueTable}); err != nil {
-		return nil
-	}
-	var head *corev1.ConfigMap
-	var shards []*corev1.ConfigMap
-	for i := range list.Items {
-		if list.Items[i].Name == blueTable {
-			head = &list.Items[i]
-		} else {
-			shards = append(shards, &list.Items[i])
-		}
-	}
-	t, err := routing.FromConfigMaps(head, shards)
+	t, err := testenv.StoredTable(c, k8s, blueNS, blueTable)
 	if err != nil {
 		return nil
 	}

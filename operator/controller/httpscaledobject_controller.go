@@ -75,7 +75,9 @@ type Reconciler struct {
 	Serve     ServeOptions
 	// Secrets reads the Secrets spec.tls names, uncached (the API reader).
 	Secrets client.Reader
-	Log     logr.Logger
+	// KEDA tells whether KEDA's ScaledObjects are served; nil means they are.
+	KEDA *KEDA
+	Log  logr.Logger
 	// Now is the clock of the wait for routing (routingWait); nil means time.Now.
 	Now func() time.Time
 
@@ -232,6 +234,11 @@ func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key
 // While the object is invalid its ScaledObject is neither created nor changed: a typo in a Service
 // name must not hand a running app to an autoscaler that sees no traffic for it.
 func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObject, valid bool, sched scheduler.Outcome) error {
+	if !r.kedaInstalled() {
+		// Routing goes on (the routing controller never reads ScaledObjects); only scaling waits.
+		r.setCondition(hso, v1.ConditionScaledObjectReady, metav1.ConditionFalse, reasonKEDANotInstalled, notInstalledMessage())
+		return nil
+	}
 	existing := &kedav1alpha1.ScaledObject{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(hso), existing)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -411,6 +418,8 @@ func (r *Reconciler) setCondition(hso *v1.HTTPScaledObject, typ string, status m
 	}
 	r.event(hso, kind, typ+string(status), message)
 }
+
+func (r *Reconciler) kedaInstalled() bool { return r.KEDA == nil || r.KEDA.Installed() }
 
 func (r *Reconciler) now() time.Time {
 	if r.Now != nil {

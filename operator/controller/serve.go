@@ -321,6 +321,9 @@ func (r *Reconciler) serveDirect(ctx context.Context, hso *v1.HTTPScaledObject, 
 // decision rather than at the scale-down itself, so kube-proxy lists the interceptors as ready
 // endpoints long before the last pod stops serving (see docs/configuration.md#serve-mode-switch-timings).
 func (r *Reconciler) goingToZero(ctx context.Context, hso *v1.HTTPScaledObject) (bool, error) {
+	if !r.kedaInstalled() {
+		return false, nil // nothing scales the app
+	}
 	so := &kedav1alpha1.ScaledObject{}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(hso), so); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/scheduler"
@@ -104,6 +106,8 @@ type Options struct {
 	// MaxEntryBytes is the per-object budget of a routing entry's stored form; zero means
 	// routing.DefaultMaxEntryBytes.
 	MaxEntryBytes int
+	// KEDACheckInterval paces the check for KEDA's CRDs while they are missing; zero means 20 s.
+	KEDACheckInterval time.Duration
 }
 
 // CacheOptions narrows the manager's cache to what the operator reads: HTTPScaledObjects and the
@@ -220,6 +224,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 			}
 			keys.Enqueue(affected)
 		},
+		Written: func() *Written { return writer.Written() },
 	}
 	maxShard := o.MaxShardBytes
 	if maxShard <= 0 {
@@ -241,6 +246,15 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Log:             log.WithName("table"),
 		Notify:          keys.Enqueue,
 		AfterWrite:      prober.Kick,
+	}
+	keda := &KEDA{Discovery: disc, Interval: cmp.Or(o.KEDACheckInterval, 20*time.Second), Log: log.WithName("keda")}
+	kedaInstalled, err := keda.Detect()
+	if err != nil {
+		return nil, err
+	}
+	if !kedaInstalled {
+		log.Error(errNoKEDA, "KEDA is not installed: HTTPScaledObjects are routed, but not scaled until it is; install KEDA "+KEDAMinVersion+
+			" or newer (each object reports ScaledObjectReady=False, reason "+reasonKEDANotInstalled+")")
 	}
 	targets := &TargetChecker{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Discovery: disc, TTL: time.Minute, Now: time.Now,
 		Watched: map[schema.GroupVersionKind]bool{}}
@@ -278,6 +292,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		APIReader:     mgr.GetAPIReader(),
 		Serve:         ServeOptions{ClusterDomain: o.ClusterDomain},
 		Secrets:       mgr.GetAPIReader(),
+		KEDA:          keda,
 		Log:           log,
 		maxEntryBytes: cmp.Or(o.MaxEntryBytes, routing.DefaultMaxEntryBytes),
 		requeue:       func(key string) { keys.Enqueue([]string{key}) },
@@ -340,11 +355,12 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if err != nil {
 		return nil, err
 	}
-	b.Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).WatchesRawSource(keys).
+	b.WatchesRawSource(keys).
 		// A TLS Secret created, changed or deleted re-evaluates TLSReady of the objects naming it;
 		// only metadata is cached (the content is read when needed).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTLSSecret, nil, nil)))
-	if err := b.Complete(r); err != nil {
+	ctl, err := b.Build(r)
+	if err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}
 	// The routing table's input: cached reads and a new object's finalizer patch; enough workers to
@@ -373,8 +389,33 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if err := rb.Complete(&routeReconciler{r: r}); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject routing controller: %w", err)
 	}
-	if err := setupServe(mgr, r, keys.Enqueue); err != nil {
+	serveCtl, err := setupServe(mgr, r, keys.Enqueue)
+	if err != nil {
 		return nil, err
+	}
+	// KEDA's ScaledObjects are watched now, or once KEDA's CRDs appear (keda.go): a watch of a kind the
+	// API server does not serve would keep the controllers from ever starting.
+	watchScaledObjects := func() error {
+		if err := ctl.Watch(ownedScaledObjects(mgr)); err != nil {
+			return err
+		}
+		return serveCtl.Watch(serveScaledObjectSource(mgr))
+	}
+	if kedaInstalled {
+		if err := watchScaledObjects(); err != nil {
+			return nil, fmt.Errorf("watching KEDA ScaledObjects: %w", err)
+		}
+	} else {
+		keda.OnInstalled = func(context.Context) error {
+			if err := watchScaledObjects(); err != nil {
+				return err
+			}
+			enqueueAll()
+			return nil
+		}
+		if err := mgr.Add(keda); err != nil {
+			return nil, fmt.Errorf("adding the KEDA check: %w", err)
+		}
 	}
 	if o.InterceptorServiceAccount != "" {
 		grants := &SecretGrants{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), ServiceAccount: o.InterceptorServiceAccount, ServiceAccountNamespace: o.Namespace,
@@ -390,13 +431,24 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	return writer, nil
 }
 
+// errNoKEDA is logged once at start when KEDA's CRDs are missing.
+var errNoKEDA = errors.New("the API server serves no keda.sh/v1alpha1 ScaledObjects")
+
+// ownedScaledObjects is the main controller's watch of KEDA ScaledObjects: an update of the spec of
+// its own brings the owner back to correct it.
+func ownedScaledObjects(mgr manager.Manager) source.Source {
+	owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1.HTTPScaledObject{}, handler.OnlyControllerOwner())
+	return source.Kind[client.Object](mgr.GetCache(), &kedav1alpha1.ScaledObject{}, owner, predicate.GenerationChangedPredicate{})
+}
+
 // serveWorkers is the Serve controller's concurrency: a switch costs a few API reads and, while it
 // waits for held requests, a question to every interceptor; a handful of apps switching at once
 // must not wait for each other.
 const serveWorkers = 4
 
-// setupServe builds Serve mode's controller (serve_controller.go) and its watches.
-func setupServe(mgr ctrl.Manager, r *Reconciler, requeueMain func([]string)) error {
+// setupServe builds Serve mode's controller (serve_controller.go) and its watches but the one of KEDA
+// ScaledObjects (serveScaledObjectSource), which waits for KEDA's CRDs.
+func setupServe(mgr ctrl.Manager, r *Reconciler, requeueMain func([]string)) (controller.Controller, error) {
 	c := mgr.GetClient()
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("httpscaledobject-serve").
@@ -404,11 +456,8 @@ func setupServe(mgr ctrl.Manager, r *Reconciler, requeueMain func([]string)) err
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(c, indexServices, nil, nil))).
 		// A redirect's owner is the oldest Serve-mode object on its Service.
 		Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(c))).
-		// KEDA's Active condition turning False is the decision to scale to zero, which puts the
-		// redirect in place while the pods still serve; the interceptors' admin EndpointSlices (the
-		// only ones cached) change the redirect's endpoints as replicas come and go.
-		Watches(&kedav1alpha1.ScaledObject{}, handler.EnqueueRequestsFromMapFunc(serveByScaledObject(c)),
-			builder.WithPredicates(kedaActiveChanged)).
+		// The interceptors' admin EndpointSlices (the only ones cached) change the redirect's
+		// endpoints as replicas come and go.
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serveAll(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: serveWorkers, UsePriorityQueue: ptr.To(false)})
 	// A workload's spec change (KEDA scaling it to zero) puts the redirect in place before its pods
@@ -416,16 +465,25 @@ func setupServe(mgr ctrl.Manager, r *Reconciler, requeueMain func([]string)) err
 	for _, kind := range watchedTargets {
 		gvk, err := c.GroupVersionKindFor(kind)
 		if err != nil {
-			return fmt.Errorf("looking up kind of %T: %w", kind, err)
+			return nil, fmt.Errorf("looking up kind of %T: %w", kind, err)
 		}
 		value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
 		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(serveByTarget(c, value)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	}
-	if err := b.Complete(&serveReconciler{r: r, requeueMain: requeueMain}); err != nil {
-		return fmt.Errorf("building Serve-mode controller: %w", err)
+	ctl, err := b.Build(&serveReconciler{r: r, requeueMain: requeueMain})
+	if err != nil {
+		return nil, fmt.Errorf("building Serve-mode controller: %w", err)
 	}
-	return nil
+	return ctl, nil
+}
+
+// serveScaledObjectSource is the Serve controller's watch of KEDA ScaledObjects: KEDA's Active
+// condition turning False is the decision to scale to zero, which puts the redirect in place while the
+// pods still serve.
+func serveScaledObjectSource(mgr manager.Manager) source.Source {
+	return source.Kind[client.Object](mgr.GetCache(), &kedav1alpha1.ScaledObject{},
+		handler.EnqueueRequestsFromMapFunc(serveByScaledObject(mgr.GetClient())), kedaActiveChanged)
 }
 
 func targetIndexValue(group, kind, name string) string { return group + "/" + kind + "/" + name }

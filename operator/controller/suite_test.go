@@ -258,20 +258,7 @@ func (f *fakeInterceptor) status() admin.Status {
 
 // readTable decodes the routing table the operator stored, as an interceptor does.
 func readTable(ctx context.Context) (*routing.Table, error) {
-	var list corev1.ConfigMapList
-	if err := k8s.List(ctx, &list, client.InNamespace(installNS), client.MatchingLabels{routing.LabelTable: tableName}); err != nil {
-		return nil, err
-	}
-	var head *corev1.ConfigMap
-	var shards []*corev1.ConfigMap
-	for i := range list.Items {
-		if list.Items[i].Name == tableName {
-			head = &list.Items[i]
-		} else {
-			shards = append(shards, &list.Items[i])
-		}
-	}
-	return routing.FromConfigMaps(head, shards)
+	return testenv.StoredTable(ctx, k8s, installNS, tableName)
 }
 
 // tableEntry returns the stored table's entry for key, or nil.

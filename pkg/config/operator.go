@@ -36,6 +36,8 @@ type Operator struct {
 	// TableMaxDelay bounds how long a continuing burst may postpone the write.
 	TableDebounce time.Duration
 	TableMaxDelay time.Duration
+	// KEDACheckInterval paces the check for KEDA's CRDs while they are missing.
+	KEDACheckInterval time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
 	// ClusterDomain is the cluster's DNS domain; Serve mode routes <svc>.<ns>.svc.<ClusterDomain>.
@@ -80,6 +82,7 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.TableDebounce, "routing-table-debounce", 250*time.Millisecond, "Quiet time that ends a burst of changes before the routing table is written.")
 	fs.DurationVar(&o.TableMaxDelay, "routing-table-max-delay", 2*time.Second, "Longest a continuing burst of changes may postpone a routing-table write.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel reconciles.")
+	fs.DurationVar(&o.KEDACheckInterval, "keda-check-interval", 20*time.Second, "While KEDA's CRDs are missing, how often the operator looks for them (it routes without them, and starts scaling once they appear).")
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "The cluster's DNS domain; Serve mode routes <service>.<namespace>.svc.<domain>.")
 	o.ServePortMin, o.ServePortMax = 20000, 29999
 	fs.Func("serve-ports", "Range of the interceptors' Serve ports, min-max (default 20000-29999): each Serve-mode app gets one, on which the interceptors route every request to that app alone; its Service is redirected there while the app is at zero. Must not include a port the interceptors already use.", func(v string) error {
@@ -119,7 +122,7 @@ func (o *Operator) Validate() error {
 	if _, err := o.Selector(); err != nil {
 		errs = append(errs, err)
 	}
-	for name, d := range map[string]time.Duration{"propagation-probe-interval": o.ProbeInterval, "propagation-probe-timeout": o.ProbeTimeout, "routing-table-debounce": o.TableDebounce, "routing-table-max-delay": o.TableMaxDelay} {
+	for name, d := range map[string]time.Duration{"propagation-probe-interval": o.ProbeInterval, "propagation-probe-timeout": o.ProbeTimeout, "routing-table-debounce": o.TableDebounce, "routing-table-max-delay": o.TableMaxDelay, "keda-check-interval": o.KEDACheckInterval} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("--%s must be positive, got %s", name, d))
 		}

@@ -290,6 +290,7 @@ func (a *app) series() *appMetrics {
 	}
 	// Concurrent first requests resolve the same series (WithLabelValues is idempotent).
 	m := a.metrics.forApp(a.key)
+	m.queueLimit.Set(float64(a.queueLimit)) // this table's limit: a new table makes new apps
 	a.m.Store(m)
 	return m
 }
