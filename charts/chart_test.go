@@ -158,8 +158,12 @@ func TestDefaults(t *testing.T) {
 	}
 
 	vwc := get[*admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "httpscale-operator-webhook")
-	if len(vwc.Webhooks) != 1 {
-		t.Fatalf("webhooks = %d, want 1", len(vwc.Webhooks))
+	if len(vwc.Webhooks) != 2 {
+		t.Fatalf("webhooks = %d, want 2 (HTTPScaledObjects, HTTPScalePolicies)", len(vwc.Webhooks))
+	}
+	if ph := vwc.Webhooks[1]; *ph.ClientConfig.Service.Path != "/validate-httpscale-dev-v1alpha1-httpscalepolicy" || *ph.FailurePolicy != admissionregistrationv1.Ignore ||
+		len(ph.Rules) != 1 || ph.Rules[0].Resources[0] != "httpscalepolicies" || *ph.Rules[0].Scope != admissionregistrationv1.ClusterScope {
+		t.Errorf("policy webhook = %+v", ph)
 	}
 	wh := vwc.Webhooks[0]
 	if got := *wh.ClientConfig.Service.Path; got != "/validate-httpscale-dev-v1alpha1-httpscaledobject" {

@@ -181,6 +181,13 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 				// Only its own webhook configurations: never another product's (a sidecar injector).
 				{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Name: "sidecar-injector"},
 				{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "policy"},
+				// Tenancy: it never writes an HTTPScaledObject's spec or a HostClaim's, nor the
+				// platform's policies, and of Roles and RoleBindings only its own grants by name.
+				{Verb: "update", Group: "httpscale.dev", Resource: "httpscaledobjects", Namespace: "default"},
+				{Verb: "update", Group: "httpscale.dev", Resource: "hostclaims", Name: "any"},
+				{Verb: "create", Group: "httpscale.dev", Resource: "httpscalepolicies"},
+				{Verb: "update", Group: "rbac.authorization.k8s.io", Resource: "roles", Namespace: "default", Name: "admin"},
+				{Verb: "delete", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: "default", Name: "admin"},
 			},
 			"interceptor": {
 				{Verb: "create", Resource: "configmaps", Namespace: ns},

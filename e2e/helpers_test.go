@@ -112,7 +112,12 @@ type answer struct {
 
 // ask sends one GET through an interceptor (zone index) with the given Host and headers.
 func ask(ctx context.Context, h *framework.HTTPScale, zone int, host, path string, headers map[string]string) (answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, proxyURL(h, zone, path), nil)
+	return askURL(ctx, proxyURL(h, zone, path), host, headers)
+}
+
+// askURL sends one GET to url with the given Host and headers and reads the sample app's answer.
+func askURL(ctx context.Context, url, host string, headers map[string]string) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return answer{}, err
 	}

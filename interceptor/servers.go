@@ -149,11 +149,23 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		}
 		runnables = append(runnables, tlsSrv)
 	}
+	// Serve mode: a listener per app Serve port the routing table names (serveports.go).
+	var serve *servePorts
+	if kube.onTableChange != nil {
+		host, _, _ := net.SplitHostPort(cfg.ProxyAddr) // Validate checked it
+		serve = newServePorts(servePortsConfig{Host: host, Proxy: p, FastHTTP1: cfg.HTTP1FastPath,
+			DrainDelay: cfg.DrainDelay, DrainTimeout: cfg.DrainTimeout, Log: log.WithName("serve-ports")})
+		kube.onTableChange(serve.TableChanged)
+		runnables = append(runnables, serve)
+	}
 	// The admin port answers, and tracing waits to flush, until every proxy port has drained.
 	go func() {
 		<-proxySrv.Drained
 		if tlsSrv != nil {
 			<-tlsSrv.Drained
+		}
+		if serve != nil {
+			<-serve.Drained
 		}
 		close(drained)
 	}()

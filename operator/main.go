@@ -66,6 +66,7 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
 			wo := webhook.OptionsFrom(cfg.Webhook, cfg.Namespace)
 			wo.Finalizer, wo.Fleet, wo.WatchNamespaces = controller.FinalizerFor(cfg.Fleet), cfg.Fleet, cfg.WatchNamespaces
+			wo.ClusterDomain, wo.MaxEntryBytes = cfg.ClusterDomain, cfg.MaxEntryBytes
 			if _, err := webhook.Setup(mgr, wo, log.WithName("webhook")); err != nil {
 				return err
 			}
@@ -114,7 +115,10 @@ func options(cfg *config.Operator) controller.Options {
 		MaxConcurrentReconciles:   cfg.MaxConcurrentReconciles,
 		InterceptorServiceAccount: cfg.InterceptorServiceAccount,
 		ClusterDomain:             cfg.ClusterDomain,
-		InterceptorProxyPort:      int32(cfg.InterceptorProxyPort),
+		ServePortMin:              int32(cfg.ServePortMin),
+		ServePortMax:              int32(cfg.ServePortMax),
+		HostClaimRetention:        cfg.HostClaimRetention,
+		MaxEntryBytes:             cfg.MaxEntryBytes,
 		KEDACheckInterval:         cfg.KEDACheckInterval,
 	}
 }

@@ -206,9 +206,11 @@ type ScalingTrigger struct {
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name,omitempty"`
 
-	// Metadata is the scaler's configuration.
+	// Metadata is the scaler's configuration: at most 64 entries, keys of at most 253 characters,
+	// values of at most 4096.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.size() <= 253 && self[k].size() <= 4096)`,message="trigger metadata keys are at most 253 characters and values at most 4096"
 	Metadata map[string]string `json:"metadata,omitempty"`
 
 	// MetricType is how the HPA reads the metric: AverageValue (the default), Value or Utilization.
@@ -216,8 +218,9 @@ type ScalingTrigger struct {
 	// +kubebuilder:validation:Enum=AverageValue;Value;Utilization
 	MetricType string `json:"metricType,omitempty"`
 
-	// AuthenticationRef names a KEDA TriggerAuthentication (or ClusterTriggerAuthentication) holding the
-	// trigger's secrets.
+	// AuthenticationRef names a KEDA TriggerAuthentication in the object's namespace holding the
+	// trigger's secrets, or a ClusterTriggerAuthentication where an HTTPScalePolicy allows the
+	// namespace to use one (spec.clusterTriggerAuthentication).
 	// +optional
 	AuthenticationRef *TriggerAuthenticationRef `json:"authenticationRef,omitempty"`
 }
@@ -501,10 +504,11 @@ type Placeholder struct {
 	// +kubebuilder:validation:Maximum=599
 	StatusCode int32 `json:"statusCode,omitempty"`
 
-	// Headers added to the response.
+	// Headers added to the response (values of at most 4096 characters).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.matches(r'^[A-Za-z0-9!#$%&*+.^_|~-]+$') && k.size() <= 256)`,message="placeholder header names must be HTTP tokens such as Content-Type"
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, self[k].size() <= 4096)`,message="placeholder header values are at most 4096 characters"
 	Headers map[string]string `json:"headers,omitempty"`
 
 	// Body of the response.
@@ -537,10 +541,11 @@ type StaticResponse struct {
 	// +kubebuilder:validation:Maximum=599
 	StatusCode int32 `json:"statusCode,omitempty"`
 
-	// Headers added to the response.
+	// Headers added to the response (values of at most 4096 characters).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=16
 	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.matches(r'^[A-Za-z0-9!#$%&*+.^_|~-]+$') && k.size() <= 256)`,message="static response header names must be HTTP tokens such as Content-Type"
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, self[k].size() <= 4096)`,message="static response header values are at most 4096 characters"
 	Headers map[string]string `json:"headers,omitempty"`
 
 	// Body of the response.

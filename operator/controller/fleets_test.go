@@ -149,14 +149,16 @@ var _ = Describe("Two fleets in one cluster", Ordered, func() {
 		key := ns + "/tide"
 
 		// No ready pod yet: blue's interceptor gets the Service's traffic, not the default fleet's.
-		Eventually(redirectTargets(ns, "tide"), timeout).Should(Equal([]string{"198.19.9.2:8080 http"}))
+		Eventually(blueEntryOf(key), timeout).Should(HaveField("ServePort", Not(BeZero())), "blue's table gives the app its Serve port")
+		Eventually(redirectTargets(ns, "tide"), timeout).Should(Equal(targetsAt(blueEntryOf(key)().ServePort)("198.19.9.2")))
 		Eventually(condition(h, v1.ConditionServing), timeout).Should(haveCondition(False, v1.ServingReasonProxying))
 		Eventually(blueEntryOf(key), timeout).Should(HaveField("Hosts", ContainElement("tide."+ns+".svc")))
 		Consistently(func() *routing.Entry { return tableEntry(key) }).Should(BeNil(), "the default fleet does not route it")
 
 		By("moving it to the default fleet")
 		update(h, func(o *v1.HTTPScaledObject) { o.Spec.Fleet = "" })
-		Eventually(redirectTargets(ns, "tide"), timeout).Should(Equal([]string{"198.19.9.1:8080 http"}))
+		Eventually(servePortOf(key), timeout).ShouldNot(BeZero())
+		Eventually(redirectTargets(ns, "tide"), timeout).Should(Equal(targetsAt(servePortOf(key)())("198.19.9.1")))
 		Eventually(entryOf(key), timeout).Should(HaveField("Hosts", ContainElement("tide."+ns+".svc")))
 		Eventually(blueEntryOf(key), timeout).Should(BeNil())
 

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/operator/controller"
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
@@ -98,6 +100,27 @@ func scaleDeployment(ns, name string, replicas int32) {
 	}).Should(Succeed())
 }
 
+// servePortOf returns the Serve port of key in the stored routing table (0 when none).
+func servePortOf(key string) func() int32 {
+	return func() int32 {
+		if e := tableEntry(key); e != nil {
+			return e.ServePort
+		}
+		return 0
+	}
+}
+
+// targetsAt returns what redirectTargets says of a redirect to ips at port.
+func targetsAt(port int32) func(ips ...string) []string {
+	return func(ips ...string) []string {
+		out := make([]string, len(ips))
+		for i, ip := range ips {
+			out[i] = fmt.Sprintf("%s:%d http", ip, port)
+		}
+		return out
+	}
+}
+
 // setKEDAActive sets the Active condition of h's ScaledObject, as KEDA does at each check.
 func setKEDAActive(h *v1.HTTPScaledObject, status metav1.ConditionStatus) {
 	GinkgoHelper()
@@ -130,9 +153,13 @@ var _ = Describe("Serve mode", func() {
 		key := ns + "/shop"
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 
-		// Deployment at 1 replica, no ready pod yet: the http port goes to both interceptors' proxy
-		// port, named as the Service port.
-		Eventually(redirectTargets(ns, "shop"), timeout).Should(Equal([]string{"198.19.0.1:8080 http", "198.19.0.2:8080 http"}))
+		// The app gets a Serve port of its own on the interceptors, in the routing table.
+		Eventually(servePortOf(key), timeout).Should(And(BeNumerically(">=", controller.DefaultServePortMin), BeNumerically("<=", controller.DefaultServePortMax)))
+		at := targetsAt(servePortOf(key)())
+
+		// Deployment at 1 replica, no ready pod yet: the http port goes to both interceptors' Serve
+		// port of the app, named as the Service port.
+		Eventually(redirectTargets(ns, "shop"), timeout).Should(Equal(at("198.19.0.1", "198.19.0.2")))
 		s := redirect(ns, "shop")()
 		Expect(s.Labels).To(HaveKeyWithValue(serviceName, "shop"))
 		Expect(s.Labels).To(HaveKeyWithValue(discoveryv1.LabelManagedBy, endpoints.RedirectManagedBy))
@@ -153,7 +180,7 @@ var _ = Describe("Serve mode", func() {
 
 		// An interceptor leaves: the redirect follows.
 		publishFleet("serve-fleet", []*fakeInterceptor{a})
-		Eventually(redirectTargets(ns, "shop"), timeout).Should(Equal([]string{"198.19.0.1:8080 http"}))
+		Eventually(redirectTargets(ns, "shop"), timeout).Should(Equal(at("198.19.0.1")))
 
 		// The app gets a ready endpoint while an interceptor still holds two requests for it: the
 		// redirect stays until they are handed over.
@@ -171,7 +198,7 @@ var _ = Describe("Serve mode", func() {
 		// finds the app active.
 		Expect(scaledObject(h)().Spec.PollingInterval).To(BeNil(), "scaledownPeriod 300 s: KEDA's own polling")
 		setKEDAActive(h, metav1.ConditionFalse)
-		Eventually(redirectTargets(ns, "shop"), 5*time.Second).Should(Equal([]string{"198.19.0.1:8080 http"}))
+		Eventually(redirectTargets(ns, "shop"), 5*time.Second).Should(Equal(at("198.19.0.1")))
 		Eventually(condition(h, v1.ConditionServing), timeout).Should(And(haveCondition(False, v1.ServingReasonProxying),
 			HaveField("Message", ContainSubstring("KEDA finds every trigger"))))
 		setKEDAActive(h, metav1.ConditionTrue)
@@ -181,7 +208,7 @@ var _ = Describe("Serve mode", func() {
 		// KEDA scales the workload to zero: the redirect is back before the pods are gone (the pod
 		// is still ready in its slice).
 		scaleDeployment(ns, "shop", 0)
-		Eventually(redirectTargets(ns, "shop"), 5*time.Second).Should(Equal([]string{"198.19.0.1:8080 http"}))
+		Eventually(redirectTargets(ns, "shop"), 5*time.Second).Should(Equal(at("198.19.0.1")))
 		Eventually(condition(h, v1.ConditionServing), timeout).Should(And(haveCondition(False, v1.ServingReasonProxying),
 			HaveField("Message", ContainSubstring("scaled to zero"))))
 
@@ -216,7 +243,8 @@ var _ = Describe("Serve mode", func() {
 		DeferCleanup(func() { Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed()) })
 		h := serveApp(ns, "cart")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
-		Eventually(redirectTargets(ns, "cart"), timeout).Should(Equal([]string{"198.19.1.1:8080 http"}))
+		Eventually(servePortOf(ns+"/cart"), timeout).ShouldNot(BeZero())
+		Eventually(redirectTargets(ns, "cart"), timeout).Should(Equal(targetsAt(servePortOf(ns + "/cart")())("198.19.1.1")))
 
 		op.stop()
 		DeferCleanup(func() { op = startOperator(defaultOptions()) })

@@ -35,6 +35,7 @@ import (
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/scheduler"
+	"github.com/httpscale/httpscale/operator/tenancy"
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/appkey"
 	"github.com/httpscale/httpscale/pkg/routing"
@@ -84,9 +85,9 @@ type Options struct {
 	Schedules *scheduler.Scheduler
 	// ClusterDomain is the cluster's DNS domain, for the Service host names Serve mode routes.
 	ClusterDomain string
-	// InterceptorProxyPort is the interceptors' proxy port, the target of Serve mode's redirects;
-	// 0 means 8080.
-	InterceptorProxyPort int32
+	// ServePortMin and ServePortMax bound the Serve ports given to Serve-mode apps (serveports.go);
+	// zero means DefaultServePortMin-DefaultServePortMax.
+	ServePortMin, ServePortMax int32
 	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace, which SecretGrants
 	// lets read the Secrets spec.tls names; empty grants nothing.
 	InterceptorServiceAccount string
@@ -97,6 +98,14 @@ type Options struct {
 	Identity string
 	// FleetLeaseInterval paces the fleet Lease's renewal and the list of every fleet's; zero means 15 s.
 	FleetLeaseInterval time.Duration
+	// HostClaimRetention is how long an unused HostClaim the operator created is kept; zero keeps it
+	// for good.
+	HostClaimRetention time.Duration
+	// ClaimSweepInterval paces the ClaimKeeper; zero means a minute.
+	ClaimSweepInterval time.Duration
+	// MaxEntryBytes is the per-object budget of a routing entry's stored form; zero means
+	// routing.DefaultMaxEntryBytes.
+	MaxEntryBytes int
 	// KEDACheckInterval paces the check for KEDA's CRDs while they are missing; zero means 20 s.
 	KEDACheckInterval time.Duration
 }
@@ -138,6 +147,11 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		if cs := hso.Spec.ColdStart; cs != nil && cs.Fallback != nil {
 			names = append(names, cs.Fallback.Service)
 		}
+		for _, sr := range hso.Spec.StaticRoutes {
+			if sr.Service != nil {
+				names = append(names, sr.Service.Name)
+			}
+		}
 		return names
 	}); err != nil {
 		return nil, fmt.Errorf("indexing HTTPScaledObjects by Service: %w", err)
@@ -163,6 +177,9 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 
 	if err := idx.IndexField(ctx, &v1.HTTPScaledObject{}, indexTLSSecret, tlsSecretIndex); err != nil {
 		return nil, fmt.Errorf("indexing HTTPScaledObjects by TLS Secret: %w", err)
+	}
+	if err := tenancy.IndexFields(ctx, idx); err != nil {
+		return nil, err
 	}
 
 	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
@@ -224,6 +241,8 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		StartupGrace:    30 * time.Second,
 		MaxShardBytes:   maxShard,
 		MaxShardEntries: o.MaxShardEntries,
+		ServePortMin:    o.ServePortMin,
+		ServePortMax:    o.ServePortMax,
 		Log:             log.WithName("table"),
 		Notify:          keys.Enqueue,
 		AfterWrite:      prober.Kick,
@@ -271,10 +290,27 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		ScalerAddress: o.ScalerAddress,
 		Schedules:     o.Schedules,
 		APIReader:     mgr.GetAPIReader(),
-		Serve:         ServeOptions{ProxyPort: cmp.Or(o.InterceptorProxyPort, 8080), ClusterDomain: o.ClusterDomain},
+		Serve:         ServeOptions{ClusterDomain: o.ClusterDomain},
 		Secrets:       mgr.GetAPIReader(),
 		KEDA:          keda,
 		Log:           log,
+		maxEntryBytes: cmp.Or(o.MaxEntryBytes, routing.DefaultMaxEntryBytes),
+		requeue:       func(key string) { keys.Enqueue([]string{key}) },
+	}
+	r.own = newOwnership(mgr.GetClient(), mgr.GetAPIReader(), o.ClusterDomain, r.serves)
+	r.own.policies.OnErrors = func(errs []error) {
+		for _, err := range errs {
+			log.Error(err, "HTTPScalePolicy rule ignored: it selects no namespace")
+		}
+	}
+	writer.MaxEntryBytes = r.maxEntryBytes
+	keeper := &ClaimKeeper{
+		Client: mgr.GetClient(), Fleet: fleets.Fleet, Fleets: fleets, Retention: o.HostClaimRetention,
+		Interval: cmp.Or(o.ClaimSweepInterval, time.Minute), Uses: r.own.usedBy,
+		Ready: func() bool { return writer.Written().snap > 0 }, Now: time.Now, Log: log.WithName("claims"),
+	}
+	if err := mgr.Add(keeper); err != nil {
+		return nil, fmt.Errorf("adding HostClaim keeper: %w", err)
 	}
 	if err := mgr.Add(writer); err != nil {
 		return nil, fmt.Errorf("adding routing-table writer: %w", err)
@@ -336,6 +372,20 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	// Serve mode: only the owner of a Service's redirect (the oldest Serve-mode object on it) has the
 	// Service's names in its routing entry, so a change of one Serve-mode object re-routes its peers.
 	rb.Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient())))
+	// Host ownership: a claim created, released or deleted, a policy changed, a namespace's labels
+	// changed, or an object that claims an overlapping host changed its hosts or went away: the
+	// objects whose hosts it can decide are decided again.
+	hostChanged := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+		},
+	}))
+	rb = rb.Watches(&v1.HostClaim{}, handler.EnqueueRequestsFromMapFunc(byClaimHost(mgr.GetClient())),
+		builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(byOverlappingHosts(mgr.GetClient())), hostChanged).
+		Watches(&v1.HTTPScalePolicy{}, handler.EnqueueRequestsFromMapFunc(allObjects(mgr.GetClient()))).
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(objectsInNamespace(mgr.GetClient())),
+			builder.WithPredicates(predicate.LabelChangedPredicate{}))
 	if err := rb.Complete(&routeReconciler{r: r}); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject routing controller: %w", err)
 	}

@@ -109,8 +109,13 @@ func defaultOptions() controller.Options {
 		ClusterDomain:           "cluster.local",
 		// The chart's ServiceAccount; it need not exist for Roles to name it.
 		InterceptorServiceAccount: interceptorSA,
+		HostClaimRetention:        suiteClaimRetention,
+		ClaimSweepInterval:        250 * time.Millisecond,
 	}
 }
+
+// suiteClaimRetention is how long the suite's operator keeps a host nobody routes any more.
+const suiteClaimRetention = 10 * time.Second
 
 // reconcilers is the production default (4) unless HTTPSCALE_MAX_CONCURRENT_RECONCILES, the operator's
 // own environment variable, says otherwise (the burst benchmark compares settings).

@@ -59,15 +59,7 @@ func New(o Options) (*Proxy, error) {
 		o.Metrics = m
 	}
 	p := &Proxy{opts: o, log: o.Log}
-	p.eng = engine.New(p, engine.Options{
-		Log:                 o.Log,
-		DialContext:         o.DialContext,
-		DialTimeout:         o.DialTimeout,
-		MaxConnsPerEndpoint: o.MaxConnsPerEndpoint,
-		Now:                 o.Now,
-		Discarded:           o.Metrics.discarded,
-		TrustedProxies:      o.TrustedProxies,
-	})
+	p.eng = engine.New(p, p.engineOptions())
 	return p, nil
 }
 
@@ -91,6 +83,11 @@ func (p *Proxy) Route(host, path string, h engine.Header) engine.Exchange {
 	if !ok {
 		return nil
 	}
+	return p.exchange(rt, r, path, h)
+}
+
+// exchange starts the exchange of a request routed to r in rt.
+func (p *Proxy) exchange(rt *routes, r routing.Route, path string, h engine.Header) engine.Exchange {
 	x := exchangePool.Get().(*exchange)
 	a, _ := rt.apps.Get(r.Entry)
 	*x = exchange{p: p, app: a, backend: a.target, kind: r.Kind, static: r.Static, rewrite: r.Rewrite}

@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"net"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -282,7 +280,7 @@ func (p *Proxy) newBackend(ns string, b routing.Backend, prev *app, pick func(*a
 	nb := &backend{
 		key:         endpoints.ServiceKey{Namespace: ns, Service: b.Service, PortName: b.PortName},
 		protocol:    b.Protocol,
-		serviceAddr: net.JoinHostPort(b.Service+"."+ns+".svc."+p.opts.ClusterDomain, strconv.Itoa(int(b.Port))),
+		serviceAddr: b.Addr(ns, p.opts.ClusterDomain),
 	}
 	if prev != nil {
 		if ob := pick(prev); ob != nil && ob.key == nb.key && ob.protocol == nb.protocol && ob.serviceAddr == nb.serviceAddr {

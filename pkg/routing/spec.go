@@ -23,6 +23,7 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 		PortName:   target.PortName,
 		TargetPort: target.TargetPort,
 		Protocol:   target.Protocol,
+		ClusterIP:  target.ClusterIP,
 	}
 	for _, h := range hso.Spec.Hosts {
 		e.Hosts = append(e.Hosts, string(h))

@@ -3,6 +3,7 @@ package routing
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
 	"net/textproto"
 	"slices"
 	"strings"
@@ -97,9 +98,12 @@ func (e *Entry) canonicalize() error {
 	if err := target.canonicalize(); err != nil {
 		return err
 	}
-	e.Protocol = target.Protocol
+	e.Protocol, e.ClusterIP = target.Protocol, target.ClusterIP
 	if e.Timeouts.Readiness < 0 || e.Timeouts.Request < 0 || e.Timeouts.ResponseHeader < 0 {
 		return fmt.Errorf("timeouts must not be negative")
+	}
+	if e.ServePort < 0 || e.ServePort > 65535 {
+		return fmt.Errorf("serve port %d is not in 1-65535", e.ServePort)
 	}
 	if e.TLSSecret != "" && !isDNSSubdomain(e.TLSSecret) {
 		return fmt.Errorf("TLS Secret name %q is not a DNS subdomain", e.TLSSecret)
@@ -157,6 +161,13 @@ func (b *Backend) canonicalize() error {
 	}
 	if b.TargetPort < 0 || b.TargetPort > 65535 {
 		return fmt.Errorf("target port %d is not in 0-65535", b.TargetPort)
+	}
+	if b.ClusterIP != "" {
+		ip, err := netip.ParseAddr(b.ClusterIP)
+		if err != nil || ip.Zone() != "" || ip.IsUnspecified() {
+			return fmt.Errorf("cluster IP %q is not an IP address", b.ClusterIP)
+		}
+		b.ClusterIP = ip.String()
 	}
 	switch b.Protocol {
 	case "":

@@ -142,7 +142,7 @@ var _ = Describe("Watcher staleness", func() {
 	)
 	BeforeEach(func() {
 		ctx = context.Background()
-		ns = newNamespace(ctx)
+		ns = suite.NewNamespace(ctx, "tw-")
 	})
 
 	It("fails readiness within the bound when its watch stalls and the API server has a newer table, and recovers by itself", func() {
