@@ -29,7 +29,7 @@ func publish(c *Cache, k ServiceKey, eps ...Endpoint) {
 		s = &Set{Key: k, Endpoints: eps}
 	}
 	ks, _ := c.keys.Load().Get(k)
-	ks.update(s)
+	ks.update(s, nil)
 }
 
 type waitResult struct {

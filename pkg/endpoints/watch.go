@@ -236,7 +236,7 @@ func (c *Cache) recompute(w *sliceWatch, namespace, service string) {
 	for _, p := range ports {
 		k := ServiceKey{Namespace: namespace, Service: service, PortName: p}
 		if ks, _ := keys.Get(k); ks != nil {
-			ks.update(buildSet(k, ss))
+			ks.update(listEndpoints(k, ss))
 		}
 	}
 }
