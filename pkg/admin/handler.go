@@ -38,6 +38,8 @@ type HandlerOptions struct {
 	Counts CountsSource
 	// Wake feeds PathWake.
 	Wake WakeSource
+	// ColdStarts answers PathColdStarts.
+	ColdStarts ColdStartSource
 	// Ready answers PathReadyz: nil error is 200, an error is 503 with its text. Nil means always
 	// ready. The interceptor returns an error from the moment it starts draining.
 	Ready func() error
@@ -94,6 +96,9 @@ func NewHandler(opts HandlerOptions) http.Handler {
 	}
 	if opts.Counts != nil {
 		mux.HandleFunc("GET "+PathCounts, countsHandler(opts.Counts))
+	}
+	if opts.ColdStarts != nil {
+		mux.HandleFunc("GET "+PathColdStarts, coldStartsHandler(opts.ColdStarts))
 	}
 	if opts.Wake != nil {
 		mux.Handle("GET "+PathWake, &wakeHandler{

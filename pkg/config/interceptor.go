@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/httpscale/httpscale/pkg/coldstart"
 	"github.com/httpscale/httpscale/pkg/proxy"
 )
 
@@ -56,6 +57,13 @@ type Interceptor struct {
 
 	// MaxConnsPerEndpoint bounds the connections open to one pod.
 	MaxConnsPerEndpoint int
+
+	// ColdStartProbeInterval is the least time between two cold-start probes of one starting pod,
+	// ColdStartProbeTimeout bounds one, and ColdStartMaxProbes bounds those running at once (0 turns
+	// cold-start probes off: held requests wait for the kubelet's readiness). See pkg/coldstart.
+	ColdStartProbeInterval time.Duration
+	ColdStartProbeTimeout  time.Duration
+	ColdStartMaxProbes     int
 	// GCPercent is the Go garbage collector's target (GOGC); the proxy's live heap is small, so a
 	// higher value trades a little memory for less CPU per request. GOGC in the environment wins.
 	GCPercent int
@@ -102,6 +110,9 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&i.ClusterDomain, "cluster-domain", proxy.Defaults.ClusterDomain, "Cluster DNS domain, for apps forwarded via their Service.")
 	fs.DurationVar(&i.TableResync, "table-resync", time.Minute, "Period of the routing table's full re-read.")
 	fs.IntVar(&i.MaxConnsPerEndpoint, "max-conns-per-endpoint", proxy.Defaults.MaxConnsPerEndpoint, "Connections open at once to one pod; more requests wait for one.")
+	fs.DurationVar(&i.ColdStartProbeInterval, "cold-start-probe-interval", coldstart.Defaults.Interval, "Least time between two probes of a starting pod while requests for its app are held.")
+	fs.DurationVar(&i.ColdStartProbeTimeout, "cold-start-probe-timeout", coldstart.Defaults.Timeout, "Bound of one cold-start probe (a readiness probe's timeoutSeconds lowers it).")
+	fs.IntVar(&i.ColdStartMaxProbes, "cold-start-max-probes", coldstart.Defaults.MaxProbes, "Cold-start probes running at once in the replica, shared out in turn between apps; 0 turns them off (held requests wait for the kubelet's readiness).")
 	fs.IntVar(&i.GCPercent, "gc-percent", 400, "Go GC target percentage (ignored when GOGC is set).")
 	fs.BoolVar(&i.HTTP1FastPath, "http1-fast-path", true, "Serve plain body-less HTTP/1.1 requests on the proxy's fast path (the rest goes to net/http).")
 	fs.IntVar(&i.EventLoops, "event-loops", -1, "Event loops serving the fast path's plain requests to warm apps on Linux (0: a goroutine per connection; -1: one per GOMAXPROCS).")
@@ -143,6 +154,15 @@ func (i *Interceptor) Validate() error {
 	}
 	if i.GCPercent < 25 {
 		errs = append(errs, fmt.Errorf("--gc-percent %d: want at least 25", i.GCPercent))
+	}
+	if i.ColdStartMaxProbes < 0 {
+		errs = append(errs, fmt.Errorf("--cold-start-max-probes %d: want 0 (off) or more", i.ColdStartMaxProbes))
+	}
+	if i.ColdStartProbeInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--cold-start-probe-interval %s: want at least 10ms", i.ColdStartProbeInterval))
+	}
+	if i.ColdStartProbeTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--cold-start-probe-timeout %s: want a positive duration", i.ColdStartProbeTimeout))
 	}
 	if i.QueueLimit < 1 {
 		errs = append(errs, fmt.Errorf("--queue-limit %d: want at least 1", i.QueueLimit))

@@ -25,7 +25,13 @@ func (x *exchange) WaitRequest(r *http.Request) error {
 	}
 	x.cold = true
 	a.series().coldStarts.Inc()
-	a.counts.Wake(x.p.opts.WakeEvery)
+	wakeAt, streams := a.counts.Wake(x.p.opts.WakeEvery)
+	if t := x.p.opts.ColdStarts; t != nil {
+		cs := t.Woken(a.coldApp, x.start)
+		if !wakeAt.IsZero() {
+			cs.WakeSent(wakeAt, streams)
+		}
+	}
 	return fmt.Errorf("%s: %w", a.key, errWaitingPage)
 }
 
