@@ -59,6 +59,9 @@ type Prober struct {
 	// OnChange is called with the previous and the new result when a probe round's result differs
 	// from the previous one.
 	OnChange func(prev, next *Fleet)
+	// ColdStarts, when set, fetches the cold starts a replica recorded since the last round, when
+	// its status says it has new ones (within the same timeout as its status).
+	ColdStarts *ColdStarts
 
 	fleet atomic.Pointer[Fleet]
 	kick  chan struct{}
@@ -128,6 +131,9 @@ func (p *Prober) probe(ctx context.Context) {
 				return
 			}
 			replicas[i].Version = st.TableVersion
+			if p.ColdStarts != nil {
+				p.ColdStarts.Fetch(cctx, "http://"+addr, st)
+			}
 		}()
 	}
 	wg.Wait()

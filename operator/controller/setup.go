@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -184,6 +185,18 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
 	var writer *TableWriter // the prober's callback reads it; set below
+	adminClient := admin.Client{HTTP: &http.Client{Timeout: o.ProbeTimeout, Transport: transport}}
+	coldStarts, err := NewColdStarts(adminClient, keys.Enqueue, ctrlmetrics.Registry, log.WithName("coldstarts"))
+	if err != nil {
+		return nil, fmt.Errorf("registering cold-start metrics: %w", err)
+	}
+	soInformer, err := mgr.GetCache().GetInformer(ctx, &kedav1alpha1.ScaledObject{})
+	if err != nil {
+		return nil, fmt.Errorf("watching ScaledObjects: %w", err)
+	}
+	if err := coldStarts.watchScaledObjects(soInformer); err != nil {
+		return nil, fmt.Errorf("watching ScaledObjects' activity: %w", err)
+	}
 	prober := &Prober{
 		Reader:    mgr.GetClient(),
 		Namespace: o.Namespace,
@@ -191,8 +204,9 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		PortName:  o.InterceptorAdminPort,
 		Interval:  o.ProbeInterval,
 		Timeout:   o.ProbeTimeout,
-		Admin:     admin.Client{HTTP: &http.Client{Timeout: o.ProbeTimeout, Transport: transport}},
-		Log:       log.WithName("propagation"),
+		Admin:      adminClient,
+		ColdStarts: coldStarts,
+		Log:        log.WithName("propagation"),
 		// A probe answer changes after every table write; re-evaluate the objects whose count can
 		// change, not all 10,000 (each a reconcile competing with the next change for the CPU).
 		OnChange: func(prev, next *Fleet) {
@@ -259,6 +273,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		APIReader:     mgr.GetAPIReader(),
 		Serve:         ServeOptions{ProxyPort: cmp.Or(o.InterceptorProxyPort, 8080), ClusterDomain: o.ClusterDomain},
 		Secrets:       mgr.GetAPIReader(),
+		ColdStarts:    coldStarts,
 		Log:           log,
 	}
 	if err := mgr.Add(writer); err != nil {
