@@ -198,12 +198,12 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		return nil, fmt.Errorf("watching ScaledObjects' activity: %w", err)
 	}
 	prober := &Prober{
-		Reader:    mgr.GetClient(),
-		Namespace: o.Namespace,
-		Selector:  o.InterceptorSelector,
-		PortName:  o.InterceptorAdminPort,
-		Interval:  o.ProbeInterval,
-		Timeout:   o.ProbeTimeout,
+		Reader:     mgr.GetClient(),
+		Namespace:  o.Namespace,
+		Selector:   o.InterceptorSelector,
+		PortName:   o.InterceptorAdminPort,
+		Interval:   o.ProbeInterval,
+		Timeout:    o.ProbeTimeout,
 		Admin:      adminClient,
 		ColdStarts: coldStarts,
 		Log:        log.WithName("propagation"),

@@ -89,7 +89,9 @@ func (f *fakeEndpoints) Answered(k endpoints.ServiceKey, ep endpoints.Endpoint) 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fk := f.key(k)
-	if fk.l.Ready != nil || !slices.ContainsFunc(fk.l.Pending, func(p endpoints.Endpoint) bool { return p.Addr() == ep.Addr() && p.Pod == ep.Pod && p.PodUID == ep.PodUID }) {
+	if fk.l.Ready != nil || !slices.ContainsFunc(fk.l.Pending, func(p endpoints.Endpoint) bool {
+		return p.Addr() == ep.Addr() && p.Pod == ep.Pod && p.PodUID == ep.PodUID
+	}) {
 		return false
 	}
 	if fk.answered == nil {

@@ -135,8 +135,8 @@ type exchange struct {
 	code    int
 	cs      *coldstart.ColdStart // the app's cold start while this request is held in it
 	done    func()               // ends the in-flight count; nil until Forwarding
-	hdr     engine.Header // the request's header view until Trace; nil when tracing is off
-	tr      *traced       // nil unless the request is traced (trace.go)
+	hdr     engine.Header        // the request's header view until Trace; nil when tracing is off
+	tr      *traced              // nil unless the request is traced (trace.go)
 }
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
