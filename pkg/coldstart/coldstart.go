@@ -1,6 +1,7 @@
 package coldstart
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -165,10 +166,10 @@ type probeResult struct {
 func (c *ColdStart) run(ctx context.Context) {
 	t := c.t
 	k := c.app.Target
-	probing := t.opts.Pods != nil && (c.app.Probe == nil || !c.app.Probe.Off)
+	probing := t.opts.Pods != nil && (c.app.Probe == nil || !c.app.Probe.Off) && c.app.NoProbe == ""
 	if !probing {
 		c.mu.Lock()
-		c.probe = "not probed: " + noProbeReason(t.opts.Pods == nil)
+		c.probe = "not probed: " + cmp.Or(c.app.NoProbe, noProbeReason(t.opts.Pods == nil))
 		c.mu.Unlock()
 	}
 	targets := map[string]*target{}

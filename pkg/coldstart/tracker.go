@@ -182,6 +182,8 @@ type App struct {
 	Target endpoints.ServiceKey
 	// Probe is the object's cold-start probe (routing.ColdStart.Probe); nil runs the pods'.
 	Probe *routing.Probe
+	// NoProbe, when set, says why the app's pods are not probed (the cold start is still recorded).
+	NoProbe string
 	// Hold is how long a request may be held (the readiness timeout); it bounds the cold start.
 	Hold time.Duration
 }

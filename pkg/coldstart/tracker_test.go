@@ -200,6 +200,11 @@ func TestNotProbed(t *testing.T) {
 			reason: "container app: an exec readiness probe",
 		},
 		{
+			name:   "an app forwarded through its Service's address",
+			change: func(_ *corev1.Pod, _ *endpoints.Endpoint, a *App) { a.NoProbe = "forwarding.viaService" },
+			reason: "not probed: forwarding.viaService",
+		},
+		{
 			name:   "probing turned off",
 			change: func(_ *corev1.Pod, _ *endpoints.Endpoint, a *App) { a.Probe = &routing.Probe{Off: true} },
 			reason: "spec.coldStart.probe.disabled",

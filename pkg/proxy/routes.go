@@ -263,6 +263,11 @@ func (p *Proxy) newApp(e *routing.Entry, old *routes) *app {
 	}
 	a.target = p.newBackend(e.Namespace, e.Target(), prev, func(o *app) *backend { return o.target })
 	a.coldApp = coldstart.App{Key: key, Target: a.target.key, Probe: e.ColdStart.Probe, Hold: a.readiness}
+	if e.ViaService {
+		// The Service's address reaches only the pods the kubelet found ready: a pod that answered
+		// a probe would not get the requests sent there.
+		a.coldApp.NoProbe = "forwarding.viaService (the Service's address reaches only pods the kubelet found ready)"
+	}
 	if fb := e.ColdStart.Fallback; fb != nil {
 		a.fallback = p.newBackend(e.Namespace, *fb, prev, func(o *app) *backend { return o.fallback })
 	}
