@@ -133,6 +133,9 @@ func (c *ColdStart) podAt(addr string) string {
 	return ""
 }
 
+// maxReads bounds the pod reads of one cold start, in multiples of Options.MaxEndpoints.
+const maxReads = 4
+
 // target is a starting endpoint the run loop follows.
 type target struct {
 	ep        endpoints.Endpoint
@@ -183,7 +186,7 @@ func (c *ColdStart) run(ctx context.Context) {
 		case <-done: // the cold start is over
 		}
 	}
-	inFlight := 0
+	inFlight, reads := 0, 0
 	var answeredAt time.Time
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -225,7 +228,12 @@ func (c *ColdStart) run(ctx context.Context) {
 				case e.Pod == "":
 					tg.err = fmt.Errorf("%w: the EndpointSlice names no pod for %s", errNoProbe, addr)
 					c.noteProbe(tg)
+				case reads == maxReads*t.opts.MaxEndpoints:
+					// Slices that keep naming new pods cost a bounded number of reads.
+					tg.err = fmt.Errorf("%w: %d starting pods read in this cold start already", errNoProbe, reads)
+					c.noteProbe(tg)
 				default:
+					reads++
 					tg.reading = true
 					t.wg.Go(func() { send(c.readPod(ctx, e)) })
 				}

@@ -2,6 +2,7 @@ package coldstart
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -367,6 +368,26 @@ func TestWithoutAProberOnlyTheInterceptorsStepsAreRecorded(t *testing.T) {
 		}
 		if other := r.tr.ColdStartsSince(all.Seq, "other"); len(other.ColdStarts) != 1 {
 			t.Errorf("another epoch: %+v", other)
+		}
+	})
+}
+
+// An EndpointSlice that keeps naming new starting pods costs a bounded number of pod reads.
+func TestPodReadsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil)
+		a := app("churn")
+		r.tr.Begin(a, time.Now())
+		for i := range 200 {
+			r.eps.list(a.Target, nil, endpoints.Endpoint{IP: "198.18.4.1", Port: 8000, Pod: fmt.Sprintf("churn-%d", i), PodUID: "u"})
+			time.Sleep(10 * time.Millisecond)
+		}
+		synctest.Wait()
+		r.pods.mu.Lock()
+		reads := r.pods.reads
+		r.pods.mu.Unlock()
+		if reads != maxReads*Defaults.MaxEndpoints {
+			t.Errorf("%d pod reads for 200 pods named one after another, want %d", reads, maxReads*Defaults.MaxEndpoints)
 		}
 	})
 }
