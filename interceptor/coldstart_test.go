@@ -15,7 +15,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/httpscale/httpscale/pkg/admin"
@@ -29,18 +28,8 @@ import (
 // readiness probe passes, not when its EndpointSlice says ready; the cold start is then on the admin
 // port, step by step.
 func TestColdStartProbeAgainstAPIServer(t *testing.T) {
-	env, cfg, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	env, cs := apiServer(t)
 	ctx := context.Background()
-	for _, ns := range []string{installNS, "shop"} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var listening atomic.Bool
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !listening.Load() {

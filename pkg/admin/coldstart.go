@@ -120,16 +120,9 @@ type ColdStartSource interface {
 func coldStartsHandler(src ColdStartSource) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		var since uint64
-		if s := q.Get("since"); s != "" {
-			v, err := strconv.ParseUint(s, 10, 64)
-			if err != nil {
-				writeText(w, http.StatusBadRequest, "since must be an unsigned integer")
-				return
-			}
-			since = v
+		if since, ok := sinceParam(w, q); ok {
+			writeJSON(w, src.ColdStartsSince(since, q.Get("epoch")))
 		}
-		writeJSON(w, src.ColdStartsSince(since, q.Get("epoch")))
 	}
 }
 

@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 )
@@ -117,20 +118,29 @@ func NewHandler(opts HandlerOptions) http.Handler {
 func countsHandler(src CountsSource) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		var since uint64
-		if s := q.Get("since"); s != "" {
-			v, err := strconv.ParseUint(s, 10, 64)
-			if err != nil {
-				writeText(w, http.StatusBadRequest, "since must be an unsigned integer")
-				return
-			}
-			since = v
+		since, ok := sinceParam(w, q)
+		if !ok {
+			return
 		}
 		if q.Get("epoch") != src.Epoch() {
 			since = 0
 		}
 		writeJSON(w, src.CountsSince(since))
 	}
+}
+
+// sinceParam reads the query's since (0 when absent); a malformed one is answered 400 (ok false).
+func sinceParam(w http.ResponseWriter, q url.Values) (since uint64, ok bool) {
+	s := q.Get("since")
+	if s == "" {
+		return 0, true
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		writeText(w, http.StatusBadRequest, "since must be an unsigned integer")
+		return 0, false
+	}
+	return v, true
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
