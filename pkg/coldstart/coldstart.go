@@ -197,11 +197,12 @@ func (c *ColdStart) run(ctx context.Context) {
 	for {
 		now := t.opts.Now()
 		l := t.prober.Listed(k)
+		// The cache's times: when it published the change, before any held request woke on it.
 		if l.Ready != nil || len(l.Pending) > 0 {
-			c.addStep(admin.StepEndpointListed, now, false)
+			c.addStep(admin.StepEndpointListed, cmp.Or(l.ListedAt, now), false)
 		}
 		if l.Ready != nil {
-			c.addStep(admin.StepEndpointReady, now, false)
+			c.addStep(admin.StepEndpointReady, cmp.Or(l.ReadyAt, now), false)
 			c.mu.Lock()
 			if c.pod == "" && !c.forwarded {
 				c.pod = l.Ready.Endpoints[0].Pod

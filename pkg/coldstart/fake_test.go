@@ -57,6 +57,17 @@ func (f *fakeEndpoints) list(k endpoints.ServiceKey, ready []endpoints.Endpoint,
 	if len(ready) > 0 {
 		fk.l.Ready = &endpoints.Set{Key: k, Endpoints: ready}
 		fk.answered = nil
+		if fk.l.ReadyAt.IsZero() {
+			fk.l.ReadyAt = time.Now()
+		}
+	} else {
+		fk.l.ReadyAt = time.Time{}
+	}
+	switch {
+	case len(ready) == 0 && len(pending) == 0:
+		fk.l.ListedAt = time.Time{}
+	case fk.l.ListedAt.IsZero():
+		fk.l.ListedAt = time.Now()
 	}
 	f.republish(k, fk)
 }

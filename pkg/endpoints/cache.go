@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,8 @@ type CacheOptions struct {
 	// Registerer receives the Cache's metrics; nil means controller-runtime's registry. Two Caches
 	// cannot share one Registerer.
 	Registerer prometheus.Registerer
+	// Now is the clock of Listing's times; nil means time.Now.
+	Now func() time.Time
 }
 
 // Cache is the Source the interceptor uses: the ready endpoints of the Service ports it is told to
@@ -42,6 +45,7 @@ type CacheOptions struct {
 type Cache struct {
 	cs  kubernetes.Interface
 	log logr.Logger
+	now func() time.Time
 
 	// keys maps every tracked key (and every key someone waits for) to its state. The map is never
 	// modified once published: Track, OnTable and stateFor publish a new one under mu, sharing the
@@ -73,9 +77,13 @@ func NewCache(cs kubernetes.Interface, opts CacheOptions) (*Cache, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = ctrlmetrics.Registry
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	c := &Cache{
 		cs:       cs,
 		log:      opts.Log,
+		now:      opts.Now,
 		ports:    map[serviceName][]string{},
 		active:   map[watchKey]*sliceWatch{},
 		pending:  map[watchKey]*sliceWatch{},
@@ -417,6 +425,9 @@ type readyState struct {
 	listed *Set
 	// pending are the endpoints listed neither ready nor terminating.
 	pending []Endpoint
+	// listedAt is when the slices last went from listing nothing to listing an endpoint (ready or
+	// pending), readyAt when they last went from none ready to some; zero while they list none.
+	listedAt, readyAt time.Time
 	// changed is closed when this snapshot is replaced.
 	changed chan struct{}
 }
@@ -427,20 +438,20 @@ func newKeyState(k ServiceKey) *keyState {
 	return ks
 }
 
-// update publishes the endpoints the slices list: listed ready (nil for none) and pending. The zone
-// choice among the endpoints is the proxy's (it caches it with the dial addresses, see Candidates).
-// Cache.mu held.
-func (ks *keyState) update(listed *Set, pending []Endpoint) {
+// update publishes the endpoints the slices list at now: listed ready (nil for none) and pending.
+// The zone choice among the endpoints is the proxy's (it caches it with the dial addresses, see
+// Candidates). Cache.mu held.
+func (ks *keyState) update(listed *Set, pending []Endpoint, now time.Time) {
 	old := ks.state.Load()
 	if old.removed {
 		return
 	}
-	ks.publish(old, listed, pending)
+	ks.publish(old, listed, pending, now)
 }
 
-// publish replaces old with the state of listed and pending, and the answered endpoints that are
-// still pending; it does nothing when nothing changed. Cache.mu held.
-func (ks *keyState) publish(old *readyState, listed *Set, pending []Endpoint) {
+// publish replaces old with the state of listed and pending at now, and the answered endpoints that
+// are still pending; it does nothing when nothing changed. Cache.mu held.
+func (ks *keyState) publish(old *readyState, listed *Set, pending []Endpoint, now time.Time) {
 	var set *Set
 	switch {
 	case listed != nil:
@@ -469,7 +480,20 @@ func (ks *keyState) publish(old *readyState, listed *Set, pending []Endpoint) {
 		slices.EqualFunc(old.pending, pending, sameEndpoint) {
 		return
 	}
-	next := &readyState{set: set, listed: listed, pending: pending, ready: old.ready, changed: make(chan struct{})}
+	next := &readyState{set: set, listed: listed, pending: pending, ready: old.ready, changed: make(chan struct{}),
+		listedAt: old.listedAt, readyAt: old.readyAt}
+	switch {
+	case listed == nil && len(pending) == 0:
+		next.listedAt = time.Time{}
+	case next.listedAt.IsZero():
+		next.listedAt = now
+	}
+	switch {
+	case listed == nil:
+		next.readyAt = time.Time{}
+	case next.readyAt.IsZero():
+		next.readyAt = now
+	}
 	if set == nil && old.set != nil {
 		next.ready = make(chan struct{})
 	}

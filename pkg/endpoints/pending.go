@@ -1,6 +1,9 @@
 package endpoints
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // Listing is what the EndpointSlices of one Service port say while it starts: the endpoints listed
 // ready, those listed and not ready yet (pods that are starting), and which of these a cold-start
@@ -13,6 +16,9 @@ type Listing struct {
 	Answered *Set
 	// Pending are the endpoints listed neither ready nor terminating, sorted by address.
 	Pending []Endpoint
+	// ListedAt is when the slices went from listing no endpoint to listing one (ready or not),
+	// ReadyAt when they went from none ready to some; zero while there is none.
+	ListedAt, ReadyAt time.Time
 	// Changed is closed when any of the above changes, or when the key stops being tracked.
 	Changed <-chan struct{}
 }
@@ -43,7 +49,7 @@ func (c *Cache) Listed(k ServiceKey) Listing {
 	if st.removed {
 		st = c.stateFor(k).state.Load()
 	}
-	l := Listing{Ready: st.listed, Pending: st.pending, Changed: st.changed}
+	l := Listing{Ready: st.listed, Pending: st.pending, Changed: st.changed, ListedAt: st.listedAt, ReadyAt: st.readyAt}
 	if st.listed == nil {
 		l.Answered = st.set
 	}
@@ -71,7 +77,7 @@ func (c *Cache) Answered(k ServiceKey, ep Endpoint) bool {
 		ks.answered = map[string]Endpoint{}
 	}
 	ks.answered[ep.Addr()] = ep
-	ks.publish(st, st.listed, st.pending)
+	ks.publish(st, st.listed, st.pending, c.now())
 	return true
 }
 
@@ -89,6 +95,6 @@ func (c *Cache) Withdraw(k ServiceKey, ep Endpoint) {
 	delete(ks.answered, ep.Addr())
 	st := ks.state.Load()
 	if !st.removed {
-		ks.publish(st, st.listed, st.pending)
+		ks.publish(st, st.listed, st.pending, c.now())
 	}
 }

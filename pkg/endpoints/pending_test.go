@@ -3,6 +3,7 @@ package endpoints
 import (
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -81,7 +82,7 @@ func list(c *Cache, k ServiceKey, ready []Endpoint, pending ...Endpoint) {
 		s = &Set{Key: k, Endpoints: ready}
 	}
 	ks, _ := c.keys.Load().Get(k)
-	ks.update(s, pending)
+	ks.update(s, pending, c.now())
 }
 
 func TestAnsweredEndpointIsServedUntilTheKubeletDecides(t *testing.T) {
@@ -194,4 +195,28 @@ func TestAnsweredEndpointGoesWithItsPod(t *testing.T) {
 	if s := c.Ready(k); s != nil {
 		t.Errorf("Ready after Withdraw = %+v, want none", s)
 	}
+}
+
+func TestListingTimes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newTestCache(t)
+		k := ServiceKey{Namespace: "ns", Service: "a"}
+		c.Track([]ServiceKey{k})
+		e := Endpoint{IP: "198.18.0.1", Port: 80}
+		start := time.Now()
+		list(c, k, nil, e)
+		time.Sleep(2 * time.Second)
+		list(c, k, []Endpoint{e})
+		time.Sleep(time.Second)
+		list(c, k, []Endpoint{e, {IP: "198.18.0.2", Port: 80}})
+		l := c.Listed(k)
+		if !l.ListedAt.Equal(start) || !l.ReadyAt.Equal(start.Add(2*time.Second)) {
+			t.Errorf("listed at %v, ready at %v; want %v and 2s later: the times of the first listing and the first ready endpoint",
+				l.ListedAt, l.ReadyAt, start)
+		}
+		list(c, k, nil)
+		if l := c.Listed(k); !l.ListedAt.IsZero() || !l.ReadyAt.IsZero() {
+			t.Errorf("times %v, %v after the endpoints went, want zero", l.ListedAt, l.ReadyAt)
+		}
+	})
 }
