@@ -194,8 +194,13 @@ func (t *Tracker) Begin(app App, at time.Time) *ColdStart {
 	return t.begin(app, at, true)
 }
 
-// Woken records a request of app that woke it without being held (a waiting page), at at.
+// Woken records a request of app that woke it without being held (a waiting page), at at, and
+// returns the app's cold start; nil when the endpoint source cannot be followed (without held
+// requests nothing would end the cold start).
 func (t *Tracker) Woken(app App, at time.Time) *ColdStart {
+	if t.prober == nil {
+		return nil
+	}
 	return t.begin(app, at, false)
 }
 

@@ -27,8 +27,7 @@ func (x *exchange) WaitRequest(r *http.Request) error {
 	a.series().coldStarts.Inc()
 	wakeAt, streams := a.counts.Wake(x.p.opts.WakeEvery)
 	if t := x.p.opts.ColdStarts; t != nil {
-		cs := t.Woken(a.coldApp, x.start)
-		if !wakeAt.IsZero() {
+		if cs := t.Woken(a.coldApp, x.start); cs != nil && !wakeAt.IsZero() {
 			cs.WakeSent(wakeAt, streams)
 		}
 	}
