@@ -191,3 +191,23 @@ func TestProbeClient(t *testing.T) {
 		t.Error("tcp probe of a closed port passed")
 	}
 }
+
+// BenchmarkProbe is one probe of a pod on loopback: a new connection, GET, answer (HTTP), or a
+// connection opened and closed (TCP).
+func BenchmarkProbe(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	host, portStr, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	port, _ := strconv.Atoi(portStr)
+	pc := newProbeClient(nil)
+	for _, c := range []check{{port: int32(port), path: "/ready"}, {tcp: true, port: int32(port)}} {
+		b.Run(strings.Fields(c.String())[0], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := pc.run(context.Background(), host, c, time.Second); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
