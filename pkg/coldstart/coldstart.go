@@ -133,6 +133,13 @@ func (c *ColdStart) podAt(addr string) string {
 	return ""
 }
 
+// A pod's probe interval grows with the time it has been probed beyond slowAfter: its probes come at
+// least every slowdown-th of that time (see probed).
+const (
+	slowAfter = 5 * time.Second
+	slowdown  = 20
+)
+
 // maxReads bounds the pod reads of one cold start, in multiples of Options.MaxEndpoints.
 const maxReads = 4
 
@@ -147,6 +154,7 @@ type target struct {
 	successes int
 	next      time.Time // the earliest start of its next probe
 	backoff   time.Duration
+	first     time.Time // when its first probe started
 	answered  bool
 }
 
@@ -394,11 +402,18 @@ func (c *ColdStart) probed(k endpoints.ServiceKey, tg *target, r probeResult) bo
 		return false
 	}
 	tg.inFlight = false
+	if tg.first.IsZero() {
+		tg.first = r.started
+	}
+	// A pod is asked every interval for its first slowAfter; then every twentieth of the time beyond
+	// (at most a second): the wait this adds is at most 5% of a slow app's own start, and a pod that
+	// never passes costs one probe a second.
 	iv := c.t.opts.Interval
+	iv = max(iv, min((r.started.Sub(tg.first)-slowAfter)/slowdown, max(time.Second, iv)))
 	if r.err != nil {
 		tg.successes = 0
 		if r.timedOut {
-			// A pod that hangs is asked less often: up to once a second.
+			// A pod that hangs is asked less often still: up to once a second.
 			tg.backoff = min(max(2*tg.backoff, 2*iv), max(time.Second, iv))
 		} else {
 			tg.backoff = 0
@@ -408,7 +423,7 @@ func (c *ColdStart) probed(k endpoints.ServiceKey, tg *target, r probeResult) bo
 	}
 	tg.backoff = 0
 	tg.successes++
-	tg.next = r.started.Add(iv)
+	tg.next = r.started.Add(c.t.opts.Interval) // passes in a row count at the interval
 	if tg.successes < tg.plan.threshold {
 		return false
 	}

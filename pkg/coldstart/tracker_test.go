@@ -3,6 +3,7 @@ package coldstart
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -388,6 +389,33 @@ func TestPodReadsAreBounded(t *testing.T) {
 		r.pods.mu.Unlock()
 		if reads != maxReads*Defaults.MaxEndpoints {
 			t.Errorf("%d pod reads for 200 pods named one after another, want %d", reads, maxReads*Defaults.MaxEndpoints)
+		}
+	})
+}
+
+// A pod that keeps failing its probe is asked less and less often: every interval for 5 s, then every
+// twentieth of the time beyond, at most once a second.
+func TestFailingPodIsProbedLessOften(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil)
+		a := app("never")
+		r.tr.Begin(a, time.Now())
+		pod := appPod("ns", "never-1", "198.18.5.1", time.Now())
+		r.pods.add(pod)
+		r.net.status = http.StatusServiceUnavailable
+		r.net.set("198.18.5.1:8000", "up")
+		r.eps.list(a.Target, nil, endpointOf(pod))
+		count := func() int { return len(r.net.dialled()) }
+		time.Sleep(5 * time.Second)
+		first := count()
+		time.Sleep(20 * time.Second)
+		next := count() - first
+		time.Sleep(35 * time.Second)
+		last := count() - first - next
+		// 0-5 s every 50 ms: 100. 5-25 s: 20 in the first second, then 20/(t-5) a second: ~80.
+		// 25-60 s once a second: 35.
+		if first < 95 || first > 105 || next < 70 || next > 90 || last < 32 || last > 38 {
+			t.Errorf("probes: %d in the first 5 s, %d in the next 20, %d in the next 35; want ~100, ~80, 35", first, next, last)
 		}
 	})
 }
