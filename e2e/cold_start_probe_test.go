@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -46,10 +47,14 @@ var _ = Describe("Cold starts at the speed of the pod", Ordered, func() {
 		period int32 // readiness probe period in seconds; 0 is Kubernetes' default (10)
 		probe  *httpscalev1alpha1.ColdStartProbe
 		what   string
+		// wakes without EnvWakes (each takes KEDA's polling interval to go back to zero), and at
+		// most with it.
+		wakes, most int
 	}{
-		{name: "default", what: "readiness period 10 s (default), interceptor probes"},
-		{name: "fast", period: 1, what: "readiness period 1 s, interceptor probes"},
-		{name: "kubelet", probe: &httpscalev1alpha1.ColdStartProbe{Disabled: true}, what: "readiness period 10 s, probes disabled (the kubelet decides)"},
+		{name: "default", what: "readiness period 10 s (default), interceptor probes", wakes: 3},
+		{name: "fast", period: 1, what: "readiness period 1 s, interceptor probes", wakes: 2},
+		{name: "kubelet", probe: &httpscalev1alpha1.ColdStartProbe{Disabled: true}, what: "readiness period 10 s, probes disabled (the kubelet decides)",
+			wakes: 1, most: 3},
 	}
 
 	BeforeAll(func(ctx SpecContext) {
@@ -72,9 +77,12 @@ var _ = Describe("Cold starts at the speed of the pod", Ordered, func() {
 
 	for _, a := range apps {
 		It("answers each wake of "+a.what+" as soon as the app listens", func(ctx SpecContext) {
-			n := wakesFromEnv()
-			if a.probe != nil {
-				n = min(n, 3) // each takes the kubelet's 10 s
+			n := a.wakes
+			if os.Getenv(EnvWakes) != "" {
+				n = wakesFromEnv()
+			}
+			if a.most > 0 {
+				n = min(n, a.most) // each takes the kubelet's 10 s
 			}
 			host := a.name + "." + ns + ".example"
 			var wakes []wakeTimes
