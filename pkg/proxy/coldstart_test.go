@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -16,8 +17,15 @@ import (
 
 // A held request's cold start is recorded by the proxy (held, wake sent, forwarded) and each step is
 // an event of the request's span at the step's time; a held request that times out ends the cold
-// start as timed out.
+// start as timed out. On both paths: on the event loops the wait runs off the loop and reports back,
+// the forward is the loop's.
 func TestColdStartStepsOfAHeldRequest(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) { coldStartStepsOfAHeldRequest(t, fast) })
+	}
+}
+
+func coldStartStepsOfAHeldRequest(t *testing.T, fast bool) {
 	col, traced := tracedProxy(t, "grpc", nil)
 	var tracker *coldstart.Tracker
 	slow := entry("slow", "slow.example.com", "slow")
@@ -25,6 +33,7 @@ func TestColdStartStepsOfAHeldRequest(t *testing.T) {
 	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app"), slow},
 		func(o *proxy.Options, s *proxy.Server) {
 			traced(o, s)
+			s.FastHTTP1 = fast
 			var err error
 			tracker, err = coldstart.New(coldstart.Options{Endpoints: o.Endpoints, Name: "interceptor-0", Log: testr.New(t)})
 			if err != nil {
