@@ -77,6 +77,10 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 	if err != nil {
 		return servers{}, err
 	}
+	trusted, err := proxy.ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return servers{}, fmt.Errorf("--trusted-proxies: %w", err)
+	}
 	coldStarts, err := newColdStarts(cfg, kube, metricsReg, dial, log)
 	if err != nil {
 		return servers{}, err
@@ -99,6 +103,7 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		DialTimeout:           cfg.DialTimeout,
 		MaxConnsPerEndpoint:   cfg.MaxConnsPerEndpoint,
 		ClusterDomain:         cfg.ClusterDomain,
+		TrustedProxies:        trusted,
 		DialContext:           dial,
 	})
 	if err != nil {

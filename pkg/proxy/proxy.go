@@ -67,6 +67,7 @@ func New(o Options) (*Proxy, error) {
 		MaxConnsPerEndpoint: o.MaxConnsPerEndpoint,
 		Now:                 o.Now,
 		Discarded:           o.Metrics.discarded,
+		TrustedProxies:      o.TrustedProxies,
 	})
 	return p, nil
 }
