@@ -197,6 +197,13 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 				{Verb: "get", Resource: "secrets", Namespace: ns},
 				{Verb: "get", Resource: "secrets", Namespace: "default", Name: "any"},
 				{Verb: "list", Resource: "secrets", Namespace: "default"},
+				// Pods: a starting pod is read by name (cold-start probes), never listed, watched,
+				// changed, exec'd into or its logs read.
+				{Verb: "watch", Resource: "pods"},
+				{Verb: "list", Resource: "pods", Namespace: "default"},
+				{Verb: "update", Resource: "pods", Namespace: "default"},
+				{Verb: "create", Resource: "pods", Subresource: "exec", Namespace: "default"},
+				{Verb: "get", Resource: "pods", Subresource: "log", Namespace: "default"},
 			},
 			"scaler": {
 				{Verb: "update", Group: "httpscale.dev", Resource: "httpscaledobjects", Namespace: "default"},

@@ -451,6 +451,12 @@ type ColdStart struct {
 	// still wakes the app. Other requests are held as usual.
 	// +optional
 	WaitingPage *WaitingPage `json:"waitingPage,omitempty"`
+
+	// Probe says how interceptors find out that a starting pod can serve, so that held requests are
+	// forwarded the moment it can rather than at the kubelet's next readiness probe. Unset runs the
+	// pods' own readiness probes. See ColdStartProbe.
+	// +optional
+	Probe *ColdStartProbe `json:"probe,omitempty"`
 }
 
 // WaitingPage is the page browsers get while the app wakes: status 503 with Retry-After and a
@@ -597,6 +603,10 @@ type HTTPScaledObjectStatus struct {
 	// +listType=map
 	// +listMapKey=ruleName
 	Schedules []ScheduleStatus `json:"schedules,omitempty"`
+
+	// LastColdStart breaks the app's latest cold start down step by step (see ColdStartStatus).
+	// +optional
+	LastColdStart *ColdStartStatus `json:"lastColdStart,omitempty"`
 }
 
 // RoutingStatus proves (or disproves) that the interceptor fleet routes this object's current spec.

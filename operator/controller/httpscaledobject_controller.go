@@ -77,7 +77,9 @@ type Reconciler struct {
 	Secrets client.Reader
 	// KEDA tells whether KEDA's ScaledObjects are served; nil means they are.
 	KEDA *KEDA
-	Log  logr.Logger
+	// ColdStarts has the apps' latest cold starts for status.lastColdStart; nil shows none.
+	ColdStarts *ColdStarts
+	Log        logr.Logger
 	// Now is the clock of the wait for routing (routingWait); nil means time.Now.
 	Now func() time.Time
 
@@ -188,6 +190,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	r.setReady(hso)
+	r.setColdStartStatus(hso, key)
 	hso.Status.ObservedGeneration = hso.Generation
 
 	if !equality.Semantic.DeepEqual(orig.Status, hso.Status) {
@@ -221,6 +224,9 @@ func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key
 	}
 	if !r.Table.Released(key, hso.UID) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	if r.ColdStarts != nil {
+		r.ColdStarts.Forget(key)
 	}
 	orig := hso.DeepCopy()
 	controllerutil.RemoveFinalizer(hso, r.finalizer())

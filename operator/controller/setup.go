@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -205,15 +206,28 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
 	var writer *TableWriter // the prober's callback reads it; set below
+	adminClient := admin.Client{HTTP: &http.Client{Timeout: o.ProbeTimeout, Transport: transport}}
+	coldStarts, err := NewColdStarts(adminClient, keys.Enqueue, ctrlmetrics.Registry, log.WithName("coldstarts"))
+	if err != nil {
+		return nil, fmt.Errorf("registering cold-start metrics: %w", err)
+	}
+	soInformer, err := mgr.GetCache().GetInformer(ctx, &kedav1alpha1.ScaledObject{})
+	if err != nil {
+		return nil, fmt.Errorf("watching ScaledObjects: %w", err)
+	}
+	if err := coldStarts.watchScaledObjects(soInformer); err != nil {
+		return nil, fmt.Errorf("watching ScaledObjects' activity: %w", err)
+	}
 	prober := &Prober{
-		Reader:    mgr.GetClient(),
-		Namespace: o.Namespace,
-		Selector:  o.InterceptorSelector,
-		PortName:  o.InterceptorAdminPort,
-		Interval:  o.ProbeInterval,
-		Timeout:   o.ProbeTimeout,
-		Admin:     admin.Client{HTTP: &http.Client{Timeout: o.ProbeTimeout, Transport: transport}},
-		Log:       log.WithName("propagation"),
+		Reader:     mgr.GetClient(),
+		Namespace:  o.Namespace,
+		Selector:   o.InterceptorSelector,
+		PortName:   o.InterceptorAdminPort,
+		Interval:   o.ProbeInterval,
+		Timeout:    o.ProbeTimeout,
+		Admin:      adminClient,
+		ColdStarts: coldStarts,
+		Log:        log.WithName("propagation"),
 		// A probe answer changes after every table write; re-evaluate the objects whose count can
 		// change, not all 10,000 (each a reconcile competing with the next change for the CPU).
 		OnChange: func(prev, next *Fleet) {
@@ -293,6 +307,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Serve:         ServeOptions{ClusterDomain: o.ClusterDomain},
 		Secrets:       mgr.GetAPIReader(),
 		KEDA:          keda,
+		ColdStarts:    coldStarts,
 		Log:           log,
 		maxEntryBytes: cmp.Or(o.MaxEntryBytes, routing.DefaultMaxEntryBytes),
 		requeue:       func(key string) { keys.Enqueue([]string{key}) },

@@ -208,6 +208,38 @@ type fakeInterceptor struct {
 	ip string
 	// heldFor is how many requests it says it holds per app key (nil: none).
 	heldFor atomic.Pointer[map[string]int64]
+	// coldStarts are the cold starts it says it recorded (nil: none).
+	coldStarts atomic.Pointer[[]admin.ColdStart]
+}
+
+// recordColdStarts adds recs to the cold starts the fake reports, numbered on from the last.
+func (f *fakeInterceptor) recordColdStarts(recs ...admin.ColdStart) {
+	var all []admin.ColdStart
+	if p := f.coldStarts.Load(); p != nil {
+		all = append(all, *p...)
+	}
+	for _, r := range recs {
+		r.Seq = uint64(len(all) + 1)
+		all = append(all, r)
+	}
+	f.coldStarts.Store(&all)
+}
+
+// ColdStartsSince implements admin.ColdStartSource.
+func (f *fakeInterceptor) ColdStartsSince(since uint64, epoch string) admin.ColdStarts {
+	out := admin.ColdStarts{Epoch: f.Epoch(), ColdStarts: []admin.ColdStart{}}
+	if epoch != f.Epoch() {
+		since = 0
+	}
+	if p := f.coldStarts.Load(); p != nil {
+		for _, c := range *p {
+			out.Seq = c.Seq
+			if c.Seq > since {
+				out.ColdStarts = append(out.ColdStarts, c)
+			}
+		}
+	}
+	return out
 }
 
 // hold makes the fake report n requests held for app key (0: none).
@@ -234,7 +266,7 @@ func (f *fakeInterceptor) CountsSince(uint64) admin.Counts {
 
 func newFakeInterceptor(ip string) *fakeInterceptor {
 	f := &fakeInterceptor{ip: ip}
-	f.srv = httptest.NewServer(admin.NewHandler(admin.HandlerOptions{Status: f.status, Counts: f}))
+	f.srv = httptest.NewServer(admin.NewHandler(admin.HandlerOptions{Status: f.status, Counts: f, ColdStarts: f}))
 	dialer.set(net.JoinHostPort(ip, fmt.Sprint(adminPort)), f.srv.Listener.Addr().String())
 	DeferCleanup(f.srv.Close)
 	return f
@@ -244,8 +276,9 @@ func (f *fakeInterceptor) pin(version string) { f.pinned.Store(&version) }
 func (f *fakeInterceptor) follow()            { f.pinned.Store(nil) }
 
 func (f *fakeInterceptor) status() admin.Status {
+	cs := f.ColdStartsSince(0, "")
 	if v := f.pinned.Load(); v != nil {
-		return admin.Status{TableVersion: *v}
+		return admin.Status{TableVersion: *v, ColdStartEpoch: cs.Epoch, ColdStartSeq: cs.Seq}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -253,7 +286,7 @@ func (f *fakeInterceptor) status() admin.Status {
 	if err != nil {
 		return admin.Status{}
 	}
-	return admin.Status{TableVersion: t.Version(), TableEntries: t.Len()}
+	return admin.Status{TableVersion: t.Version(), TableEntries: t.Len(), ColdStartEpoch: cs.Epoch, ColdStartSeq: cs.Seq}
 }
 
 // readTable decodes the routing table the operator stored, as an interceptor does.

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/httpscale/httpscale/pkg/coldstart"
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/proxy/engine"
 	"github.com/httpscale/httpscale/pkg/proxy/engine/h1"
@@ -41,6 +42,10 @@ type Options struct {
 	// Tracer, when not nil, traces every routed request (see trace.go); nil turns tracing off at
 	// no cost on the request path.
 	Tracer trace.Tracer
+	// ColdStarts, when not nil, follows every cold start: it probes the app's starting pods and
+	// records each cold start's steps (pkg/coldstart). Nil holds requests until the endpoint source
+	// reports an endpoint ready, and records nothing.
+	ColdStarts *coldstart.Tracker
 
 	// Zone is this replica's zone; "" disables zone preference.
 	Zone string

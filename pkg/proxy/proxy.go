@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/httpscale/httpscale/pkg/coldstart"
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/proxy/engine"
 	"github.com/httpscale/httpscale/pkg/queue"
@@ -136,9 +137,10 @@ type exchange struct {
 	cold    bool
 	waited  time.Duration
 	code    int
-	done    func()        // ends the in-flight count; nil until Forwarding
-	hdr     engine.Header // the request's header view until Trace; nil when tracing is off
-	tr      *traced       // nil unless the request is traced (trace.go)
+	cs      *coldstart.ColdStart // the app's cold start while this request is held in it
+	done    func()               // ends the in-flight count; nil until Forwarding
+	hdr     engine.Header        // the request's header view until Trace; nil when tracing is off
+	tr      *traced              // nil unless the request is traced (trace.go)
 
 	rewrite *routing.PathRewrite // the matched route's path rewrite; nil: none (rewrite.go)
 	badPath bool                 // a rewritten route's path with a dot segment: refused
@@ -202,7 +204,13 @@ func (x *exchange) Wait(ctx context.Context) error {
 		return fmt.Errorf("%s: %w (limit %d)", a.key, ErrQueueFull, a.queueLimit)
 	}
 	x.holding = true
-	a.counts.Wake(p.opts.WakeEvery)
+	wakeAt, streams := a.counts.Wake(p.opts.WakeEvery)
+	if t := p.opts.ColdStarts; t != nil {
+		x.cs = t.Begin(a.coldApp, x.start)
+		if !wakeAt.IsZero() {
+			x.cs.WakeSent(wakeAt, streams)
+		}
+	}
 	wctx, cancel := context.WithTimeoutCause(ctx, a.readiness, ErrReadinessTimeout)
 	defer cancel()
 	set, err := p.opts.Endpoints.WaitReady(wctx, a.target.key)
@@ -215,6 +223,10 @@ func (x *exchange) Wait(ctx context.Context) error {
 		a.counts.Woke()
 		x.set = set
 		return nil
+	}
+	if x.cs != nil {
+		x.cs.Released(errors.Is(context.Cause(wctx), ErrReadinessTimeout))
+		x.cs = nil
 	}
 	a.counts.Unhold()
 	x.holding = false
@@ -310,6 +322,13 @@ func (x *exchange) Refused(addr string, attempt int, err error) bool {
 }
 
 func (x *exchange) Forwarded(addr string) {
+	if x.cs != nil {
+		x.cs.Forwarded(addr, x.p.opts.Now())
+		if x.tr != nil {
+			x.tr.coldStart(x.cs.Steps())
+		}
+		x.cs = nil
+	}
 	if x.tr != nil {
 		x.tr.forwarded(x, addr)
 	}
@@ -409,6 +428,9 @@ func (x *exchange) coldHeaders(h http.Header) {
 // End records the request's outcome.
 func (x *exchange) End() {
 	a := x.app
+	if x.cs != nil {
+		x.cs.Released(false) // held, then never forwarded (every endpoint refused, the client went away)
+	}
 	if x.holding {
 		a.counts.Unhold()
 	}

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/httpscale/httpscale/pkg/coldstart"
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/pmap"
 	"github.com/httpscale/httpscale/pkg/queue"
@@ -35,6 +36,7 @@ type app struct {
 	request        time.Duration
 	responseHeader time.Duration
 	queueLimit     int64
+	coldApp        coldstart.App // what the app's cold starts need to know
 }
 
 // current returns the routes of the table to serve with, building them when the table changed.
@@ -195,7 +197,7 @@ func (p *Proxy) publish(rt *routes) {
 			gone := p.gone(removed, rt, prep)
 			p.opts.Registry.Remove(gone)
 			for _, key := range gone {
-				p.opts.Metrics.forget(key)
+				p.forget(key)
 			}
 			return
 		}
@@ -210,8 +212,16 @@ func (p *Proxy) publish(rt *routes) {
 			_, kept = prep.byKey.Get(key)
 		}
 		if !kept {
-			p.opts.Metrics.forget(key)
+			p.forget(key)
 		}
+	}
+}
+
+// forget drops the metric series of an app that left the routing table.
+func (p *Proxy) forget(key string) {
+	p.opts.Metrics.forget(key)
+	if t := p.opts.ColdStarts; t != nil {
+		t.Forget(key)
 	}
 }
 
@@ -253,6 +263,12 @@ func (p *Proxy) newApp(e *routing.Entry, old *routes) *app {
 		prev, _ = old.byKey.Get(key)
 	}
 	a.target = p.newBackend(e.Namespace, e.Target(), prev, func(o *app) *backend { return o.target })
+	a.coldApp = coldstart.App{Key: key, Target: a.target.key, Probe: e.ColdStart.Probe, Hold: a.readiness}
+	if e.ViaService {
+		// The Service's address reaches only the pods the kubelet found ready: a pod that answered
+		// a probe would not get the requests sent there.
+		a.coldApp.NoProbe = "forwarding.viaService (the Service's address reaches only pods the kubelet found ready)"
+	}
 	if fb := e.ColdStart.Fallback; fb != nil {
 		a.fallback = p.newBackend(e.Namespace, *fb, prev, func(o *app) *backend { return o.fallback })
 	}

@@ -26,7 +26,12 @@ func (x *exchange) WaitRequest(ctx context.Context, method string, h engine.Head
 	}
 	x.cold = true
 	a.series().coldStarts.Inc()
-	a.counts.Wake(x.p.opts.WakeEvery)
+	wakeAt, streams := a.counts.Wake(x.p.opts.WakeEvery)
+	if t := x.p.opts.ColdStarts; t != nil {
+		if cs := t.Woken(a.coldApp, x.start); cs != nil && !wakeAt.IsZero() {
+			cs.WakeSent(wakeAt, streams)
+		}
+	}
 	return fmt.Errorf("%s: %w", a.key, errWaitingPage)
 }
 

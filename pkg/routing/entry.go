@@ -157,6 +157,19 @@ type ColdStart struct {
 	// WaitingPage, when set, answers browser navigations at once while the app is cold instead of
 	// holding them. Readers that predate it ignore the key and hold them.
 	WaitingPage *WaitingPage `json:"wp,omitempty"`
+	// Probe replaces the pods' own readiness probes as the interceptor's cold-start probe, or turns
+	// cold-start probes off; nil probes with the pods' readiness probes. Readers that predate it
+	// ignore the key.
+	Probe *Probe `json:"pr,omitempty"`
+}
+
+// Probe is how an interceptor holding requests asks a starting pod whether it can serve: a GET of
+// Path on Port (success: 200-399), or with TCP a connection to Port. Off turns probing off.
+type Probe struct {
+	Off  bool   `json:"off,omitempty"`
+	TCP  bool   `json:"tcp,omitempty"`
+	Port int32  `json:"port,omitempty"`
+	Path string `json:"path,omitempty"`
 }
 
 // WaitingPage is the self-refreshing page browsers get while the app wakes.
@@ -210,6 +223,7 @@ func (e *Entry) Clone() Entry {
 	c.ColdStart.WaitingPage = clonePtr(e.ColdStart.WaitingPage)
 	c.Rewrites = slices.Clone(e.Rewrites)
 	c.Session = clonePtr(e.Session)
+	c.ColdStart.Probe = clonePtr(e.ColdStart.Probe)
 	return c
 }
 

@@ -69,6 +69,7 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 		if w := cs.WaitingPage; w != nil && w.Enabled {
 			e.ColdStart.WaitingPage = &WaitingPage{Refresh: w.RefreshSeconds, HTML: w.HTML}
 		}
+		e.ColdStart.Probe = probeFromSpec(cs.Probe)
 	}
 	if t := hso.Spec.TLS; t != nil {
 		e.TLSSecret = t.SecretName
@@ -105,4 +106,24 @@ func ServiceHosts(service, namespace, clusterDomain string, clusterIPs []string)
 		}
 	}
 	return hosts
+}
+
+// probeFromSpec returns the routing form of a cold-start probe; nil (the pods' own readiness probes)
+// for none or one that sets nothing.
+func probeFromSpec(p *v1.ColdStartProbe) *Probe {
+	switch {
+	case p == nil:
+		return nil
+	case p.Disabled:
+		return &Probe{Off: true}
+	case p.HTTPGet != nil:
+		path := p.HTTPGet.Path
+		if path == "" {
+			path = "/" // the API's default, for objects read without defaulting
+		}
+		return &Probe{Port: p.HTTPGet.Port, Path: path}
+	case p.TCPSocket != nil:
+		return &Probe{TCP: true, Port: p.TCPSocket.Port}
+	}
+	return nil
 }

@@ -127,6 +127,31 @@ func (e *Entry) canonicalize() error {
 			return fmt.Errorf("waiting page: %w", err)
 		}
 	}
+	if p := cs.Probe; p != nil {
+		if err := p.validate(); err != nil {
+			return fmt.Errorf("cold-start probe: %w", err)
+		}
+	}
+	return nil
+}
+
+// maxProbePath bounds a probe's path (the API allows 1024 characters).
+const maxProbePath = 4096
+
+func (p *Probe) validate() error {
+	switch {
+	case p.Off:
+		if p.TCP || p.Port != 0 || p.Path != "" {
+			return fmt.Errorf("a probe that is off sets nothing else")
+		}
+		return nil
+	case p.Port < 1 || p.Port > 65535:
+		return fmt.Errorf("port %d is not in 1-65535", p.Port)
+	case p.TCP && p.Path != "":
+		return fmt.Errorf("a TCP probe has no path")
+	case !p.TCP && (!strings.HasPrefix(p.Path, "/") || len(p.Path) > maxProbePath || strings.ContainsAny(p.Path, " \t\r\n?#")):
+		return fmt.Errorf("path %q must start with / and hold no whitespace, query or fragment", p.Path)
+	}
 	return nil
 }
 

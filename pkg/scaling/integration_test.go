@@ -2,6 +2,7 @@ package scaling
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -287,11 +289,21 @@ func TestStreamIsActivePushesWakeNoticesAndSurvivesBrokenWakeStreams(t *testing.
 	testenv.EventuallyDetail(t, 10*time.Second, "wake streams open", func() (bool, string) {
 		return h.ics[0].WakeStreams() == 1 && h.ics[1].WakeStreams() == 1, "not subscribed yet"
 	})
+	count0, sum0 := wakeDelays(t)
+	woke := time.Now()
 	h.ics[1].Wake("ns/app")
 	if v, d := recvWithin(t, stream, 5*time.Second); !v {
 		t.Fatal("message after a wake notice is false")
 	} else {
 		t.Logf("wake notice reached the StreamIsActive client in %s", d)
+	}
+	// The wake's path to KEDA is measured: one sample, from the notice's time to the push.
+	testenv.EventuallyDetail(t, 10*time.Second, "the wake notice's delay observed", func() (bool, string) {
+		count, _ := wakeDelays(t)
+		return count == count0+1, fmt.Sprintf("%d samples, want %d", count, count0+1)
+	})
+	if _, sum := wakeDelays(t); sum-sum0 <= 0 || sum-sum0 > time.Since(woke).Seconds() {
+		t.Errorf("wake notice delay %.6fs, want within the %s since the notice", sum-sum0, time.Since(woke))
 	}
 	if !h.isActive(md) {
 		t.Error("IsActive disagrees with the stream after a wake notice")
@@ -306,6 +318,16 @@ func TestStreamIsActivePushesWakeNoticesAndSurvivesBrokenWakeStreams(t *testing.
 	if v, _ := recvWithin(t, stream, 5*time.Second); !v {
 		t.Fatal("message after the second wake notice is false")
 	}
+}
+
+// wakeDelays reads httpscale_scaler_wake_notice_delay_seconds: its sample count and sum.
+func wakeDelays(t *testing.T) (uint64, float64) {
+	t.Helper()
+	var m dto.Metric
+	if err := metricWakeDelay.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
 func TestStreamIsActivePushesActivityChanges(t *testing.T) {
