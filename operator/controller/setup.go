@@ -211,13 +211,6 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if err != nil {
 		return nil, fmt.Errorf("registering cold-start metrics: %w", err)
 	}
-	soInformer, err := mgr.GetCache().GetInformer(ctx, &kedav1alpha1.ScaledObject{})
-	if err != nil {
-		return nil, fmt.Errorf("watching ScaledObjects: %w", err)
-	}
-	if err := coldStarts.watchScaledObjects(soInformer); err != nil {
-		return nil, fmt.Errorf("watching ScaledObjects' activity: %w", err)
-	}
 	prober := &Prober{
 		Reader:     mgr.GetClient(),
 		Namespace:  o.Namespace,
@@ -410,19 +403,27 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	}
 	// KEDA's ScaledObjects are watched now, or once KEDA's CRDs appear (keda.go): a watch of a kind the
 	// API server does not serve would keep the controllers from ever starting.
-	watchScaledObjects := func() error {
+	watchScaledObjects := func(ctx context.Context) error {
 		if err := ctl.Watch(ownedScaledObjects(mgr)); err != nil {
 			return err
 		}
-		return serveCtl.Watch(serveScaledObjectSource(mgr))
+		if err := serveCtl.Watch(serveScaledObjectSource(mgr)); err != nil {
+			return err
+		}
+		// The cold starts' Scaled step: KEDA's Active turning true.
+		soInformer, err := mgr.GetCache().GetInformer(ctx, &kedav1alpha1.ScaledObject{})
+		if err != nil {
+			return fmt.Errorf("watching ScaledObjects' activity: %w", err)
+		}
+		return coldStarts.watchScaledObjects(soInformer)
 	}
 	if kedaInstalled {
-		if err := watchScaledObjects(); err != nil {
+		if err := watchScaledObjects(ctx); err != nil {
 			return nil, fmt.Errorf("watching KEDA ScaledObjects: %w", err)
 		}
 	} else {
-		keda.OnInstalled = func(context.Context) error {
-			if err := watchScaledObjects(); err != nil {
+		keda.OnInstalled = func(ctx context.Context) error {
+			if err := watchScaledObjects(ctx); err != nil {
 				return err
 			}
 			enqueueAll()
