@@ -19,8 +19,9 @@ func TestRewrittenTargetOnBothPaths(t *testing.T) {
 		{"/sp ace/\u00fc?q", "/sp%20ace/%C3%BC?q", false},
 	} {
 		t.Run(c.rewrite, func(t *testing.T) {
-			onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
-				h.src.routes[0].rewrite = c.rewrite
+			r := entry("app", "app.example.com", "app")
+			r.rewrite = c.rewrite
+			onBothPathsRouting(t, []route{r}, nil, func(t *testing.T, h *harness, fast bool) {
 				be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("ok")} })
 				h.src.Set(key("app"), be.ep)
 				rc := dialRaw(t, h)
