@@ -358,7 +358,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		}
 		return b, nil
 	}
-	b, err := controllerFor("httpscaledobject", predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}),
+	b, err := controllerFor("httpscaledobject", predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, servingChanged),
 		max(1, o.MaxConcurrentReconciles))
 	if err != nil {
 		return nil, err
