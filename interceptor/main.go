@@ -66,6 +66,9 @@ func run(ctx context.Context, args []string, o runOptions) error {
 			o.PprofBindAddress = cfg.PprofAddr // off unless asked for (memory measurements)
 		},
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
+			if limit := setMemoryLimit(cfg); limit > 0 {
+				log.Info("Go memory limit", "bytes", limit)
+			}
 			if gc := gcTuner(cfg); gc != nil {
 				if err := mgr.Add(gc); err != nil {
 					return fmt.Errorf("adding the GC tuner: %w", err)

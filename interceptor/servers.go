@@ -65,6 +65,10 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 	if err != nil {
 		return servers{}, fmt.Errorf("registering proxy metrics: %w", err)
 	}
+	pool := queue.NewPool(queue.PoolLimits{MaxRequests: int64(cfg.MaxHeldRequests), MaxBytes: cfg.MaxHeldBytes})
+	if err := proxy.RegisterPoolMetrics(metricsReg, pool); err != nil {
+		return servers{}, fmt.Errorf("registering held-request pool metrics: %w", err)
+	}
 	drained := make(chan struct{})
 	// Tracing (off unless the OTEL_* environment sets an OTLP endpoint) flushes after the drain,
 	// whose requests end spans too.
@@ -88,6 +92,10 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		RequestTimeout:        cfg.RequestTimeout,
 		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
 		QueueLimit:            cfg.QueueLimit,
+		MaxQueueLimit:         cfg.MaxQueueLimit,
+		MaxReadinessTimeout:   cfg.MaxReadinessTimeout,
+		MaxRequestTimeout:     cfg.MaxRequestTimeout,
+		Pool:                  pool,
 		RetryAfter:            cfg.RetryAfter,
 		DialTimeout:           cfg.DialTimeout,
 		MaxConnsPerEndpoint:   cfg.MaxConnsPerEndpoint,
@@ -101,17 +109,18 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		kube.onTableChange(p.TableChanged)
 	}
 	proxySrv := &proxy.Server{
-		Name:         "proxy",
-		Addr:         cfg.ProxyAddr,
-		Engine:       p.Engine(),
-		H2C:          true,
-		FastHTTP1:    cfg.HTTP1FastPath,
-		EventLoops:   cfg.EventLoops,
-		DrainDelay:   cfg.DrainDelay,
-		DrainTimeout: cfg.DrainTimeout,
-		WaitIdle:     p.WaitUpgrades,
-		Drained:      make(chan struct{}),
-		Log:          log.WithName("proxy"),
+		Name:           "proxy",
+		Addr:           cfg.ProxyAddr,
+		Engine:         p.Engine(),
+		H2C:            true,
+		FastHTTP1:      cfg.HTTP1FastPath,
+		EventLoops:     cfg.EventLoops,
+		MaxHeaderBytes: int(cfg.MaxHeaderBytes),
+		DrainDelay:     cfg.DrainDelay,
+		DrainTimeout:   cfg.DrainTimeout,
+		WaitIdle:       p.WaitUpgrades,
+		Drained:        make(chan struct{}),
+		Log:            log.WithName("proxy"),
 	}
 	runnables := []manager.Runnable{proxySrv}
 	var tlsSrv *tlsterm.Server
@@ -120,14 +129,15 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 			return servers{}, fmt.Errorf("--tls-bind-address needs Kubernetes: certificates come from Secrets")
 		}
 		tlsSrv = &tlsterm.Server{
-			Addr:         cfg.TLSAddr,
-			Store:        kube.certs,
-			Handler:      p.Engine(),
-			DrainDelay:   cfg.DrainDelay,
-			DrainTimeout: cfg.DrainTimeout,
-			WaitIdle:     p.WaitUpgrades,
-			Drained:      make(chan struct{}),
-			Log:          log.WithName("tls"),
+			Addr:           cfg.TLSAddr,
+			Store:          kube.certs,
+			Handler:        p.Engine(),
+			MaxHeaderBytes: int(cfg.MaxHeaderBytes),
+			DrainDelay:     cfg.DrainDelay,
+			DrainTimeout:   cfg.DrainTimeout,
+			WaitIdle:       p.WaitUpgrades,
+			Drained:        make(chan struct{}),
+			Log:            log.WithName("tls"),
 		}
 		runnables = append(runnables, tlsSrv)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,4 +114,18 @@ func gcTuner(cfg *config.Interceptor) manager.Runnable {
 		return nil
 	}
 	return &gcheadroom.Runnable{Options: gcheadroom.Options{MaxPercent: cfg.GCPercent, MinPercent: min(cfg.GCPercent, gcMinPercent), Headroom: gcHeadroom}}
+}
+
+// setMemoryLimit sets the Go runtime's soft memory limit to config.MemoryLimitFraction of
+// --memory-limit (the container's limit), unless GOMEMLIMIT is set. Held requests are bounded by
+// what they keep alive (--max-held-bytes); the soft limit keeps the garbage they leave (the heads of
+// refused requests, parsed before they could be refused) from growing the heap into the container's
+// limit between two collections. It returns the limit set, 0 for none.
+func setMemoryLimit(cfg *config.Interceptor) int64 {
+	if cfg.MemoryLimit <= 0 || os.Getenv("GOMEMLIMIT") != "" {
+		return 0
+	}
+	limit := int64(float64(cfg.MemoryLimit) * config.MemoryLimitFraction)
+	debug.SetMemoryLimit(limit)
+	return limit
 }

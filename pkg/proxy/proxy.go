@@ -129,12 +129,17 @@ type exchange struct {
 	tried   [engine.MaxAttempts]string // the endpoints Pick returned, by attempt
 	start   time.Time
 	holding bool
-	cold    bool
-	waited  time.Duration
-	code    int
-	done    func()        // ends the in-flight count; nil until Forwarding
-	hdr     engine.Header // the request's header view until Trace; nil when tracing is off
-	tr      *traced       // nil unless the request is traced (trace.go)
+	hold    *queue.Hold // the request's room in the interceptor's pool while held; nil without one
+	cost    int64       // what holding the request costs (holdCost), set by WaitRequest
+	// unread: the request has an HTTP/1 body nobody read, so an answer of the interceptor's own
+	// closes the connection (see Fail); set by WaitRequest, cleared by Forwarding.
+	unread bool
+	cold   bool
+	waited time.Duration
+	code   int
+	done   func()        // ends the in-flight count; nil until Forwarding
+	hdr    engine.Header // the request's header view until Trace; nil when tracing is off
+	tr     *traced       // nil unless the request is traced (trace.go)
 }
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
@@ -181,13 +186,21 @@ func (x *exchange) Wait(ctx context.Context) error {
 	}
 	x.cold = true
 	a.series().coldStarts.Inc()
+	// Before any refusal: an app at zero is woken by a request it cannot hold too, so it does not
+	// stay at zero while the interceptor's pool is taken by others.
+	a.counts.Wake(p.opts.WakeEvery)
 	if !a.counts.TryHold(a.queueLimit) {
 		a.series().rejections.Inc()
 		return fmt.Errorf("%s: %w (limit %d)", a.key, ErrQueueFull, a.queueLimit)
 	}
 	x.holding = true
-	a.counts.Wake(p.opts.WakeEvery)
-	wctx, cancel := context.WithTimeoutCause(ctx, a.readiness, ErrReadinessTimeout)
+	hctx, evict := context.WithCancelCause(ctx)
+	defer evict(nil)
+	if err := x.admit(func() { evict(queue.ErrEvicted) }); err != nil {
+		x.unhold()
+		return err
+	}
+	wctx, cancel := context.WithTimeoutCause(hctx, a.readiness, ErrReadinessTimeout)
 	defer cancel()
 	set, err := p.opts.Endpoints.WaitReady(wctx, a.target.key)
 	x.waited = p.opts.Now().Sub(x.start)
@@ -200,11 +213,13 @@ func (x *exchange) Wait(ctx context.Context) error {
 		x.set = set
 		return nil
 	}
-	a.counts.Unhold()
-	x.holding = false
+	x.unhold()
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("holding %s: %w", a.key, ErrClientGone)
+	case errors.Is(context.Cause(hctx), queue.ErrEvicted):
+		a.series().evictions.Inc()
+		return fmt.Errorf("holding %s: %w", a.key, queue.ErrEvicted)
 	case errors.Is(context.Cause(wctx), ErrReadinessTimeout):
 		if a.fallback != nil {
 			x.backend = a.fallback
@@ -220,14 +235,12 @@ func (x *exchange) Wait(ctx context.Context) error {
 // Forwarding counts the request as in flight before it is no longer held, so that the app's
 // concurrency never dips to zero.
 func (x *exchange) Forwarding() {
+	x.unread = false // the body goes upstream
 	if x.kind != routing.RouteApp {
 		return
 	}
 	x.done = x.app.counts.StartForward()
-	if x.holding {
-		x.app.counts.Unhold()
-		x.holding = false
-	}
+	x.unhold()
 }
 
 // direct reports whether the request goes to the Service's address: asked for, or a fallback
@@ -305,6 +318,19 @@ func (x *exchange) Responded(code int, h http.Header) {
 // Fail records err and returns its answer: the status statusFor maps it to, or the app's
 // placeholder after a readiness timeout.
 func (x *exchange) Fail(err error, h http.Header) engine.Reply {
+	rep := x.fail(err, h)
+	if x.unread {
+		// Without it net/http reads (up to 256 KiB of) the body before it lets the request go: a
+		// client that trickles its body would keep a refused or evicted request, and its head, in
+		// memory long after it left the pool of held requests.
+		h.Set("Connection", "close")
+		rep.Close = true
+	}
+	return rep
+}
+
+// fail is Fail without the closing of a connection whose request body was not read.
+func (x *exchange) fail(err error, h http.Header) engine.Reply {
 	a, p := x.app, x.p
 	if errors.Is(err, errStatic) {
 		return x.fixed(x.static.Response, http.StatusOK, h)
@@ -326,7 +352,7 @@ func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 		p.log.V(1).Info("client went away", "app", a.key, "status", code, "error", err.Error())
 		return engine.Reply{Code: code, Abort: true} // nobody to answer
 	}
-	expected := reason == "queue_full" || reason == "app_idle" // answers by design, not upstream failures
+	expected := reason == "queue_full" || reason == "app_idle" || reason == "pool_full" || reason == "evicted" // answers by design, not upstream failures
 	if code >= 500 && !expected {
 		p.opts.Metrics.upstreamErrs.WithLabelValues(a.key, reason).Inc()
 	}
@@ -336,7 +362,7 @@ func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 	}
 	log.Info("request failed", "app", a.key, "status", code, "reason", reason, "error", err.Error())
 	x.coldHeaders(h)
-	if errors.Is(err, ErrQueueFull) || errors.Is(err, ErrIdle) {
+	if errors.Is(err, ErrQueueFull) || errors.Is(err, ErrIdle) || errors.Is(err, queue.ErrPoolFull) || errors.Is(err, queue.ErrEvicted) {
 		h.Set("Retry-After", strconv.Itoa(int((p.opts.RetryAfter+time.Second-1)/time.Second)))
 	}
 	if errors.Is(err, ErrIdle) {
@@ -385,9 +411,7 @@ func (x *exchange) coldHeaders(h http.Header) {
 // End records the request's outcome.
 func (x *exchange) End() {
 	a := x.app
-	if x.holding {
-		a.counts.Unhold()
-	}
+	x.unhold()
 	if x.done != nil {
 		x.done()
 	}

@@ -20,7 +20,9 @@ var errWaitingPage = errors.New("answered with the waiting page while the app wa
 // and is answered at once; every other request is held (Wait).
 func (x *exchange) WaitRequest(r *http.Request) error {
 	a := x.app
+	x.unread = r.ProtoMajor == 1 && (r.ContentLength != 0 || len(r.TransferEncoding) > 0)
 	if a.entry.ColdStart.WaitingPage == nil || !wantsPage(r.Method, r.Header) {
+		x.cost = holdCost(r)
 		return x.Wait(r.Context())
 	}
 	x.cold = true

@@ -94,6 +94,12 @@ func writeReply(w http.ResponseWriter, rep Reply) {
 		abortResponse(w)
 		return
 	}
+	if rep.Close {
+		// net/http reads up to 256 KiB of an unread body after the handler, even when the answer
+		// closes the connection: a client trickling its body would keep the request (and its head)
+		// in memory. An expired read deadline ends that read at once.
+		defer func() { _ = http.NewResponseController(w).SetReadDeadline(time.Now()) }()
+	}
 	w.WriteHeader(rep.Code)
 	_, _ = io.WriteString(w, rep.Body) // a failed write means the client went away
 }

@@ -46,6 +46,9 @@ type Server struct {
 	// (default 30s), once for the whole connection's path: a connection the fast path hands to
 	// net/http keeps the deadline the fast path started.
 	ReadHeaderTimeout time.Duration
+	// MaxHeaderBytes bounds a request's header block as net/http's does (0: its default, 1 MiB);
+	// the fast path hands heads over 4 KiB to net/http.
+	MaxHeaderBytes int
 
 	DrainDelay   time.Duration
 	DrainTimeout time.Duration
@@ -101,6 +104,7 @@ func (s *Server) Start(ctx context.Context) error {
 	// Every connection net/http serves is watched for requests with both lengths (see headwatch.go).
 	srv := NewHTTPServer(closeAfterBothLengths{handler}, s.ReadHeaderTimeout, hard)
 	srv.ConnContext = watchedContext
+	srv.MaxHeaderBytes = s.MaxHeaderBytes
 	if s.H2C {
 		var p http.Protocols
 		p.SetHTTP1(true)
