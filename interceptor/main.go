@@ -26,6 +26,11 @@ import (
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
 
+// The admin port's authentication (--admin-auth=token): who a caller's token belongs to, and whether a
+// scraper outside the fleet may get /metrics.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
 func main() {
 	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], runOptions{}); err != nil {
 		fmt.Fprintln(os.Stderr, "interceptor:", err)

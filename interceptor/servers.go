@@ -164,20 +164,24 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		return nil
 	}
 	stopStreams := make(chan struct{})
+	var adminHandler http.Handler = admin.NewHandler(admin.HandlerOptions{
+		Status: func() admin.Status {
+			t := kube.tables.Table()
+			return admin.Status{TableVersion: t.Version(), TableEntries: t.Len(), Draining: proxySrv.Draining()}
+		},
+		Counts:  reg,
+		Wake:    reg,
+		Ready:   ready,
+		Metrics: promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{}),
+		Stop:    stopStreams,
+	})
+	if kube.adminAuth != nil {
+		adminHandler = kube.adminAuth.Wrap(adminHandler)
+	}
 	adminSrv := &proxy.Server{
-		Name: "admin",
-		Addr: cfg.AdminAddr,
-		Handler: admin.NewHandler(admin.HandlerOptions{
-			Status: func() admin.Status {
-				t := kube.tables.Table()
-				return admin.Status{TableVersion: t.Version(), TableEntries: t.Len(), Draining: proxySrv.Draining()}
-			},
-			Counts:  reg,
-			Wake:    reg,
-			Ready:   ready,
-			Metrics: promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{}),
-			Stop:    stopStreams,
-		}),
+		Name:         "admin",
+		Addr:         cfg.AdminAddr,
+		Handler:      adminHandler,
 		After:        drained,
 		OnShutdown:   func() { close(stopStreams) },
 		DrainTimeout: adminDrainTimeout,

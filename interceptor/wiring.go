@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/config"
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/gcheadroom"
@@ -37,6 +38,8 @@ type kubeParts struct {
 	// endpointWatch runs the EndpointSlice cache; the servers add it so that it runs until the proxy
 	// has drained (nil: nothing to run).
 	endpointWatch manager.Runnable
+	// adminAuth authenticates the admin port's callers; nil leaves the port open (--admin-auth=none).
+	adminAuth *admin.Auth
 }
 
 // wireKubernetes builds the routing-table watch and the EndpointSlice cache, and adds the table watch
@@ -78,7 +81,22 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 	if err := mgr.Add(table); err != nil {
 		return kubeParts{}, fmt.Errorf("adding routing-table watch: %w", err)
 	}
+	var auth *admin.Auth
+	if cfg.AdminAuth.Mode == config.AdminAuthToken {
+		auth, err = admin.NewAuth(admin.AuthOptions{
+			Tokens:   cs.AuthenticationV1().TokenReviews(),
+			Access:   cs.AuthorizationV1().SubjectAccessReviews(),
+			Audience: cfg.AdminAuth.Audience,
+			Allowed:  cfg.AdminAuth.AllowedServiceAccounts,
+			Log:      log.WithName("admin.auth"),
+		})
+		if err != nil {
+			return kubeParts{}, err
+		}
+		log.Info("admin port authenticates its callers", "audience", cfg.AdminAuth.Audience, "allowed", cfg.AdminAuth.AllowedServiceAccounts)
+	}
 	return kubeParts{
+		adminAuth:     auth,
 		tables:        table,
 		endpoints:     cache,
 		endpointWatch: cache,

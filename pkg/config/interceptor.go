@@ -39,6 +39,9 @@ type Interceptor struct {
 	// ZoneAware prefers same-zone endpoints unless an HTTPScaledObject says otherwise.
 	ZoneAware bool
 
+	// AdminAuth says who may call the admin port.
+	AdminAuth AdminAuth
+
 	// HoldLimits bound held requests and header sizes, and cap the objects' own settings.
 	HoldLimits
 
@@ -101,6 +104,7 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&i.ResponseHeaderTimeout, "response-header-timeout", 0, "Default bound of the wait for response headers; 0 means none.")
 	fs.IntVar(&i.QueueLimit, "queue-limit", proxy.Defaults.QueueLimit, "Default number of requests held at once per app; more get 503.")
 	i.HoldLimits.Bind(fs)
+	i.AdminAuth.Bind(fs)
 	fs.DurationVar(&i.RetryAfter, "retry-after", proxy.Defaults.RetryAfter, "Retry-After sent with a 503 for a full hold queue, in whole seconds (at least 1s).")
 	fs.DurationVar(&i.DialTimeout, "dial-timeout", proxy.Defaults.DialTimeout, "Bound of one connection attempt to a pod.")
 	fs.StringVar(&i.ClusterDomain, "cluster-domain", proxy.Defaults.ClusterDomain, "Cluster DNS domain, for apps forwarded via their Service.")
@@ -148,6 +152,7 @@ func (i *Interceptor) Validate() error {
 	if i.GCPercent < 25 {
 		errs = append(errs, fmt.Errorf("--gc-percent %d: want at least 25", i.GCPercent))
 	}
+	errs = append(errs, i.AdminAuth.Validate(i.Standalone != ""))
 	errs = append(errs, i.HoldLimits.Validate(i.QueueLimit, i.ReadinessTimeout, i.RequestTimeout, i.ResponseHeaderTimeout))
 	if i.QueueLimit < 1 {
 		errs = append(errs, fmt.Errorf("--queue-limit %d: want at least 1", i.QueueLimit))
