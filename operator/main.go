@@ -93,6 +93,7 @@ func options(cfg *config.Operator) controller.Options {
 		WatchNamespaces:           cfg.WatchNamespaces,
 		TableName:                 cfg.TableName,
 		ScalerAddress:             cfg.ScalerAddress,
+		ScalerTLSAuthentication:   cfg.ScalerTLSAuthentication,
 		InterceptorSelector:       sel,
 		InterceptorAdminPort:      cfg.InterceptorAdminPort,
 		ProbeInterval:             cfg.ProbeInterval,
