@@ -168,13 +168,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.syncScaledObject(ctx, hso, inv == nil, sched); err != nil {
 		return ctrl.Result{}, err
 	}
-	recheck, err := r.syncServe(ctx, hso, key, inv == nil)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("serving %s: %w", key, err)
-	}
-	if recheck > 0 && (result.RequeueAfter == 0 || recheck < result.RequeueAfter) {
-		result.RequeueAfter = recheck
-	}
+	// The Serving condition (and the redirect it describes) is the Serve controller's
+	// (serve_controller.go); Ready reads it below.
 	r.setRoutingStatus(hso, key, inv == nil)
 	if err := r.setTLSStatus(ctx, hso); err != nil {
 		return ctrl.Result{}, err
@@ -183,7 +178,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	hso.Status.ObservedGeneration = hso.Generation
 
 	if !equality.Semantic.DeepEqual(orig.Status, hso.Status) {
-		if err := r.Client.Status().Patch(ctx, hso, client.MergeFrom(orig)); err != nil {
+		patch := client.MergeFrom(orig)
+		if hso.Spec.Serve() || meta.FindStatusCondition(orig.Status.Conditions, v1.ConditionServing) != nil {
+			// The Serve controller writes this object's Serving condition: a patch of the
+			// conditions from a copy older than its last write would put the old one back (or
+			// drop the one it just added).
+			patch = client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
+		}
+		if err := r.Client.Status().Patch(ctx, hso, patch); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+			}
 			return ctrl.Result{}, fmt.Errorf("writing status of %s: %w", key, err)
 		}
 	}

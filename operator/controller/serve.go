@@ -142,131 +142,165 @@ func (r *Reconciler) syncServe(ctx context.Context, hso *v1.HTTPScaledObject, ke
 		}
 		return 0, nil
 	}
-	ref := hso.Spec.ScaleTargetRef
-	svc := &corev1.Service{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: hso.Namespace, Name: ref.Service}, svc); err != nil {
-		return 0, fmt.Errorf("reading Service %s/%s: %w", hso.Namespace, ref.Service, err)
-	}
-	backend, err := resolvePort(svc, ref.Port, ref.PortName, "scaleTargetRef")
+	sw, blockedReason, blockedMsg, err := r.serveSwitch(ctx, hso)
 	if err != nil {
-		return 0, err // resolve accepted it a moment ago; the Service changed since and a watch event follows
+		return 0, err
 	}
-	blocked := func(reason, msg string) (time.Duration, error) {
+	if blockedReason != "" {
 		if err := r.removeRedirects(ctx, hso, ""); err != nil {
 			return 0, err
 		}
-		r.setCondition(hso, v1.ConditionServing, metav1.ConditionFalse, reason, msg)
+		r.setCondition(hso, v1.ConditionServing, metav1.ConditionFalse, blockedReason, blockedMsg)
 		return 0, nil
+	}
+	// A redirect of this object for another Service (scaleTargetRef.service was changed) goes first.
+	if err := r.removeRedirects(ctx, hso, sw.svc.Name); err != nil {
+		return 0, err
+	}
+	if sw.replicas == 0 || sw.ready == 0 || sw.goingToZero {
+		return r.redirect(ctx, hso, sw, had)
+	}
+	return r.serveDirect(ctx, hso, key, sw)
+}
+
+// serveSwitch is what one Serve-mode decision reads: the Service and its port, the workload, the
+// app's ready endpoints, the ready interceptors and the redirect slice as it is.
+type serveSwitch struct {
+	svc         *corev1.Service
+	portName    string
+	portDesc    string // "port 80" or "port http (80)", for messages
+	replicas    int32
+	ready       int
+	goingToZero bool
+	ips         []string // the ready interceptors
+	existing    *discoveryv1.EndpointSlice
+	redirected  bool // existing is the redirect slice
+}
+
+// serveSwitch reads what the decision needs, or says why Serve mode cannot be applied to the Service
+// (a reason and message for the Serving condition).
+func (r *Reconciler) serveSwitch(ctx context.Context, hso *v1.HTTPScaledObject) (sw serveSwitch, reason, msg string, err error) {
+	ref := hso.Spec.ScaleTargetRef
+	svc := &corev1.Service{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: hso.Namespace, Name: ref.Service}, svc); err != nil {
+		return sw, "", "", fmt.Errorf("reading Service %s/%s: %w", hso.Namespace, ref.Service, err)
+	}
+	backend, err := resolvePort(svc, ref.Port, ref.PortName, "scaleTargetRef")
+	if err != nil {
+		return sw, "", "", err // resolve accepted it a moment ago; the Service changed since and a watch event follows
 	}
 	owner, err := r.serveOwner(ctx, hso)
 	if err != nil {
-		return 0, err
+		return sw, "", "", err
 	}
 	if owner != hso.Name {
-		return blocked(v1.ServingReasonServiceClaimed, fmt.Sprintf(
-			"Service %s is already served by HTTPScaledObject %s (the older object wins); this object is reached through the interceptor Service with its hosts only. Point it at another Service or use mode Proxy", svc.Name, owner))
+		return sw, v1.ServingReasonServiceClaimed, fmt.Sprintf(
+			"Service %s is already served by HTTPScaledObject %s (the older object wins); this object is reached through the interceptor Service with its hosts only. Point it at another Service or use mode Proxy", svc.Name, owner), nil
 	}
 	if msg := serveUnsupported(svc); msg != "" {
-		return blocked(v1.ServingReasonUnsupportedService, msg)
+		return sw, v1.ServingReasonUnsupportedService, msg, nil
 	}
 	replicas, podLabels, err := r.workload(ctx, hso)
 	if err != nil {
-		return 0, err
+		return sw, "", "", err
 	}
 	if podLabels != nil && !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(podLabels)) {
-		return blocked(v1.ServingReasonSelectorMismatch, fmt.Sprintf(
+		return sw, v1.ServingReasonSelectorMismatch, fmt.Sprintf(
 			"the selector of Service %s (%s) does not select the pods of %s %s (labels %s): redirecting it could never end; fix the selector or the pod template labels",
-			svc.Name, labels.SelectorFromSet(svc.Spec.Selector), ref.Kind, ref.Name, labels.Set(podLabels)))
+			svc.Name, labels.SelectorFromSet(svc.Spec.Selector), ref.Kind, ref.Name, labels.Set(podLabels)), nil
 	}
-	// A redirect of this object for another Service (scaleTargetRef.service was changed) goes first.
-	if err := r.removeRedirects(ctx, hso, svc.Name); err != nil {
-		return 0, err
-	}
-	ready, err := r.readyEndpoints(ctx, svc.Namespace, svc.Name, backend.PortName)
-	if err != nil {
-		return 0, err
-	}
-	ips, err := r.interceptorIPs(ctx)
-	if err != nil {
-		return 0, err
-	}
-	existing := &discoveryv1.EndpointSlice{}
-	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: svc.Namespace, Name: redirectName(svc.Name)}, existing)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return 0, fmt.Errorf("reading redirect EndpointSlice %s/%s: %w", svc.Namespace, redirectName(svc.Name), err)
-	}
-	redirected := err == nil
-	if redirected && existing.Labels[discoveryv1.LabelManagedBy] != endpoints.RedirectManagedBy {
-		return blocked(v1.ServingReasonServiceClaimed, fmt.Sprintf(
-			"an EndpointSlice named %s that this operator does not manage exists; delete or rename it", existing.Name))
-	}
-
-	portDesc := fmt.Sprintf("port %d", backend.Port)
+	sw = serveSwitch{svc: svc, portName: backend.PortName, portDesc: fmt.Sprintf("port %d", backend.Port), replicas: replicas}
 	if backend.PortName != "" {
-		portDesc = fmt.Sprintf("port %s (%d)", backend.PortName, backend.Port)
+		sw.portDesc = fmt.Sprintf("port %s (%d)", backend.PortName, backend.Port)
 	}
-	goingToZero, err := r.goingToZero(ctx, hso)
-	if err != nil {
+	if sw.ready, err = r.readyEndpoints(ctx, svc.Namespace, svc.Name, backend.PortName); err != nil {
+		return sw, "", "", err
+	}
+	if sw.ips, err = r.interceptorIPs(ctx); err != nil {
+		return sw, "", "", err
+	}
+	sw.existing = &discoveryv1.EndpointSlice{}
+	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: svc.Namespace, Name: redirectName(svc.Name)}, sw.existing)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return sw, "", "", fmt.Errorf("reading redirect EndpointSlice %s/%s: %w", svc.Namespace, redirectName(svc.Name), err)
+	}
+	sw.redirected = err == nil
+	if sw.redirected && sw.existing.Labels[discoveryv1.LabelManagedBy] != endpoints.RedirectManagedBy {
+		return sw, v1.ServingReasonServiceClaimed, fmt.Sprintf(
+			"an EndpointSlice named %s that this operator does not manage exists; delete or rename it", sw.existing.Name), nil
+	}
+	if sw.goingToZero, err = r.goingToZero(ctx, hso); err != nil {
+		return sw, "", "", err
+	}
+	return sw, "", "", nil
+}
+
+// redirect puts (or keeps) the Service's redirect in place while the app is at zero, has no ready
+// endpoint, or KEDA has decided to scale it to zero.
+func (r *Reconciler) redirect(ctx context.Context, hso *v1.HTTPScaledObject, sw serveSwitch, had bool) (time.Duration, error) {
+	ref := hso.Spec.ScaleTargetRef
+	if !had && !sw.redirected {
+		// The Serving condition is what tells a later reconcile that a redirect may exist (a Proxy
+		// object without it costs no API call). It is stored before the slice is created, not with
+		// the rest of the status at the end: an operator stopped in between, with the object then
+		// switched to Proxy, would otherwise leave the Service redirected for good.
+		// A copy is patched: the reply must not overwrite what this reconcile has set in hso.
+		intent := hso.DeepCopy()
+		meta.SetStatusCondition(&intent.Status.Conditions, metav1.Condition{
+			Type: v1.ConditionServing, Status: metav1.ConditionFalse, Reason: v1.ServingReasonProxying, ObservedGeneration: hso.Generation,
+			Message: fmt.Sprintf("Service %s %s is being redirected to the interceptors", sw.svc.Name, sw.portDesc),
+		})
+		if err := r.Client.Status().Patch(ctx, intent, client.MergeFrom(hso)); err != nil {
+			return 0, fmt.Errorf("recording the coming redirect of Service %s in the status: %w", sw.svc.Name, err)
+		}
+	}
+	if err := r.putRedirect(ctx, hso, sw.svc, sw.portName, sw.ips, sw.existing, sw.redirected); err != nil {
 		return 0, err
 	}
-	if replicas == 0 || ready == 0 || goingToZero {
-		if !had && !redirected {
-			// The Serving condition is what tells a later reconcile that a redirect may exist (a Proxy
-			// object without it costs no API call). It is stored before the slice is created, not with
-			// the rest of the status at the end: an operator stopped in between, with the object then
-			// switched to Proxy, would otherwise leave the Service redirected for good.
-			// A copy is patched: the reply must not overwrite what this reconcile has set in hso.
-			intent := hso.DeepCopy()
-			meta.SetStatusCondition(&intent.Status.Conditions, metav1.Condition{
-				Type: v1.ConditionServing, Status: metav1.ConditionFalse, Reason: v1.ServingReasonProxying, ObservedGeneration: hso.Generation,
-				Message: fmt.Sprintf("Service %s %s is being redirected to the interceptors", svc.Name, portDesc),
-			})
-			if err := r.Client.Status().Patch(ctx, intent, client.MergeFrom(hso)); err != nil {
-				return 0, fmt.Errorf("recording the coming redirect of Service %s in the status: %w", svc.Name, err)
-			}
-		}
-		if err := r.putRedirect(ctx, hso, svc, backend.PortName, ips, existing, redirected); err != nil {
-			return 0, err
-		}
-		var why string
-		switch {
-		case replicas == 0:
-			why = fmt.Sprintf("%s %s is scaled to zero", ref.Kind, ref.Name)
-		case ready == 0:
-			why = fmt.Sprintf("%s %s has no ready endpoint yet", ref.Kind, ref.Name)
-		default:
-			why = fmt.Sprintf("KEDA finds every trigger of %s %s idle and scales it to zero after the cooldown unless traffic returns; the redirect is in place while its %d endpoints still serve", ref.Kind, ref.Name, ready)
-		}
-		r.setCondition(hso, v1.ConditionServing, metav1.ConditionFalse, v1.ServingReasonProxying, fmt.Sprintf(
-			"%s: Service %s %s is redirected to %d ready interceptors, which hold requests and wake the app", why, svc.Name, portDesc, len(ips)))
-		if replicas > 0 && ready == 0 {
-			return serveSwitchRecheck, nil
-		}
-		return serveDirectRecheck, nil
+	var why string
+	switch {
+	case sw.replicas == 0:
+		why = fmt.Sprintf("%s %s is scaled to zero", ref.Kind, ref.Name)
+	case sw.ready == 0:
+		why = fmt.Sprintf("%s %s has no ready endpoint yet", ref.Kind, ref.Name)
+	default:
+		why = fmt.Sprintf("KEDA finds every trigger of %s %s idle and scales it to zero after the cooldown unless traffic returns; the redirect is in place while its %d endpoints still serve", ref.Kind, ref.Name, sw.ready)
 	}
-	if redirected {
+	r.setCondition(hso, v1.ConditionServing, metav1.ConditionFalse, v1.ServingReasonProxying, fmt.Sprintf(
+		"%s: Service %s %s is redirected to %d ready interceptors, which hold requests and wake the app", why, sw.svc.Name, sw.portDesc, len(sw.ips)))
+	if sw.replicas > 0 && sw.ready == 0 {
+		return serveSwitchRecheck, nil
+	}
+	return serveDirectRecheck, nil
+}
+
+// serveDirect takes the redirect out once the app has ready endpoints, KEDA finds it active and no
+// interceptor holds a request for it, and reports the Service as served directly.
+func (r *Reconciler) serveDirect(ctx context.Context, hso *v1.HTTPScaledObject, key string, sw serveSwitch) (time.Duration, error) {
+	if sw.redirected {
 		held, err := r.heldByInterceptors(ctx, key)
 		if err != nil || held > 0 {
 			// Keep the interceptors in the Service until they have handed every held request over;
 			// keep the list current meanwhile.
-			if err := r.putRedirect(ctx, hso, svc, backend.PortName, ips, existing, true); err != nil {
+			if err := r.putRedirect(ctx, hso, sw.svc, sw.portName, sw.ips, sw.existing, true); err != nil {
 				return 0, err
 			}
-			msg := fmt.Sprintf("%d endpoints are ready; the redirect of Service %s %s stays until the interceptors hold no request for the app (%d held)", ready, svc.Name, portDesc, held)
+			msg := fmt.Sprintf("%d endpoints are ready; the redirect of Service %s %s stays until the interceptors hold no request for the app (%d held)", sw.ready, sw.svc.Name, sw.portDesc, held)
 			if err != nil {
-				msg = fmt.Sprintf("%d endpoints are ready; the redirect of Service %s %s stays until every interceptor confirms it holds no request for the app: %v", ready, svc.Name, portDesc, err)
+				msg = fmt.Sprintf("%d endpoints are ready; the redirect of Service %s %s stays until every interceptor confirms it holds no request for the app: %v", sw.ready, sw.svc.Name, sw.portDesc, err)
 			}
 			r.setCondition(hso, v1.ConditionServing, metav1.ConditionFalse, v1.ServingReasonProxying, msg)
 			return serveSwitchRecheck, nil
 		}
+		existing := sw.existing
 		if err := r.Client.Delete(ctx, existing, client.Preconditions{ResourceVersion: &existing.ResourceVersion}); err != nil && !apierrors.IsNotFound(err) {
 			return 0, fmt.Errorf("deleting redirect EndpointSlice %s/%s: %w", existing.Namespace, existing.Name, err)
 		}
 		r.event(hso, corev1.EventTypeNormal, "RedirectRemoved", fmt.Sprintf(
-			"%d endpoints are ready and no interceptor holds a request: Service %s %s goes straight to the pods", ready, svc.Name, portDesc))
+			"%d endpoints are ready and no interceptor holds a request: Service %s %s goes straight to the pods", sw.ready, sw.svc.Name, sw.portDesc))
 	}
 	r.setCondition(hso, v1.ConditionServing, metav1.ConditionTrue, v1.ServingReasonDirect, fmt.Sprintf(
-		"Service %s %s sends traffic straight to %d ready endpoints; the interceptors are out of the path", svc.Name, portDesc, ready))
+		"Service %s %s sends traffic straight to %d ready endpoints; the interceptors are out of the path", sw.svc.Name, sw.portDesc, sw.ready))
 	return serveDirectRecheck, nil
 }
 

@@ -283,9 +283,6 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 			Named(name).
 			For(&v1.HTTPScaledObject{}, builder.WithPredicates(objects)).
 			Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexServices, nil, nil))).
-			// Serve mode: a redirect's owner is the oldest Serve-mode object on its Service, and only
-			// the owner's routing entry carries the Service's names: both controllers follow a change.
-			Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient()))).
 			WithOptions(controller.Options{
 				MaxConcurrentReconciles: workers,
 				// controller-runtime v0.24.1's priority queue can deadlock at shutdown when many keys are
@@ -315,23 +312,6 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		// A TLS Secret created, changed or deleted re-evaluates TLSReady of the objects naming it;
 		// only metadata is cached (the content is read when needed).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTLSSecret, nil, nil)))
-	// Serve mode: a workload's spec change (KEDA scaling it to zero) puts the redirect in place before
-	// its pods are gone.
-	for _, kind := range watchedTargets {
-		gvk, err := mgr.GetClient().GroupVersionKindFor(kind)
-		if err != nil {
-			return nil, fmt.Errorf("looking up kind of %T: %w", kind, err)
-		}
-		value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
-		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(serveByTarget(mgr.GetClient(), value)),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
-	}
-	// Serve mode: KEDA's Active condition turning False is the decision to scale to zero, which puts
-	// the redirect in place while the pods still serve; the interceptors' admin EndpointSlices (the
-	// only ones cached) change the redirect's endpoints as replicas come and go.
-	b = b.Watches(&kedav1alpha1.ScaledObject{}, handler.EnqueueRequestsFromMapFunc(serveByScaledObject(mgr.GetClient())),
-		builder.WithPredicates(kedaActiveChanged)).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serveAll(mgr.GetClient())))
 	if err := b.Complete(r); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}
@@ -341,8 +321,14 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if err != nil {
 		return nil, err
 	}
+	// Serve mode: only the owner of a Service's redirect (the oldest Serve-mode object on it) has the
+	// Service's names in its routing entry, so a change of one Serve-mode object re-routes its peers.
+	rb.Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient())))
 	if err := rb.Complete(&routeReconciler{r: r}); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject routing controller: %w", err)
+	}
+	if err := setupServe(mgr, r, keys.Enqueue); err != nil {
+		return nil, err
 	}
 	if o.InterceptorServiceAccount != "" {
 		grants := &SecretGrants{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), ServiceAccount: o.InterceptorServiceAccount, ServiceAccountNamespace: o.Namespace,
@@ -356,6 +342,44 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		}
 	}
 	return writer, nil
+}
+
+// serveWorkers is the Serve controller's concurrency: a switch costs a few API reads and, while it
+// waits for held requests, a question to every interceptor; a handful of apps switching at once
+// must not wait for each other.
+const serveWorkers = 4
+
+// setupServe builds Serve mode's controller (serve_controller.go) and its watches.
+func setupServe(mgr ctrl.Manager, r *Reconciler, requeueMain func([]string)) error {
+	c := mgr.GetClient()
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("httpscaledobject-serve").
+		For(&v1.HTTPScaledObject{}, builder.WithPredicates(serveRelevant, serveInputChanged)).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(c, indexServices, nil, nil))).
+		// A redirect's owner is the oldest Serve-mode object on its Service.
+		Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(c))).
+		// KEDA's Active condition turning False is the decision to scale to zero, which puts the
+		// redirect in place while the pods still serve; the interceptors' admin EndpointSlices (the
+		// only ones cached) change the redirect's endpoints as replicas come and go.
+		Watches(&kedav1alpha1.ScaledObject{}, handler.EnqueueRequestsFromMapFunc(serveByScaledObject(c)),
+			builder.WithPredicates(kedaActiveChanged)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serveAll(c))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: serveWorkers, UsePriorityQueue: ptr.To(false)})
+	// A workload's spec change (KEDA scaling it to zero) puts the redirect in place before its pods
+	// are gone.
+	for _, kind := range watchedTargets {
+		gvk, err := c.GroupVersionKindFor(kind)
+		if err != nil {
+			return fmt.Errorf("looking up kind of %T: %w", kind, err)
+		}
+		value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
+		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(serveByTarget(c, value)),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	}
+	if err := b.Complete(&serveReconciler{r: r, requeueMain: requeueMain}); err != nil {
+		return fmt.Errorf("building Serve-mode controller: %w", err)
+	}
+	return nil
 }
 
 func targetIndexValue(group, kind, name string) string { return group + "/" + kind + "/" + name }

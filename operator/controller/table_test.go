@@ -183,9 +183,9 @@ func TestRecordSequencesRewrittenVersions(t *testing.T) {
 	w := &TableWriter{}
 	w.init()
 	none := map[string]routing.Conflict{}
-	wa := w.record(w.Written(), "A", map[string]int64{"ns/x": 1, "ns/y": 1}, none)
-	wb := w.record(wa, "B", map[string]int64{"ns/y": -1}, none)
-	wa2 := w.record(wb, "A", map[string]int64{"ns/y": 1}, none)
+	wa := w.ledger.record(w.Written(), "A", map[string]int64{"ns/x": 1, "ns/y": 1}, none)
+	wb := w.ledger.record(wa, "B", map[string]int64{"ns/y": -1}, none)
+	wa2 := w.ledger.record(wb, "A", map[string]int64{"ns/y": 1}, none)
 
 	_, ySeq, ok := wa2.Introduced("ns/y", 1)
 	if !ok {
