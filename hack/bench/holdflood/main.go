@@ -51,6 +51,7 @@ type options struct {
 	settle    time.Duration
 	dialers   int
 	heap      string
+	late      int
 }
 
 func run() error {
@@ -65,6 +66,7 @@ func run() error {
 	flag.DurationVar(&o.warmFor, "warm", 5*time.Second, "length of each warm measurement")
 	flag.DurationVar(&o.settle, "settle", 3*time.Second, "wait after the flood is sent before the memory is read")
 	flag.IntVar(&o.dialers, "dialers", 64, "goroutines opening flood connections")
+	flag.IntVar(&o.late, "late", 0, "after the flood, hold this many requests (small heads) for another cold app and report how many it got")
 	flag.StringVar(&o.heap, "heap", "", "write a heap profile of the interceptor taken while the flood is held to this file")
 	flag.Parse()
 	if o.bin == "" {
@@ -123,7 +125,9 @@ func run() error {
 	fmt.Printf("flood: %d connections over %d cold apps, %d header bytes each\n", o.conns, o.apps, o.head)
 	fmt.Printf("load average at start: %s\n", loadavg())
 
+	cpu0 := cpuTicks(pid)
 	base := warm(proxyAddr, o.warmConns, o.warmFor)
+	base.cpu = cpuTicks(pid) - cpu0
 	rssBefore, _ := rss(pid)
 	fmt.Printf("before:  RSS %s  warm %s\n", mib(rssBefore), base)
 
@@ -145,7 +149,9 @@ func run() error {
 	// changing.
 	time.Sleep(o.settle)
 	held := heldTotal("http://" + adminAddr)
+	cpu1 := cpuTicks(pid)
 	during := warm(proxyAddr, o.warmConns, o.warmFor)
+	during.cpu = cpuTicks(pid) - cpu1
 	stopPeak()
 	rssDuring, hwm := rss(pid)
 	codes := f.codes()
@@ -157,6 +163,14 @@ func run() error {
 	fmt.Printf("held:    RSS %s (peak sampled %s, VmHWM %s)  held %d  answers %s\n",
 		mib(rssDuring), mib(peak.max.Load()), mib(hwm), held, codes)
 	fmt.Printf("         warm %s (%.2f x before)\n", during, during.rate/base.rate)
+	if o.late > 0 {
+		lf := newFlood(proxyAddr, options{apps: 1, conns: o.late, head: 512, dialers: 8})
+		lf.host = "late.localhost"
+		lf.send()
+		time.Sleep(o.settle)
+		fmt.Printf("late app: %d requests sent; answers %s; the flood's answers now %s; held in all %d\n", o.late, lf.codes(), f.codes(), heldTotal("http://"+adminAddr))
+		defer lf.close()
+	}
 	perHeld := float64(rssDuring-rssBefore) / float64(max(held, 1))
 	fmt.Printf("per held request: %.1f KiB resident above the start\n", perHeld/1024)
 	f.close()
@@ -180,6 +194,14 @@ spec:
 ---
 `, i, i, i)
 	}
+	fmt.Fprintf(&b, `apiVersion: httpscale.dev/v1alpha1
+kind: HTTPScaledObject
+metadata: {name: late, namespace: late}
+spec:
+  hosts: [late.localhost]
+  scaleTargetRef: {name: late, service: late, port: 80}
+---
+`)
 	fmt.Fprintf(&b, `apiVersion: httpscale.dev/v1alpha1
 kind: HTTPScaledObject
 metadata:
@@ -210,6 +232,7 @@ func startBackend() (net.Listener, error) {
 
 // flood holds one request per connection.
 type flood struct {
+	host  string // Host of every request; "" spreads them over cold-<i>.localhost
 	addr  string
 	o     options
 	mu    sync.Mutex
@@ -244,6 +267,9 @@ func (f *flood) send() {
 	reqs := make([][]byte, f.o.apps)
 	for i := range reqs {
 		reqs[i] = request(i, f.o.head)
+		if f.host != "" {
+			reqs[i] = []byte(strings.Replace(string(reqs[i]), fmt.Sprintf("cold-%d.localhost", i), f.host, 1))
+		}
 	}
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
@@ -280,8 +306,13 @@ func (f *flood) await(c net.Conn) {
 	if err != nil {
 		return // closed by close() while held, or by the interceptor
 	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 	_ = resp.Body.Close()
-	f.record(strconv.Itoa(resp.StatusCode))
+	what := strconv.Itoa(resp.StatusCode)
+	if _, reason, ok := strings.Cut(strings.TrimSpace(string(body)), ": "); ok && resp.StatusCode >= 500 {
+		what += " " + reason
+	}
+	f.record(what)
 }
 
 func (f *flood) record(what string) {
@@ -320,12 +351,17 @@ func (f *flood) close() {
 // warmResult is one warm measurement.
 type warmResult struct {
 	n, errs  int
+	cpu      int64 // the interceptor's CPU clock ticks during the measurement
 	rate     float64
 	p50, p99 time.Duration
 }
 
 func (w warmResult) String() string {
-	return fmt.Sprintf("%.0f req/s, p50 %s, p99 %s, %d errors", w.rate, w.p50.Round(10*time.Microsecond), w.p99.Round(10*time.Microsecond), w.errs)
+	s := fmt.Sprintf("%.0f req/s, p50 %s, p99 %s, %d errors", w.rate, w.p50.Round(10*time.Microsecond), w.p99.Round(10*time.Microsecond), w.errs)
+	if w.cpu > 0 && w.n > 0 {
+		s += fmt.Sprintf(", interceptor CPU %.0f µs/request", float64(w.cpu)*1e4/float64(w.n)) // 100 ticks a second
+	}
+	return s
 }
 
 // warm sends requests to the warm app on conns keep-alive connections for d.
@@ -423,11 +459,25 @@ func rss(pid int) (cur, hwm int64) {
 	return cur, hwm
 }
 
+// cpuTicks returns the user and system clock ticks pid used so far.
+func cpuTicks(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from 3 on
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	k, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + k
+}
+
 func heldTotal(adminURL string) int64 {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := admin.Client{}.Counts(ctx, adminURL, 0, "")
 	if err != nil {
+		fmt.Fprintln(os.Stderr, "reading the held count:", err)
 		return -1
 	}
 	var n int64
