@@ -134,7 +134,8 @@ var callPool = sync.Pool{New: func() any { return new(call) }}
 // forward sends the request through the ReverseProxy, or, for a request the fast path read, to
 // an HTTP/1.1 backend without it (forwardDirect).
 func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, set http.Header) {
-	if r.Header.Get("Upgrade") != "" {
+	upgrade := r.Header.Get("Upgrade") != ""
+	if upgrade {
 		e.upgrades.add(1)
 		defer e.upgrades.add(-1)
 	}
@@ -150,7 +151,10 @@ func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, set
 	}()
 	ctx := context.WithValue(r.Context(), callKey{}, c)
 	plan := x.Plan()
-	if d := plan.RequestTimeout; d > 0 {
+	// An upgraded connection (a WebSocket) lives on past its request: the request timeout would cut
+	// it off (the ReverseProxy closes the backend connection when the request's context ends). The
+	// response-header timeout still bounds the wait for its 101.
+	if d := plan.RequestTimeout; d > 0 && !upgrade {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, d, ErrRequestTimeout)
 		defer cancel()
