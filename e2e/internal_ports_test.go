@@ -8,9 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -22,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 	"github.com/httpscale/httpscale/pkg/admin"
 )
@@ -100,9 +98,7 @@ var _ = Describe("Internal ports", Ordered, func() {
 		Expect(checked).To(Equal(len(urls)*3 + 2))
 
 		By("the fleet's own identity is let in (the scaler's ServiceAccount, a token bound to the audience)")
-		tok, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "create", "token", "httpscale-scaler", "--audience", admin.DefaultTokenAudience)
-		Expect(err).NotTo(HaveOccurred())
-		c, err := admin.Client{HTTP: &http.Client{Transport: bearer{strings.TrimSpace(tok), f.HTTP.Transport}}}.
+		c, err := admin.Client{HTTP: &http.Client{Transport: bearer{fleetToken(ctx), f.HTTP.Transport}}}.
 			Counts(ctx, fmt.Sprintf("http://%s:%d", h.Interceptors[0].IP, localcluster.InterceptorAdmin), 0, "")
 		Expect(err).NotTo(HaveOccurred())
 		found := false
@@ -125,18 +121,23 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.rt.RoundTrip(r)
 }
 
-// adminGet GETs path of an interceptor's admin port from the test process as the scaler's
-// ServiceAccount (a token bound to the admin audience), as the fleet's own peers do.
-func adminGet(ctx context.Context, ip, path string) (*http.Response, error) {
+// fleetToken returns a token of the scaler's ServiceAccount bound to the admin port's audience: what
+// the fleet's own peers present.
+func fleetToken(ctx context.Context) string {
+	GinkgoHelper()
 	tok, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "create", "token", "httpscale-scaler", "--audience", admin.DefaultTokenAudience)
-	if err != nil {
-		return nil, err
-	}
+	Expect(err).NotTo(HaveOccurred())
+	return strings.TrimSpace(tok)
+}
+
+// adminGet GETs path of an interceptor's admin port from the test process as the fleet's own peers
+// do (see fleetToken).
+func adminGet(ctx context.Context, ip, path string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d%s", ip, localcluster.InterceptorAdmin, path), nil)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(tok))
+	req.Header.Set("Authorization", "Bearer "+fleetToken(ctx))
 	return f.HTTP.Do(req)
 }
 
@@ -150,11 +151,7 @@ type peerResult struct {
 // automounted token and a projected token with the admin port's audience, and returns its lines.
 func runPeerProbe(ctx context.Context, ns string, urls []string, scaler, app string) []peerResult {
 	GinkgoHelper()
-	bin := filepath.Join(GinkgoT().TempDir(), "peerprobe")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./e2e/peerprobe")
-	build.Dir, build.Env = f.Cluster.RepoRoot, append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "building peerprobe: %s", out)
+	bin := buildStatic(ctx, "peerprobe")
 	image := f.Cluster.RegistryHost() + "/peerprobe:e2e"
 	Expect(f.Cluster.PushImage(ctx, image, bin)).To(Succeed())
 
@@ -166,7 +163,7 @@ func runPeerProbe(ctx context.Context, ns string, urls []string, scaler, app str
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "peerprobe", Namespace: ns},
 		Spec: corev1.PodSpec{
-			NodeSelector:                  map[string]string{"type": "real"},
+			NodeSelector:                  framework.RealNodeSelector(),
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			Containers: []corev1.Container{{Name: "probe", Image: image, Args: args,
@@ -178,14 +175,7 @@ func runPeerProbe(ctx context.Context, ns string, urls []string, scaler, app str
 			}}}},
 		},
 	}
-	Expect(f.Client.Create(ctx, pod)).To(Succeed())
-	Eventually(func(g Gomega) {
-		g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
-		g.Expect(pod.Status.Phase).NotTo(Equal(corev1.PodFailed), "peerprobe failed: %+v", pod.Status)
-		g.Expect(pod.Status.Phase).To(Equal(corev1.PodSucceeded))
-	}).WithContext(ctx).WithTimeout(3 * time.Minute).Should(Succeed())
-	logs, err := f.Cluster.KubectlRun(ctx, "", "-n", ns, "logs", "peerprobe")
-	Expect(err).NotTo(HaveOccurred())
+	logs := runToCompletion(ctx, pod, 3*time.Minute)
 	var res []peerResult
 	dec := json.NewDecoder(strings.NewReader(logs))
 	for {
