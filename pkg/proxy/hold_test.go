@@ -197,13 +197,20 @@ func TestHeldPoolChargesHeadBytes(t *testing.T) {
 		_, bytesB := h.pool.AppUsage(h.reg.App("ns/b"))
 		t.Errorf("a holds %d (%d bytes), b holds %d (%d bytes) of %d: want 1 and 5", heldA, bytesA, heldB, bytesB, h.pool.Limits().MaxBytes)
 	}
+	// Two of a's heads were evicted; their answers come from their own goroutines.
 	evicted := 0
+	deadline := time.After(10 * time.Second)
+	answers := make(chan heldResult, len(flood))
 	for _, c := range flood {
+		go func() { answers <- <-c }()
+	}
+	for evicted < 2 {
 		select {
-		case r := <-c:
+		case r := <-answers:
 			expectRefused(t, "an evicted big head", r, "evicted")
 			evicted++
-		default:
+		case <-deadline:
+			t.Fatalf("%d of a's big heads evicted after 10 s, want 2", evicted)
 		}
 	}
 	if evicted != 2 {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -24,34 +25,47 @@ type PoolLimits struct {
 }
 
 // Pool bounds the requests all apps hold at once on one interceptor, in number and in bytes (each
-// request charged the memory it keeps while held), and shares the bound fairly between apps.
+// request charged the memory it keeps while held), and shares the bound fairly: first between
+// namespaces (tenants), then between the apps of a namespace.
 //
 // Below the bound any app may take the free room, however much it already holds. At the bound the
-// pool is contended: with n apps holding (the asking app included), an app's fair share is 1/n of
-// each limit, and its share is the larger of its fraction of the requests and its fraction of the
-// bytes (dominant resource fairness, so an app of few huge requests and one of many small ones are
-// compared on what they actually use). A request is then admitted only if its app stays within its
-// fair share, by evicting the newest held requests of the apps furthest above theirs until it fits;
-// otherwise it is refused (ErrPoolFull). So a flood for one app uses the whole pool while nobody
-// else needs it, and gives way request by request as soon as another app does: no app can keep
-// another from holding its fair share.
+// pool is contended. A share is the larger of a fraction of the requests and a fraction of the bytes
+// (dominant resource fairness, so a tenant of few huge requests and one of many small ones are
+// compared on what they actually use). With N namespaces holding (the asking one included), a
+// namespace's fair share is 1/N of the pool; a request whose namespace stays within its share is
+// admitted by evicting the newest held requests of the namespace furthest above its own (from that
+// namespace's app furthest above the others). A namespace at its share may still rebalance among its
+// own apps: with m of its apps holding, a request whose app stays within 1/m of the namespace's room
+// (its fair share, or what it holds when that is more) evicts from the namespace's app furthest above
+// that. Anything else is refused (ErrPoolFull).
+// So a flood uses the whole pool while nobody else needs it and gives way request by request as
+// soon as another tenant does, and a tenant cannot widen its share by spreading the flood over many
+// apps: its apps share its namespace's part.
 //
-// Admit and Release take one mutex and never block on anything else; a refused request costs O(1),
-// an admission at the bound O(apps holding) per eviction. It is safe for concurrent use.
+// Admit and Release take one mutex and never block on anything else; a refused request costs
+// O(namespaces holding), an admission at the bound O(namespaces + apps of the victim) per eviction.
+// It is safe for concurrent use.
 type Pool struct {
 	limits PoolLimits
 
-	mu      sync.Mutex
-	count   int64
-	bytes   int64
-	holding map[*App]*appHolds
+	mu           sync.Mutex
+	count, bytes int64
+	spaces       map[string]*nsHolds
+	apps         map[*App]*appHolds
 
 	// refused and evicted count ErrPoolFull answers and evictions (metrics).
 	refused, evicted atomic.Uint64
 }
 
+// nsHolds are one namespace's holds. Guarded by Pool.mu.
+type nsHolds struct {
+	count, bytes int64
+	apps         map[*App]*appHolds
+}
+
 // appHolds are one app's holds in admission order, oldest first. Guarded by Pool.mu.
 type appHolds struct {
+	ns           *nsHolds
 	count, bytes int64
 	head, tail   *Hold
 }
@@ -69,7 +83,7 @@ type Hold struct {
 
 // NewPool returns a pool with the given limits.
 func NewPool(l PoolLimits) *Pool {
-	return &Pool{limits: l, holding: map[*App]*appHolds{}}
+	return &Pool{limits: l, spaces: map[string]*nsHolds{}, apps: map[*App]*appHolds{}}
 }
 
 // Limits returns the pool's limits.
@@ -86,7 +100,17 @@ func (p *Pool) Usage() (requests, bytes int64) {
 func (p *Pool) AppUsage(a *App) (requests, bytes int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if h := p.holding[a]; h != nil {
+	if h := p.apps[a]; h != nil {
+		return h.count, h.bytes
+	}
+	return 0, 0
+}
+
+// NamespaceUsage returns the requests and bytes the apps of namespace ns hold now.
+func (p *Pool) NamespaceUsage(ns string) (requests, bytes int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if h := p.spaces[ns]; h != nil {
 		return h.count, h.bytes
 	}
 	return 0, 0
@@ -170,76 +194,175 @@ func (p *Pool) share(count, bytes int64) float64 {
 }
 
 // victims returns the holds to evict so that a's request of cost fits, or false when it must be
-// refused: a would be above its fair share, the request alone exceeds MaxBytes, or the apps above
-// their fair share hold too little to make room. Nothing is changed. p.mu held.
+// refused (see Pool): a would be above its fair share, the request alone exceeds MaxBytes, or those
+// above theirs hold too little to make room. Nothing is changed. p.mu held.
 func (p *Pool) victims(a *App, cost int64) ([]*Hold, bool) {
 	if l := p.limits.MaxBytes; l > 0 && cost > l {
 		return nil, false
 	}
-	mine := p.holding[a]
-	n := len(p.holding)
-	var count, bytes int64
+	e := newEviction(p, cost)
+	ns := namespaceOf(a)
+	mine := p.spaces[ns]
+	n := len(p.spaces)
+	var nsCount, nsBytes int64
 	if mine != nil {
-		count, bytes = mine.count, mine.bytes
+		nsCount, nsBytes = mine.count, mine.bytes
 	} else {
 		n++
 	}
-	fair := 1 / float64(n)
-	if p.share(count+1, bytes+cost) > fair {
+	if fair := 1 / float64(n); p.share(nsCount+1, nsBytes+cost) <= fair {
+		// Take from other namespaces above their share, the furthest first.
+		for !e.done() {
+			var worst *nsHolds
+			best := fair
+			for name, h := range p.spaces {
+				if name == ns {
+					continue
+				}
+				if c, b := e.left(h); p.share(c, b) > best && e.hasMore(h) {
+					worst, best = h, p.share(c, b)
+				}
+			}
+			if worst == nil {
+				return nil, false
+			}
+			e.take(worst, e.heaviest(worst, nil, 0))
+		}
+		return e.out, true
+	}
+	// The namespace is at its share: its apps may rebalance among themselves.
+	if mine == nil {
 		return nil, false
 	}
-	// Evict newest first from whichever app is furthest above its fair share, recomputing after
-	// each eviction, until the request fits.
-	type left struct {
-		count, bytes int64
-		next         *Hold // the next hold to evict, walking back from the newest
+	m := len(mine.apps)
+	var appCount, appBytes int64
+	if h := mine.apps[a]; h != nil {
+		appCount, appBytes = h.count, h.bytes
+	} else {
+		m++
 	}
-	taken := map[*App]*left{}
-	needCount := p.count + 1 - p.limits.MaxRequests
-	needBytes := p.bytes + cost - p.limits.MaxBytes
-	var out []*Hold
-	for (p.limits.MaxRequests > 0 && needCount > 0) || (p.limits.MaxBytes > 0 && needBytes > 0) {
-		var (
-			worst *left
-			best  float64
-		)
-		for app, h := range p.holding {
-			if app == a {
-				continue
-			}
-			l := taken[app]
-			if l == nil {
-				l = &left{count: h.count, bytes: h.bytes, next: h.tail}
-				taken[app] = l
-			}
-			if l.next == nil {
-				continue
-			}
-			if s := p.share(l.count, l.bytes); s > fair && s > best {
-				worst, best = l, s
-			}
-		}
-		if worst == nil {
+	// The namespace's room: its fair share of the pool, or what it holds when that is more (nobody
+	// else asked for it), split evenly between its apps.
+	fair := max(1/float64(n), p.share(nsCount, nsBytes)) / float64(m)
+	if p.share(appCount+1, appBytes+cost) > fair {
+		return nil, false
+	}
+	for !e.done() {
+		v := e.heaviest(mine, a, fair)
+		if v == nil {
 			return nil, false
 		}
-		v := worst.next
-		worst.next = v.prev
-		worst.count--
-		worst.bytes -= v.cost
-		needCount--
-		needBytes -= v.cost
-		out = append(out, v)
+		e.take(mine, v)
 	}
-	return out, true
+	return e.out, true
+}
+
+// eviction plans the holds to evict for one admission without changing the pool.
+type eviction struct {
+	p                    *Pool
+	needCount, needBytes int64
+	taken                map[*appHolds]*taken
+	out                  []*Hold
+}
+
+// taken is what an eviction plans to take from one app: how much it leaves and the next hold to
+// take, walking back from the newest.
+type taken struct {
+	count, bytes int64
+	next         *Hold
+}
+
+func newEviction(p *Pool, cost int64) *eviction {
+	return &eviction{p: p, needCount: p.count + 1 - p.limits.MaxRequests, needBytes: p.bytes + cost - p.limits.MaxBytes,
+		taken: map[*appHolds]*taken{}}
+}
+
+// done reports whether the planned evictions make room.
+func (e *eviction) done() bool {
+	l := e.p.limits
+	return (l.MaxRequests <= 0 || e.needCount <= 0) && (l.MaxBytes <= 0 || e.needBytes <= 0)
+}
+
+func (e *eviction) of(h *appHolds) *taken {
+	t := e.taken[h]
+	if t == nil {
+		t = &taken{count: h.count, bytes: h.bytes, next: h.tail}
+		e.taken[h] = t
+	}
+	return t
+}
+
+// left returns what namespace h holds once the planned evictions are done.
+func (e *eviction) left(h *nsHolds) (count, bytes int64) {
+	count, bytes = h.count, h.bytes
+	for _, ah := range h.apps {
+		if t := e.taken[ah]; t != nil {
+			count -= ah.count - t.count
+			bytes -= ah.bytes - t.bytes
+		}
+	}
+	return count, bytes
+}
+
+// hasMore reports whether namespace h has a hold left to evict.
+func (e *eviction) hasMore(h *nsHolds) bool {
+	for _, ah := range h.apps {
+		if e.of(ah).next != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// heaviest returns the app of namespace h, other than skip, with the largest share above floor and
+// a hold left to evict; nil when none.
+func (e *eviction) heaviest(h *nsHolds, skip *App, floor float64) *appHolds {
+	var worst *appHolds
+	best := floor
+	for app, ah := range h.apps {
+		if app == skip {
+			continue
+		}
+		t := e.of(ah)
+		if s := e.p.share(t.count, t.bytes); t.next != nil && (s > best || worst == nil && floor == 0) {
+			worst, best = ah, s
+		}
+	}
+	return worst
+}
+
+// take plans the eviction of ah's newest hold not yet taken.
+func (e *eviction) take(_ *nsHolds, ah *appHolds) {
+	t := e.of(ah)
+	v := t.next
+	t.next = v.prev
+	t.count--
+	t.bytes -= v.cost
+	e.needCount--
+	e.needBytes -= v.cost
+	e.out = append(e.out, v)
+}
+
+// namespaceOf returns the namespace of a's key ("namespace/name").
+func namespaceOf(a *App) string {
+	ns, _, _ := strings.Cut(a.key, "/")
+	return ns
 }
 
 // add records a new hold of a. p.mu held.
 func (p *Pool) add(a *App, cost int64, evict func()) *Hold {
 	h := &Hold{pool: p, app: a, cost: cost, evict: evict}
-	ah := p.holding[a]
+	ah := p.apps[a]
 	if ah == nil {
-		ah = &appHolds{}
-		p.holding[a] = ah
+		name := namespaceOf(a)
+		ns := p.spaces[name]
+		if ns == nil {
+			ns = &nsHolds{apps: map[*App]*appHolds{}}
+			p.spaces[name] = ns
+		}
+		ah = &appHolds{ns: ns}
+		p.apps[a] = ah
+		ns.apps[a] = ah
 	}
 	h.prev = ah.tail
 	if ah.tail != nil {
@@ -250,6 +373,8 @@ func (p *Pool) add(a *App, cost int64, evict func()) *Hold {
 	ah.tail = h
 	ah.count++
 	ah.bytes += cost
+	ah.ns.count++
+	ah.ns.bytes += cost
 	p.count++
 	p.bytes += cost
 	return h
@@ -258,7 +383,7 @@ func (p *Pool) add(a *App, cost int64, evict func()) *Hold {
 // remove unlinks h. p.mu held.
 func (p *Pool) remove(h *Hold) {
 	h.gone = true
-	ah := p.holding[h.app]
+	ah := p.apps[h.app]
 	if h.prev != nil {
 		h.prev.next = h.next
 	} else {
@@ -272,9 +397,15 @@ func (p *Pool) remove(h *Hold) {
 	h.prev, h.next = nil, nil
 	ah.count--
 	ah.bytes -= h.cost
+	ah.ns.count--
+	ah.ns.bytes -= h.cost
 	p.count--
 	p.bytes -= h.cost
 	if ah.count == 0 {
-		delete(p.holding, h.app)
+		delete(p.apps, h.app)
+		delete(ah.ns.apps, h.app)
+		if ah.ns.count == 0 {
+			delete(p.spaces, namespaceOf(h.app))
+		}
 	}
 }

@@ -311,3 +311,88 @@ func TestPoolConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// appsIn returns apps of the given "namespace/name" keys, in order.
+func appsIn(keys ...string) []*App {
+	r := NewRegistry(nil)
+	out := make([]*App, len(keys))
+	for i, k := range keys {
+		out[i] = r.App(k)
+	}
+	return out
+}
+
+// A tenant cannot widen its share by spreading its flood over many apps: namespaces share the pool
+// first, and a second tenant's single app gets half of it back.
+func TestPoolNamespacesShareFirst(t *testing.T) {
+	keys := []string{"victim/shop"}
+	for i := range 10 {
+		keys = append(keys, "flood/app-"+string(rune('a'+i)))
+	}
+	r := &poolRun{t: t, p: NewPool(PoolLimits{MaxRequests: 100}), apps: appsIn(keys...)}
+	for round := range 30 {
+		for i := 1; i <= 10; i++ {
+			r.admit(i, 1)
+		}
+		_ = round
+	}
+	if c, _ := r.p.NamespaceUsage("flood"); c != 100 {
+		t.Fatalf("the flood's namespace holds %d, want the whole free pool", c)
+	}
+	for i := range 50 {
+		if !r.admit(0, 1) {
+			t.Fatalf("the victim's request %d refused while the flood's namespace held more than half", i)
+		}
+	}
+	if r.admit(0, 1) {
+		t.Fatal("the victim's app went past its namespace's half")
+	}
+	if c, _ := r.p.NamespaceUsage("flood"); c != 50 {
+		t.Errorf("the flood's namespace holds %d, want 50", c)
+	}
+	// The flood's apps, spread evenly, each kept about a tenth of their half.
+	for i := 1; i <= 10; i++ {
+		if c, _ := r.p.AppUsage(r.apps[i]); c < 4 || c > 6 {
+			t.Errorf("flood app %d holds %d, want about 5 (evictions from the heaviest app first)", i, c)
+		}
+	}
+	// At its share, the flood's namespace cannot take the victim's room back, whichever of its apps
+	// asks (it may only rebalance among its own apps).
+	for range 20 {
+		r.admit(1+len(r.held)%10, 1)
+	}
+	if c, _ := r.p.NamespaceUsage("victim"); c != 50 {
+		t.Errorf("the victim's namespace holds %d after the flood asked again, want its 50", c)
+	}
+	r.checkUsage()
+}
+
+// Within one namespace at its share, an app below its part of the namespace's room takes it from
+// the namespace's heaviest app; another namespace's holds are not touched.
+func TestPoolRebalancesInsideANamespace(t *testing.T) {
+	r := &poolRun{t: t, p: NewPool(PoolLimits{MaxRequests: 40}), apps: appsIn("a/big", "a/small", "b/one")}
+	for range 30 {
+		r.admit(0, 1)
+	}
+	for range 20 {
+		r.admit(2, 1)
+	}
+	if ca, _ := r.p.NamespaceUsage("a"); ca != 20 {
+		t.Fatalf("namespace a holds %d, want its half (20)", ca)
+	}
+	for i := range 10 {
+		if !r.admit(1, 1) {
+			t.Fatalf("a/small's request %d refused below its part of a's half", i)
+		}
+	}
+	if r.admit(1, 1) {
+		t.Error("a/small went past half of its namespace's room")
+	}
+	if c, _ := r.p.AppUsage(r.apps[0]); c != 10 {
+		t.Errorf("a/big holds %d, want 10", c)
+	}
+	if c, _ := r.p.NamespaceUsage("b"); c != 20 {
+		t.Errorf("namespace b holds %d, want its 20 untouched", c)
+	}
+	r.checkUsage()
+}
