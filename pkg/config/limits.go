@@ -49,9 +49,9 @@ const (
 
 // Bind registers the limits' flags on fs.
 func (l *HoldLimits) Bind(fs *flag.FlagSet) {
-	fs.IntVar(&l.MaxHeldRequests, "max-held-requests", DefaultMaxHeldRequests, "Requests held at once for every app together, shared fairly between apps; 0 means no bound.")
+	fs.IntVar(&l.MaxHeldRequests, "max-held-requests", DefaultMaxHeldRequests, "Requests held at once for every app together, shared fairly between namespaces, then apps; 0 means no bound.")
 	l.MaxHeldBytes, l.MaxHeaderBytes = DefaultMaxHeldBytes, DefaultMaxHeaderBytes // before Var, which records the default
-	fs.Var(bytesFlag{&l.MaxHeldBytes}, "max-held-bytes", "Memory the held requests may be charged for every app together (a Kubernetes quantity, e.g. 256Mi), shared fairly between apps; 0 means no bound.")
+	fs.Var(bytesFlag{&l.MaxHeldBytes}, "max-held-bytes", "Memory the held requests may be charged for every app together (a Kubernetes quantity, e.g. 256Mi), shared fairly between namespaces, then apps; 0 means no bound.")
 	fs.Var(bytesFlag{&l.MaxHeaderBytes}, "max-header-bytes", "Largest request header block accepted (a Kubernetes quantity, e.g. 64Ki); larger heads get 431.")
 	fs.Var(bytesFlag{&l.MemoryLimit}, "memory-limit", "The container's memory limit (a Kubernetes quantity); the Go runtime's soft limit is set to 85% of it (GOMEMLIMIT wins); 0 means none.")
 	fs.IntVar(&l.MaxQueueLimit, "max-queue-limit", DefaultMaxQueueLimit, "Cap of an object's coldStart.queueLimit; 0 means no cap.")
