@@ -28,7 +28,7 @@ func TestInternalPortsByDefault(t *testing.T) {
 	for _, arg := range []string{
 		"--admin-auth=token", "--admin-token-audience=" + admin.DefaultTokenAudience,
 		"--admin-allowed-service-accounts=httpscale-system/httpscale-scaler,httpscale-system/httpscale-operator",
-		"--max-held-requests=10000", "--max-held-bytes=256Mi", "--max-header-bytes=64Ki",
+		"--max-held-requests=10000", "--max-held-bytes=256Mi", "--max-header-bytes=32Ki",
 		"--max-queue-limit=10000", "--max-readiness-timeout=10m", "--max-request-timeout=1h",
 	} {
 		if !hasArg(ic, arg) {

@@ -78,7 +78,7 @@ func TestInterceptorHoldLimitsAndAdminAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxHeldRequests != DefaultMaxHeldRequests || c.MaxHeldBytes != 256<<20 || c.MaxHeaderBytes != 64<<10 ||
+	if c.MaxHeldRequests != DefaultMaxHeldRequests || c.MaxHeldBytes != 256<<20 || c.MaxHeaderBytes != 32<<10 ||
 		c.MaxQueueLimit != 10000 || c.MaxReadinessTimeout != 10*time.Minute || c.MaxRequestTimeout != time.Hour ||
 		c.MemoryLimit != 0 || c.AdminAuth.Mode != AdminAuthNone {
 		t.Errorf("defaults: %+v %+v", c.HoldLimits, c.AdminAuth)

@@ -41,7 +41,7 @@ const MemoryLimitFraction = 0.85
 const (
 	DefaultMaxHeldRequests     = 10000
 	DefaultMaxHeldBytes        = 256 << 20
-	DefaultMaxHeaderBytes      = 64 << 10
+	DefaultMaxHeaderBytes      = 32 << 10
 	DefaultMaxQueueLimit       = 10000
 	DefaultMaxReadinessTimeout = 10 * time.Minute
 	DefaultMaxRequestTimeout   = time.Hour

@@ -52,6 +52,7 @@ type options struct {
 	dialers   int
 	heap      string
 	late      int
+	unended   bool
 }
 
 func run() error {
@@ -66,6 +67,7 @@ func run() error {
 	flag.DurationVar(&o.warmFor, "warm", 5*time.Second, "length of each warm measurement")
 	flag.DurationVar(&o.settle, "settle", 3*time.Second, "wait after the flood is sent before the memory is read")
 	flag.IntVar(&o.dialers, "dialers", 64, "goroutines opening flood connections")
+	flag.BoolVar(&o.unended, "unended", false, "send each flood head without its final empty line (a slow client that never finishes its head)")
 	flag.IntVar(&o.late, "late", 0, "after the flood, hold this many requests (small heads) for another cold app and report how many it got")
 	flag.StringVar(&o.heap, "heap", "", "write a heap profile of the interceptor taken while the flood is held to this file")
 	flag.Parse()
@@ -269,6 +271,9 @@ func (f *flood) send() {
 		reqs[i] = request(i, f.o.head)
 		if f.host != "" {
 			reqs[i] = []byte(strings.Replace(string(reqs[i]), fmt.Sprintf("cold-%d.localhost", i), f.host, 1))
+		}
+		if f.o.unended {
+			reqs[i] = reqs[i][:len(reqs[i])-2]
 		}
 	}
 	next := atomic.Int64{}
