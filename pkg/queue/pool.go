@@ -226,7 +226,7 @@ func (p *Pool) victims(a *App, cost int64) ([]*Hold, bool) {
 			if worst == nil {
 				return nil, false
 			}
-			e.take(worst, e.heaviest(worst, nil, 0))
+			e.take(e.heaviest(worst, nil, 0))
 		}
 		return e.out, true
 	}
@@ -252,7 +252,7 @@ func (p *Pool) victims(a *App, cost int64) ([]*Hold, bool) {
 		if v == nil {
 			return nil, false
 		}
-		e.take(mine, v)
+		e.take(v)
 	}
 	return e.out, true
 }
@@ -332,7 +332,7 @@ func (e *eviction) heaviest(h *nsHolds, skip *App, floor float64) *appHolds {
 }
 
 // take plans the eviction of ah's newest hold not yet taken.
-func (e *eviction) take(_ *nsHolds, ah *appHolds) {
+func (e *eviction) take(ah *appHolds) {
 	t := e.of(ah)
 	v := t.next
 	t.next = v.prev

@@ -330,11 +330,10 @@ func TestPoolNamespacesShareFirst(t *testing.T) {
 		keys = append(keys, "flood/app-"+string(rune('a'+i)))
 	}
 	r := &poolRun{t: t, p: NewPool(PoolLimits{MaxRequests: 100}), apps: appsIn(keys...)}
-	for round := range 30 {
+	for range 30 {
 		for i := 1; i <= 10; i++ {
 			r.admit(i, 1)
 		}
-		_ = round
 	}
 	if c, _ := r.p.NamespaceUsage("flood"); c != 100 {
 		t.Fatalf("the flood's namespace holds %d, want the whole free pool", c)
