@@ -223,10 +223,14 @@ func (p *Pool) victims(a *App, cost int64) ([]*Hold, bool) {
 					worst, best = h, p.share(c, b)
 				}
 			}
-			if worst == nil {
+			v := (*appHolds)(nil)
+			if worst != nil {
+				v = e.heaviest(worst, nil, 0)
+			}
+			if v == nil {
 				return nil, false
 			}
-			e.take(e.heaviest(worst, nil, 0))
+			e.take(v)
 		}
 		return e.out, true
 	}
