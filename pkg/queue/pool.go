@@ -223,7 +223,7 @@ func (p *Pool) victims(a *App, cost int64) ([]*Hold, bool) {
 					worst, best = h, p.share(c, b)
 				}
 			}
-			v := (*appHolds)(nil)
+			var v *appHolds
 			if worst != nil {
 				v = e.heaviest(worst, nil, 0)
 			}
