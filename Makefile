@@ -93,15 +93,19 @@ unit: ## Unit and envtest suites (real kube-apiserver + etcd, built on first use
 .PHONY: test
 test: verify-generated vet build unit e2e ## Everything: generated-file drift, vet, build, unit + envtest, e2e (root).
 
-# The differential fuzz targets of the HTTP/1.1 fast path (pkg/proxy/engine/fuzz_test.go); `make unit` runs
-# them on their seed corpora only.
+# The differential fuzz targets of the engine's HTTP/1.1 (package:target; pkg/proxy/engine/h1 holds the
+# byte-level parsers and writers to net/http, pkg/proxy/engine the event loops and the head watch); `make
+# unit` runs them on their seed corpora only.
 FUZZTIME ?= 2m
-FUZZ_TARGETS := FuzzFastRequest FuzzRawRequestWrite FuzzRawResponse FuzzResponseWriter FuzzRelayResponse FuzzEventLoopRelay FuzzHeadWatch
+FUZZ_TARGETS := h1:FuzzFastRequest h1:FuzzRawRequestWrite h1:FuzzRawResponse h1:FuzzResponseWriter \
+	h1:FuzzRelayResponse h1:FuzzChunked engine:FuzzEventLoopRelay engine:FuzzHeadWatch
 
 .PHONY: fuzz
-fuzz: ## Fuzz the fast path's HTTP/1.1 parsers and writers against net/http, FUZZTIME (2m) per target.
-	for t in $(FUZZ_TARGETS); do \
-		$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./pkg/proxy/engine/ || exit 1; \
+fuzz: ## Fuzz the engine's HTTP/1.1 parsers, writers and event loops against net/http, FUZZTIME (2m) per target.
+	for pt in $(FUZZ_TARGETS); do \
+		case $${pt%%:*} in h1) pkg=./pkg/proxy/engine/h1/ ;; *) pkg=./pkg/proxy/engine/ ;; esac; \
+		t=$${pt#*:}; \
+		$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s $$pkg || exit 1; \
 	done
 
 .PHONY: e2e

@@ -65,11 +65,11 @@ type Interceptor struct {
 	// GCPercent is the Go garbage collector's target (GOGC); the proxy's live heap is small, so a
 	// higher value trades a little memory for less CPU per request. GOGC in the environment wins.
 	GCPercent int
-	// HTTP1FastPath serves plain body-less HTTP/1.1 requests on the proxy server's fast path; the
-	// rest is handed to net/http. Off, net/http serves every request.
+	// HTTP1FastPath serves the proxy port's HTTP/1.1 on the event loops (on Linux, EventLoops not
+	// 0); what they do not parse goes to net/http. Off, net/http serves every request.
 	HTTP1FastPath bool
-	// EventLoops is how many event loops serve the fast path's common requests: 0 none (every
-	// connection on its own goroutine), negative one per CPU the process may use (GOMAXPROCS).
+	// EventLoops is how many event loops serve the proxy port: 0 none (net/http serves every
+	// request), negative one per CPU the process may use (GOMAXPROCS).
 	EventLoops int
 
 	// DrainDelay is how long the replica keeps serving after SIGTERM with readiness failing.
@@ -111,8 +111,8 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&i.TableResync, "table-resync", time.Minute, "Period of the routing table's full re-read.")
 	fs.IntVar(&i.MaxConnsPerEndpoint, "max-conns-per-endpoint", proxy.Defaults.MaxConnsPerEndpoint, "Connections open at once to one pod; more requests wait for one.")
 	fs.IntVar(&i.GCPercent, "gc-percent", 400, "Go GC target percentage (ignored when GOGC is set).")
-	fs.BoolVar(&i.HTTP1FastPath, "http1-fast-path", true, "Serve plain body-less HTTP/1.1 requests on the proxy's fast path (the rest goes to net/http).")
-	fs.IntVar(&i.EventLoops, "event-loops", -1, "Event loops serving the fast path's plain requests to warm apps on Linux (0: a goroutine per connection; -1: one per GOMAXPROCS).")
+	fs.BoolVar(&i.HTTP1FastPath, "http1-fast-path", true, "Serve the proxy port's HTTP/1.1 on the event loops (what they do not parse goes to net/http); false: net/http serves everything.")
+	fs.IntVar(&i.EventLoops, "event-loops", -1, "Event loops serving the proxy port's HTTP/1.1 on Linux (0: none, net/http serves everything; -1: one per GOMAXPROCS).")
 	fs.DurationVar(&i.DrainDelay, "drain-delay", 5*time.Second, "After SIGTERM, keep serving this long with readiness failing.")
 	fs.DurationVar(&i.DrainTimeout, "drain-timeout", 60*time.Second, "After the delay, wait this long for in-flight and held requests and WebSockets.")
 	fs.StringVar(&i.PprofAddr, "pprof-bind-address", "", `Address serving /debug/pprof/ (off when empty or "0"); for profiling, never expose it.`)

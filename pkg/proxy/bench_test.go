@@ -47,23 +47,9 @@ func BenchmarkServeHTTPWarm(b *testing.B) {
 	}
 }
 
-// BenchmarkServer is one keep-alive GET answered by a trivial handler, through the server-side fast
-// path and through net/http alone; the client's own work (writing the request, http.ReadResponse)
-// is included.
-func BenchmarkServer(b *testing.B) {
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", "2")
-		_, _ = io.WriteString(w, "ok")
-	})
-	for _, fast := range []bool{true, false} {
-		b.Run(fmt.Sprintf("fast=%v", fast), func(b *testing.B) { benchKeepAlive(b, &proxy.Server{Handler: h}, fast, 0) })
-	}
-}
-
 // BenchmarkProxy is one keep-alive GET through a real Server and Proxy to a loopback backend, on the
-// raw path on event loops (loops), on the raw path on the connection's goroutine (fast=true) and
-// with every request served by net/http and the ReverseProxy (fast=false). The client's and the
-// backend's work are included; compare them, and allocs/op.
+// event loops (loops) and with every request served by net/http and the ReverseProxy (nethttp). The
+// client's and the backend's work are included; compare them, and allocs/op.
 func BenchmarkProxy(b *testing.B) {
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Length", "2")
@@ -71,9 +57,7 @@ func BenchmarkProxy(b *testing.B) {
 	}))
 	defer be.Close()
 	b.Run("loops", func(b *testing.B) { benchKeepAlive(b, &proxy.Server{Engine: benchProxy(b, be.URL).Engine()}, true, -1) })
-	for _, fast := range []bool{true, false} {
-		b.Run(fmt.Sprintf("fast=%v", fast), func(b *testing.B) { benchKeepAlive(b, &proxy.Server{Engine: benchProxy(b, be.URL).Engine()}, fast, 0) })
-	}
+	b.Run("nethttp", func(b *testing.B) { benchKeepAlive(b, &proxy.Server{Engine: benchProxy(b, be.URL).Engine()}, false, 0) })
 }
 
 // benchProxy is a Proxy routing app.example.com to the backend at url.
@@ -91,7 +75,7 @@ func benchProxy(b *testing.B, url string) *proxy.Proxy {
 	return p
 }
 
-// benchKeepAlive serves s's Handler or Engine on a Server (with loops event loops) and sends it GETs
+// benchKeepAlive serves s's Engine on a Server (with loops event loops) and sends it GETs
 // over one keep-alive connection, checking each answer is 200 "ok".
 func benchKeepAlive(b *testing.B, s *proxy.Server, fast bool, loops int) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

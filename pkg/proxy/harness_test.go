@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -228,4 +229,25 @@ func backendFunc(t *testing.T, f http.HandlerFunc) (*httptest.Server, endpoints.
 	s := httptest.NewServer(f)
 	t.Cleanup(s.Close)
 	return s, endpointOf(t, s.URL, "")
+}
+
+// onBothPaths runs f as subtests with a harness routing app.example.com to the app "ns/app"
+// (Service app), served by the event loops (fast=true) and by net/http alone (fast=false).
+func onBothPaths(t *testing.T, f func(t *testing.T, h *harness, fast bool)) {
+	onBothPathsWith(t, nil, f)
+}
+
+// onBothPathsWith is onBothPaths with the options and the server changed by mod (when set).
+func onBothPathsWith(t *testing.T, mod func(*proxy.Options, *proxy.Server), f func(t *testing.T, h *harness, fast bool)) {
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
+			h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(o *proxy.Options, s *proxy.Server) {
+				s.FastHTTP1 = fast
+				if mod != nil {
+					mod(o, s)
+				}
+			})
+			f(t, h, fast)
+		})
+	}
 }

@@ -131,15 +131,12 @@ type exchange struct {
 	holding bool
 	hold    *queue.Hold // the request's room in the interceptor's pool while held; nil without one
 	cost    int64       // what holding the request costs (holdCost), set by WaitRequest
-	// unread: the request has an HTTP/1 body nobody read, so an answer of the interceptor's own
-	// closes the connection (see Fail); set by WaitRequest, cleared by Forwarding.
-	unread bool
-	cold   bool
-	waited time.Duration
-	code   int
-	done   func()        // ends the in-flight count; nil until Forwarding
-	hdr    engine.Header // the request's header view until Trace; nil when tracing is off
-	tr     *traced       // nil unless the request is traced (trace.go)
+	cold    bool
+	waited  time.Duration
+	code    int
+	done    func()        // ends the in-flight count; nil until Forwarding
+	hdr     engine.Header // the request's header view until Trace; nil when tracing is off
+	tr      *traced       // nil unless the request is traced (trace.go)
 }
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
@@ -235,7 +232,6 @@ func (x *exchange) Wait(ctx context.Context) error {
 // Forwarding counts the request as in flight before it is no longer held, so that the app's
 // concurrency never dips to zero.
 func (x *exchange) Forwarding() {
-	x.unread = false // the body goes upstream
 	if x.kind != routing.RouteApp {
 		return
 	}
@@ -318,19 +314,6 @@ func (x *exchange) Responded(code int, h http.Header) {
 // Fail records err and returns its answer: the status statusFor maps it to, or the app's
 // placeholder after a readiness timeout.
 func (x *exchange) Fail(err error, h http.Header) engine.Reply {
-	rep := x.fail(err, h)
-	if x.unread {
-		// Without it net/http reads (up to 256 KiB of) the body before it lets the request go: a
-		// client that trickles its body would keep a refused or evicted request, and its head, in
-		// memory long after it left the pool of held requests.
-		h.Set("Connection", "close")
-		rep.Close = true
-	}
-	return rep
-}
-
-// fail is Fail without the closing of a connection whose request body was not read.
-func (x *exchange) fail(err error, h http.Header) engine.Reply {
 	a, p := x.app, x.p
 	if errors.Is(err, errStatic) {
 		return x.fixed(x.static.Response, http.StatusOK, h)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,12 +19,11 @@ var errWaitingPage = errors.New("answered with the waiting page while the app wa
 // WaitRequest implements engine.RequestWaiter: the wait step. A browser navigation (GET or HEAD
 // accepting text/html) to an app with a waiting page wakes the app exactly as a held request does
 // and is answered at once; every other request is held (Wait).
-func (x *exchange) WaitRequest(r *http.Request) error {
+func (x *exchange) WaitRequest(ctx context.Context, rq engine.Waiting) error {
 	a := x.app
-	x.unread = r.ProtoMajor == 1 && (r.ContentLength != 0 || len(r.TransferEncoding) > 0)
-	if a.entry.ColdStart.WaitingPage == nil || !wantsPage(r.Method, r.Header) {
-		x.cost = holdCost(r)
-		return x.Wait(r.Context())
+	if a.entry.ColdStart.WaitingPage == nil || !wantsPage(rq.Method, rq.Header) {
+		x.cost = holdCost(rq)
+		return x.Wait(ctx)
 	}
 	x.cold = true
 	a.series().coldStarts.Inc()
@@ -34,11 +34,11 @@ func (x *exchange) WaitRequest(r *http.Request) error {
 var _ engine.RequestWaiter = (*exchange)(nil)
 
 // wantsPage reports whether a request is a browser navigation: GET or HEAD, accepting text/html.
-func wantsPage(method string, h http.Header) bool {
+func wantsPage(method string, h engine.Header) bool {
 	if method != http.MethodGet && method != http.MethodHead {
 		return false
 	}
-	if h.Get("Upgrade") != "" {
+	if up := h.Values("Upgrade"); len(up) > 0 && up[0] != "" {
 		return false // a WebSocket handshake is held like any API call
 	}
 	for _, v := range h.Values("Accept") {

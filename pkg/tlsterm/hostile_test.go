@@ -390,3 +390,85 @@ func mustParse(t *testing.T, c tlstermtest.Cert) *x509.Certificate {
 	}
 	return leaf
 }
+
+// A request with both Content-Length and Transfer-Encoding is answered with the connection closed,
+// on the TLS port as on the cleartext one (RFC 9112 section 6.1): the bytes after it could be a
+// request smuggled past a front proxy that framed it by its Content-Length. Whichever request of
+// the connection it is, and with bare LF line ends too; a plain POST after it, on a new
+// connection, keeps its connection.
+func TestBothLengthsCloseTheConnection(t *testing.T) {
+	store, _ := oneApp(t)
+	var bodies []string
+	var mu sync.Mutex
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		_, _ = io.WriteString(w, "ok")
+	})
+	addr := serveHandler(t, store, h, 0)
+	both := "POST /both HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
+	bothLF := "POST /both HTTP/1.1\nHost: shop.example.com\nTransfer-Encoding: chunked\ncontent-length: 5\n\n2\r\nhi\r\n0\r\n\r\n"
+	plain := "POST /plain HTTP/1.1\r\nHost: shop.example.com\r\nContent-Length: 2\r\n\r\nhi"
+	smuggled := "GET /smuggled HTTP/1.1\r\nHost: shop.example.com\r\n\r\n"
+	for _, tc := range []struct {
+		name  string
+		first []string
+		both  string
+	}{
+		{"first request", nil, both},
+		{"first request, bare LF", nil, bothLF},
+		{"after a POST", []string{plain}, both},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			bodies = nil
+			mu.Unlock()
+			dial := func() (*tls.Conn, *bufio.Reader) {
+				c, err := tls.DialWithDialer(&netDialer, "tcp", addr, &tls.Config{ServerName: "shop.example.com", InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}) //nolint:gosec // not the point here
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				return c, bufio.NewReader(c)
+			}
+			do := func(c *tls.Conn, br *bufio.Reader, req string) (*http.Response, string, error) {
+				if _, err := io.WriteString(c, req); err != nil {
+					return nil, "", err
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					return nil, "", err
+				}
+				b, err := io.ReadAll(resp.Body)
+				return resp, string(b), err
+			}
+			c, br := dial()
+			for _, req := range tc.first {
+				if resp, body, err := do(c, br, req); err != nil || resp.StatusCode != http.StatusOK || body != "ok" || resp.Close {
+					t.Fatalf("%.20q: %v %v, want 200 keeping the connection", req, resp, err)
+				}
+			}
+			// The request with both lengths, and a request after it in the same write.
+			resp, body, err := do(c, br, tc.both+smuggled)
+			if err != nil || resp.StatusCode != http.StatusOK || body != "ok" || !resp.Close {
+				t.Fatalf("POST with both: %v %q %v, want 200 %q with Connection: close", resp, body, err, "ok")
+			}
+			if resp, err := http.ReadResponse(br, nil); err == nil {
+				t.Fatalf("the request after it was answered (%d): the connection stayed open", resp.StatusCode)
+			}
+			c, br = dial()
+			if resp, body, err := do(c, br, plain); err != nil || resp.StatusCode != http.StatusOK || body != "ok" || resp.Close {
+				t.Errorf("plain POST on a new connection: %v %q %v, want 200 keeping the connection", resp, body, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			want := len(tc.first) + 2
+			if len(bodies) != want {
+				t.Errorf("the handler got %d requests (%q), want %d: none after the one with both lengths", len(bodies), bodies, want)
+			}
+		})
+	}
+}

@@ -19,8 +19,10 @@ import (
 
 // Server is a controller-runtime Runnable serving Handler over TLS with the Store's certificates:
 // HTTP/2 to clients that offer h2 in ALPN, HTTP/1.1 otherwise. Requests reach Handler as net/http
-// requests (the HTTP/1.1 fast path and event loops of the cleartext port do not apply: they read
-// the socket directly), with X-Forwarded-Proto set to https unless the client sent one.
+// requests (the cleartext port's event loops read the socket directly and do not apply), with
+// X-Forwarded-Proto set to https unless the client sent one; HTTP/1.1 connections are watched as on
+// the cleartext port (engine.ServeTLS): a request with both Content-Length and Transfer-Encoding is
+// answered with the connection closed.
 //
 // A request whose host was not what the connection's certificate was chosen for (SNI of one app,
 // Host of another with a different certificate, see Store.Serves) is answered 421 Misdirected
@@ -86,7 +88,8 @@ func (s *Server) Start(ctx context.Context) error {
 	// business: debug level, not a log line per connection.
 	srv.ErrorLog = log.New(debugWriter{s.Log.V(1)}, "", 0)
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	// The engine's ServeTLS: net/http with the cleartext port's rules (see engine.ServeTLS).
+	go func() { serveErr <- engine.ServeTLS(srv, ln) }()
 	return s.Run(ctx, engine.Drain{Name: "tls", Log: s.Log, Delay: s.DrainDelay, Timeout: s.DrainTimeout, WaitIdle: s.WaitIdle},
 		engine.Serving{Errs: serveErr, Goroutines: 1, Shutdown: srv.Shutdown, Close: func() {
 			cut()

@@ -30,8 +30,8 @@ func main() {
 	common := benchproxy.AddFlags()
 	coldBackend := flag.String("cold-backend", "", "host:port the cold app gets on /control/ready (default: -backend)")
 	queueLimit := flag.Int("queue-limit", 20000, "hold queue limit")
-	fast := flag.Bool("fast-http1", true, "serve simple HTTP/1.1 requests on the server-side fast path")
-	loops := flag.Int("event-loops", -1, "event loops serving the fast path's raw requests (0: none, -1: one per GOMAXPROCS)")
+	fast := flag.Bool("fast-http1", true, "serve HTTP/1.1 on the event loops (false: net/http serves everything)")
+	loops := flag.Int("event-loops", -1, "event loops serving HTTP/1.1 (0: none, net/http serves everything; -1: one per GOMAXPROCS)")
 	flag.Parse()
 
 	ep := common.Apply()

@@ -13,16 +13,21 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/httpscale/httpscale/pkg/proxy/engine/h1"
 )
 
-// Engine is the HTTP engine: it serves requests for a Logic (as an http.Handler, and on the fast
-// paths of a Server whose Engine it is) and forwards them to the endpoints the logic picks. It is
-// safe for concurrent use.
+// Engine is the HTTP engine: it serves requests for a Logic (as an http.Handler: the net/http
+// path, and on the event loops of a Server whose Engine it is) and forwards them to the endpoints
+// the logic picks. It is safe for concurrent use.
 type Engine struct {
-	logic   Logic
-	log     logr.Logger
-	rp      *httputil.ReverseProxy
-	fast    *h1Transport
+	logic Logic
+	log   logr.Logger
+	rp    *httputil.ReverseProxy
+	pool  *pool
+	up    upTransport
+	// h1 carries the net/http path's requests with a body or an upgrade; h2c those to h2c
+	// backends.
 	h1, h2c *http.Transport
 
 	upgrades tracker
@@ -58,14 +63,16 @@ func New(logic Logic, o Options) *Engine {
 	if o.Discarded.Unsolicited == nil {
 		o.Discarded.Unsolicited = nopCounter{}
 	}
-	e := &Engine{logic: logic, log: o.Log}
-	e.fast, e.h1, e.h2c = newTransports(o)
+	e := &Engine{logic: logic, log: o.Log, pool: newPool(o)}
+	e.up = upTransport{p: e.pool}
+	e.h1, e.h2c = newTransports(e.pool.dial, o)
 	e.rp = e.newReverseProxy()
 	return e
 }
 
-// ServeHTTP runs the request path: route → count → wait → forward. It blocks while the request is
-// held and until the response (or the WebSocket) ends.
+// ServeHTTP is the net/http path: route → count → wait → forward, in the Exchange contract's
+// order, as the event loops take the same steps (loop_request_linux.go). It blocks while the
+// request is held and until the response (or the WebSocket) ends.
 func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := e.logic.Route(r.Host, r.URL.Path, r.Header)
 	if x == nil {
@@ -79,13 +86,25 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.Begin()
 	defer x.End()
 	if !x.Ready() {
-		if err := wait(x, r); err != nil {
-			writeReply(w, x.Fail(err, w.Header()))
+		if err := wait(x, r.Context(), waitingOf(r)); err != nil {
+			rep := x.Fail(err, w.Header())
+			if unreadBody(r) && !rep.Abort {
+				// The event loops close such a connection too (fail): what is left of the body
+				// is not read, so a client trickling it cannot keep a refused request in memory.
+				w.Header().Set("Connection", "close")
+				rep.close = true
+			}
+			writeReply(w, rep)
 			return
 		}
 	}
 	x.Forwarding()
 	e.forward(w, r, x, set)
+}
+
+// unreadBody reports whether r is an HTTP/1 request with a body nobody has read yet.
+func unreadBody(r *http.Request) bool {
+	return r.ProtoMajor == 1 && (r.ContentLength != 0 || len(r.TransferEncoding) > 0)
 }
 
 // writeReply sends an answer the logic chose.
@@ -94,7 +113,7 @@ func writeReply(w http.ResponseWriter, rep Reply) {
 		abortResponse(w)
 		return
 	}
-	if rep.Close {
+	if rep.close {
 		// net/http reads up to 256 KiB of an unread body after the handler, even when the answer
 		// closes the connection: a client trickling its body would keep the request (and its head)
 		// in memory. An expired read deadline ends that read at once.
@@ -107,32 +126,27 @@ func writeReply(w http.ResponseWriter, rep Reply) {
 // abortResponse ends a response that must not be sent (its client went away, or closed its sending
 // side): the connection is closed without an answer. A ResponseWriter merely left untouched would
 // be completed by the server with an empty 200 when the handler returns, a success the upstream
-// never sent. The fast path's writer is marked (see h1Response.end); any other one is aborted the
-// way net/http provides, by panicking with http.ErrAbortHandler (the server closes the connection,
-// the handlers' deferred steps still run).
-func abortResponse(w http.ResponseWriter) {
-	if fw, ok := w.(*h1Response); ok {
-		fw.aborted = true
-		return
-	}
+// never sent; it is aborted the way net/http provides, by panicking with http.ErrAbortHandler (the
+// server closes the connection, the handlers' deferred steps still run).
+func abortResponse(http.ResponseWriter) {
 	panic(http.ErrAbortHandler)
 }
 
 // call is one forwarded request's engine state; it travels to the RoundTripper and the
 // ReverseProxy hooks in the request context.
 type call struct {
-	x       Exchange
-	set     http.Header // set on the forwarded request (see Traced)
-	client  context.Context
-	cancels []context.CancelFunc
+	x         Exchange
+	responded bool        // Responded was called: a later failure cuts the response off, Fail is not called
+	set       http.Header // set on the forwarded request (see Traced)
+	client    context.Context
+	cancels   []context.CancelFunc
 }
 
 type callKey struct{}
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
-// forward sends the request through the ReverseProxy, or, for a request the fast path read, to
-// an HTTP/1.1 backend without it (forwardDirect).
+// forward sends the request through the ReverseProxy.
 func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, set http.Header) {
 	upgrade := r.Header.Get("Upgrade") != ""
 	if upgrade {
@@ -159,10 +173,6 @@ func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, set
 		ctx, cancel = context.WithTimeoutCause(ctx, d, ErrRequestTimeout)
 		defer cancel()
 	}
-	if fw, ok := w.(*h1Response); ok && !plan.H2C {
-		e.forwardDirect(fw, r.WithContext(ctx), x)
-		return
-	}
 	e.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -170,25 +180,20 @@ func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, set
 // ends. http.Server.Shutdown does not wait for hijacked connections; the drain does this instead.
 func (e *Engine) WaitUpgrades(ctx context.Context) error { return e.upgrades.wait(ctx) }
 
-// newTransports returns the shared upstream transports: the synchronous HTTP/1.1 fast path for
-// requests without a body (see h1Transport), http.Transport for HTTP/1.1 requests with a body or an
-// upgrade, and h2c (HTTP/2 with prior knowledge, for Service ports with appProtocol
-// kubernetes.io/h2c). One of each serves every app, so connections to a pod are reused.
-func newTransports(o Options) (fast *h1Transport, h1, h2c *http.Transport) {
-	dial := o.DialContext
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
-	}
-	fast = &h1Transport{dial: dial, maxIdle: o.MaxConnsPerEndpoint, maxConns: o.MaxConnsPerEndpoint, idleTimeout: 90 * time.Second, now: o.Now, discarded: o.Discarded}
+// newTransports returns the net/http path's transports besides the pool's: http.Transport for
+// HTTP/1.1 requests with a body or an upgrade, and h2c (HTTP/2 with prior knowledge, for Service
+// ports with appProtocol kubernetes.io/h2c). One of each serves every app.
+func newTransports(dial func(ctx context.Context, network, addr string) (net.Conn, error), o Options) (h1, h2c *http.Transport) {
 	h1 = &http.Transport{
 		Proxy:       nil, // only table destinations are dialled, never an environment proxy
 		DialContext: dial,
 		// The default of 2 idle connections per pod would make a busy app open and close a
 		// connection for most requests.
-		MaxIdleConnsPerHost:   o.MaxConnsPerEndpoint,
-		MaxConnsPerHost:       o.MaxConnsPerEndpoint,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		MaxIdleConnsPerHost:    o.MaxConnsPerEndpoint,
+		MaxConnsPerHost:        o.MaxConnsPerEndpoint,
+		IdleConnTimeout:        90 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: maxResponseHead,
 		// Bodies pass through untouched; the client negotiated its own encoding.
 		DisableCompression: true,
 		ReadBufferSize:     16 << 10,
@@ -197,14 +202,15 @@ func newTransports(o Options) (fast *h1Transport, h1, h2c *http.Transport) {
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	h2c = &http.Transport{
-		Proxy:              nil,
-		DialContext:        dial,
-		Protocols:          &protos,
-		MaxConnsPerHost:    o.MaxConnsPerEndpoint,
-		IdleConnTimeout:    90 * time.Second,
-		DisableCompression: true,
+		Proxy:                  nil,
+		DialContext:            dial,
+		Protocols:              &protos,
+		MaxConnsPerHost:        o.MaxConnsPerEndpoint,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: maxResponseHead,
+		DisableCompression:     true,
 	}
-	return fast, h1, h2c
+	return h1, h2c
 }
 
 func (e *Engine) newReverseProxy() *httputil.ReverseProxy {
@@ -212,14 +218,7 @@ func (e *Engine) newReverseProxy() *httputil.ReverseProxy {
 		// The outbound request keeps the client's Host header; RoundTrip sets URL.Host to the chosen
 		// endpoint. ReverseProxy removed the hop-by-hop headers and the inbound X-Forwarded-*
 		// before Rewrite.
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
-			// The target goes out as the client sent it, as on the fast paths (and as nginx passes
-			// it): ReverseProxy drops the query parameters it cannot parse ("a=1;b=2", "%zz")
-			// before Rewrite, which would make the backend see another request than the client sent.
-			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
-			forwardRequestHeaders(pr.Out.Header, pr.In.Header, pr.In.RemoteAddr, pr.In.Host)
-		},
+		Rewrite:        h1.Rewrite,
 		Transport:      e,
 		BufferPool:     bufferPool{},
 		ModifyResponse: e.modifyResponse,
@@ -241,9 +240,9 @@ func (e *Engine) RoundTrip(req *http.Request) (*http.Response, error) {
 	case c.x.Plan().H2C:
 		tr = e.h2c
 	case fastEligible(req):
-		tr = e.fast
+		tr = e.up
 	}
-	for k, vs := range c.set { // req is the ReverseProxy's copy, or forwardDirect's own request
+	for k, vs := range c.set { // req is the ReverseProxy's copy
 		req.Header[k] = vs
 	}
 	var body *bodyGuard
@@ -276,10 +275,21 @@ func tryEndpoints(ctx context.Context, x Exchange, try func(addr string) error, 
 			x.Forwarded(addr)
 			return nil
 		}
-		if ctx.Err() != nil || !tryAgain(err) || n+1 >= MaxAttempts || !x.Refused(addr, n, err) {
+		if ctx.Err() != nil || !tryAgain(err) || !tryNext(x, addr, n, err) {
 			return err
 		}
 	}
+}
+
+// clientGone marks err as the client's going away (ErrClientGone): the request's context ended
+// (net/http path) or the loop saw the client leave.
+func clientGone(err error) error { return fmt.Errorf("%w: %w", ErrClientGone, err) }
+
+// tryNext tells x that a connection to addr could not be made with nothing sent, on attempt n,
+// and reports whether the next endpoint is to be tried: x allows it (Exchange.Refused) and fewer
+// than MaxAttempts were made. Both paths decide with it.
+func tryNext(x Exchange, addr string, n int, err error) bool {
+	return n+1 < MaxAttempts && x.Refused(addr, n, err)
 }
 
 // attempt is one RoundTrip on tr under the exchange's response-header timeout.
@@ -306,7 +316,22 @@ func (e *Engine) attempt(tr http.RoundTripper, req *http.Request, c *call) (*htt
 }
 
 func (e *Engine) modifyResponse(resp *http.Response) error {
+	if resp.StatusCode < 100 {
+		return h1.ErrStatus // the ReverseProxy would panic writing it (the connection closes unanswered)
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The ReverseProxy fails these after ModifyResponse; failed here, the exchange hears of
+		// the failure (Fail) instead of a status it never sees through.
+		reqUp, resUp := resp.Request.Header.Get("Upgrade"), resp.Header.Get("Upgrade")
+		if reqUp == "" {
+			return h1.ErrSwitchedProtocols
+		}
+		if !strings.EqualFold(reqUp, resUp) {
+			return fmt.Errorf("backend switched to protocol %q when %q was requested", resUp, reqUp)
+		}
+	}
 	if c, _ := resp.Request.Context().Value(callKey{}).(*call); c != nil {
+		c.responded = true
 		c.x.Responded(resp.StatusCode, resp.Header)
 	}
 	return nil
@@ -321,8 +346,13 @@ func (e *Engine) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 		abortResponse(w)
 		return
 	}
+	if c.responded {
+		e.log.V(1).Info("relaying the response failed; cutting it off", "host", r.Host, "error", err.Error())
+		abortResponse(w)
+		return
+	}
 	if c.client.Err() != nil {
-		err = fmt.Errorf("%w: %w", ErrClientGone, err)
+		err = clientGone(err)
 	}
 	writeReply(w, c.x.Fail(err, w.Header()))
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"net/textproto"
 	"sync"
 	"time"
+
+	"github.com/httpscale/httpscale/pkg/proxy/engine/h1"
 )
 
 // A request with both Content-Length and Transfer-Encoding must be answered with the connection
@@ -63,21 +66,46 @@ func startHeadWatch(seen func(head []byte)) *headWatch {
 
 // feed passes bytes read on the connection to the parser, starting it when none runs. It blocks
 // while the parser is behind by more than headWatchMaxPending.
+//
+// The common case costs no copy and no goroutine: a read that is exactly one whole head without a
+// Content-Length or Transfer-Encoding line (a request without a body, which ends where its head
+// ends), arriving while the parser is parked at a request boundary, is framed here.
 func (w *headWatch) feed(p []byte) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	for len(w.pending) > headWatchMaxPending && !w.stopped {
 		w.cond.Wait()
 	}
 	if w.stopped {
+		w.mu.Unlock()
 		return
 	}
+	if !w.running && !w.post && len(w.pending) == 0 && wholeBodylessHead(p) {
+		w.post = bytes.HasPrefix(p, []byte("POST "))
+		w.mu.Unlock()
+		if w.seen != nil {
+			w.seen(p)
+		}
+		return
+	}
+	defer w.mu.Unlock()
 	w.pending = append(w.pending, p...)
 	if !w.running {
 		w.running, w.idle = true, false
 		go w.run()
 	}
 	w.cond.Broadcast()
+}
+
+// wholeBodylessHead reports whether p is exactly one request head (as readHead frames it: lines
+// ending in LF, up to the first empty one, the first line not empty) with neither a Content-Length
+// nor a Transfer-Encoding line: a request net/http reads without a body, so that the next byte on
+// the connection starts the next request.
+func wholeBodylessHead(p []byte) bool {
+	if len(p) == 0 || len(p) > headWatchMaxHead || p[0] == '\r' || p[0] == '\n' || h1.LooseHeadEnd(p) != len(p) {
+		return false
+	}
+	cl, te := lengthLines(p)
+	return !cl && !te
 }
 
 // Read is the parser's side of the stream.
@@ -259,8 +287,8 @@ func lengthLines(head []byte) (cl, te bool) {
 		l, rest, _ = bytes.Cut(rest, []byte("\n"))
 		name, _, _ := bytes.Cut(l, []byte(":"))
 		name = bytes.TrimRight(name, " \t")
-		cl = cl || asciiEqualFold(name, "Content-Length")
-		te = te || asciiEqualFold(name, "Transfer-Encoding")
+		cl = cl || h1.EqualFold(name, "Content-Length")
+		te = te || h1.EqualFold(name, "Transfer-Encoding")
 	}
 	return cl, te
 }
@@ -271,6 +299,8 @@ type watchedConn struct {
 	net.Conn
 	r     io.Reader
 	watch *headWatch
+	// tls is the connection's TLS state, for Request.TLS, on the TLS port (see ServeTLS).
+	tls *tls.ConnectionState
 	// headerBy, when set, is the header deadline the fast path started (see h1ServerConn.headerBy).
 	headerBy time.Time
 }
@@ -318,24 +348,28 @@ func (l watchedListener) Accept() (net.Conn, error) {
 
 type watchedConnKey struct{}
 
-// watchedContext is the net/http server's ConnContext: closeAfterBothLengths finds the connection's
-// watch through it.
+// watchedContext is the net/http server's ConnContext: closeAfterBothLengths finds the connection
+// through it.
 func watchedContext(ctx context.Context, c net.Conn) context.Context {
 	if wc, ok := c.(*watchedConn); ok {
-		return context.WithValue(ctx, watchedConnKey{}, wc.watch)
+		return context.WithValue(ctx, watchedConnKey{}, wc)
 	}
 	return ctx
 }
 
 // closeAfterBothLengths has the net/http server close the connection after answering a request once
 // a request head on it had both Content-Length and Transfer-Encoding ("Connection: close" set
-// before the handler runs, which the Proxy keeps on every answer).
+// before the handler runs, which the Proxy keeps on every answer). On the TLS port it also gives
+// the request its connection's TLS state, which net/http cannot see through the watch.
 type closeAfterBothLengths struct{ h http.Handler }
 
 func (c closeAfterBothLengths) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.ProtoMajor == 1 {
-		if hw, ok := r.Context().Value(watchedConnKey{}).(*headWatch); ok && hw.sawBoth() {
+	if wc, ok := r.Context().Value(watchedConnKey{}).(*watchedConn); ok && r.ProtoMajor == 1 {
+		if wc.watch.sawBoth() {
 			w.Header().Set("Connection", "close")
+		}
+		if r.TLS == nil {
+			r.TLS = wc.tls
 		}
 	}
 	c.h.ServeHTTP(w, r)

@@ -56,33 +56,67 @@ func FuzzHeadWatch(f *testing.F) {
 			}
 		}
 
-		var mu sync.Mutex
-		var got []string
-		w := startHeadWatch(func(head []byte) {
-			line, _, _ := bytes.Cut(head, []byte("\n"))
-			mu.Lock()
-			got = append(got, string(bytes.TrimSuffix(line, []byte("\r"))))
-			mu.Unlock()
-		})
-		// As a connection delivers it: in pieces.
-		for rest := in; len(rest) > 0; {
-			n := min(len(rest), 7)
-			w.feed(rest[:n])
-			rest = rest[n:]
-		}
-		w.sawBoth() // waits until the watch parsed everything it was given
-		w.stop()
-		mu.Lock()
-		defer mu.Unlock()
-		if len(got) < len(want) {
-			t.Fatalf("for %q net/http reads the requests %q; the watch frames only %q", in, want, got)
-		}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("for %q net/http reads the requests %q; the watch frames %q", in, want, got)
+		// As a connection delivers it: in pieces of 7 bytes, and in pieces cut after every empty
+		// line (one read per head: the watch frames a whole head without a body where it arrives).
+		for _, pieces := range [][][]byte{sevens(in), afterEmptyLines(in)} {
+			var mu sync.Mutex
+			var got []string
+			w := startHeadWatch(func(head []byte) {
+				line, _, _ := bytes.Cut(head, []byte("\n"))
+				mu.Lock()
+				got = append(got, string(bytes.TrimSuffix(line, []byte("\r"))))
+				mu.Unlock()
+			})
+			for _, p := range pieces {
+				w.feed(p)
 			}
+			w.sawBoth() // waits until the watch parsed everything it was given
+			w.stop()
+			mu.Lock()
+			if len(got) < len(want) {
+				t.Fatalf("for %q net/http reads the requests %q; the watch frames only %q", in, want, got)
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("for %q net/http reads the requests %q; the watch frames %q", in, want, got)
+				}
+			}
+			mu.Unlock()
 		}
 	})
+}
+
+// sevens cuts b in pieces of 7 bytes.
+func sevens(b []byte) [][]byte {
+	var out [][]byte
+	for len(b) > 0 {
+		n := min(len(b), 7)
+		out = append(out, b[:n])
+		b = b[n:]
+	}
+	return out
+}
+
+// afterEmptyLines cuts b after every empty line ("\n\n" or "\n\r\n").
+func afterEmptyLines(b []byte) [][]byte {
+	var out [][]byte
+	start := 0
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\n' {
+			continue
+		}
+		if i+1 < len(b) && b[i+1] == '\n' {
+			out, start = append(out, b[start:i+2]), i+2
+			i++
+		} else if i+2 < len(b) && b[i+1] == '\r' && b[i+2] == '\n' {
+			out, start = append(out, b[start:i+3]), i+3
+			i += 2
+		}
+	}
+	if start < len(b) {
+		out = append(out, b[start:])
+	}
+	return out
 }
 
 // Between requests the watch's parser ends once it has parsed what it was given (an idle keep-alive

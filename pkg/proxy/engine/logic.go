@@ -105,9 +105,9 @@ type Reply struct {
 	Body string
 	// Abort: no answer is to be sent; the connection is closed (the client went away).
 	Abort bool
-	// Close: the connection is closed after the answer, without reading what is left of the
-	// request's body (the answer's header should say "Connection: close").
-	Close bool
+	// close: the connection is closed after the answer, without reading what is left of the
+	// request's body (the answer's header says "Connection: close"); the engine's own decision.
+	close bool
 }
 
 // Errors the engine reports to Exchange.Fail.

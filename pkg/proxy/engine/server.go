@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,38 +14,40 @@ import (
 	"github.com/go-logr/logr"
 )
 
-// Server is a controller-runtime Runnable serving one HTTP handler, with a graceful drain when its
-// context ends: Ready turns to an error at once, the server keeps serving for DrainDelay (so load
-// balancers notice the failing readiness probe and stop sending), then stops accepting and waits up
-// to DrainTimeout for in-flight and held requests and, when WaitIdle is set, for upgraded connections
+// Server is a controller-runtime Runnable serving one port, with a graceful drain when its context
+// ends: Ready turns to an error at once, the server keeps serving for DrainDelay (so load balancers
+// notice the failing readiness probe and stop sending), then stops accepting and waits up to
+// DrainTimeout for in-flight and held requests and, when WaitIdle is set, for upgraded connections
 // (WebSockets). Whatever is still running then is cut off. The listener, readiness and drain are
 // Lifecycle's, which it embeds.
+//
+// With an Engine and event loops (FastHTTP1, EventLoops, Linux) the loops serve the port's
+// HTTP/1.1 connections (see evLoops) and net/http serves those the loops leave to it; otherwise
+// net/http serves every connection. Every connection net/http serves is watched for requests with
+// both Content-Length and Transfer-Encoding (see headwatch.go), as on the TLS port.
 type Server struct {
 	// Name appears in logs.
 	Name string
 	// Addr is the listen address; ignored when Listener is set.
 	Addr     string
 	Listener net.Listener
-	// Handler serves the requests; nil means Engine.
+	// Handler serves the requests net/http reads; nil means Engine.
 	Handler http.Handler
-	// Engine, when set, serves the fast path's screened requests on its raw path (and on event
-	// loops, see EventLoops) without going through Handler.
+	// Engine, when set, serves the event loops' requests (and, without Handler, net/http's).
 	Engine *Engine
 	// H2C also accepts cleartext HTTP/2 with prior knowledge (gRPC clients without TLS).
 	H2C bool
-	// FastHTTP1 serves simple HTTP/1.1 requests (no body, no upgrade) on a fast path that reads
-	// them from the connection directly and hands every other connection to net/http (see
-	// h1Server).
+	// FastHTTP1 serves HTTP/1.1 on the event loops (with an Engine, on Linux, and EventLoops not 0);
+	// off, net/http serves every connection.
 	FastHTTP1 bool
-	// EventLoops, with FastHTTP1 and an Engine on Linux, is how many event loops serve the
-	// raw path's requests (see evLoops): 0 none, negative one per GOMAXPROCS.
+	// EventLoops is how many event loops serve the port: 0 none, negative one per GOMAXPROCS.
 	EventLoops int
-	// WatchClientAfter is how long a fast-path request runs before the server starts watching for
-	// the client going away (default 50ms; negative watches from the start).
+	// WatchClientAfter is how long a request whose client closed its sending side still gets to be
+	// answered before the client counts as gone (default 50ms; negative: gone at once).
 	WatchClientAfter time.Duration
 	// ReadHeaderTimeout bounds the time from a request's first byte to the end of its header block
-	// (default 30s), once for the whole connection's path: a connection the fast path hands to
-	// net/http keeps the deadline the fast path started.
+	// (default 30s), once for the whole connection's path: a connection the loops hand to net/http
+	// keeps the deadline they started.
 	ReadHeaderTimeout time.Duration
 	// MaxHeaderBytes bounds a request's header block as net/http's does (0: its default, 1 MiB);
 	// the fast path hands heads over 4 KiB to net/http.
@@ -67,19 +70,16 @@ type Server struct {
 	Log logr.Logger
 
 	Lifecycle
-	fast atomic.Pointer[h1Server]
+	loops atomic.Pointer[evLoops]
 }
 
-// FastConnections reports how many client connections the fast path serves on event loops and on
-// their own goroutines (not counting those handed to net/http), for diagnostics.
-func (s *Server) FastConnections() (loops, goroutines int) {
-	f := s.fast.Load()
-	if f == nil {
-		return 0, 0
+// LoopConnections reports how many client connections the event loops serve (not counting those
+// net/http serves), for diagnostics.
+func (s *Server) LoopConnections() int {
+	if ls := s.loops.Load(); ls != nil {
+		return ls.connections()
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.loopConns, len(f.conns)
+	return 0
 }
 
 // Start serves until ctx ends, then drains. It returns nil after a drain, even one cut short.
@@ -101,7 +101,6 @@ func (s *Server) Start(ctx context.Context) error {
 	// and WebSockets then end instead of keeping the process alive.
 	hard, cut := context.WithCancel(context.Background())
 	defer cut()
-	// Every connection net/http serves is watched for requests with both lengths (see headwatch.go).
 	srv := NewHTTPServer(closeAfterBothLengths{handler}, s.ReadHeaderTimeout, hard)
 	srv.ConnContext = watchedContext
 	srv.MaxHeaderBytes = s.MaxHeaderBytes
@@ -121,32 +120,34 @@ func (s *Server) Start(ctx context.Context) error {
 			_ = srv.Close()
 		},
 	}
-	if s.FastHTTP1 {
+	var loops *evLoops
+	handoff := newHandoffListener(ln.Addr())
+	if s.FastHTTP1 && s.Engine != nil && s.EventLoops != 0 {
+		n := s.EventLoops
+		if n < 0 {
+			n = runtime.GOMAXPROCS(0)
+		}
 		watch := s.WatchClientAfter
 		if watch == 0 {
 			watch = 50 * time.Millisecond
 		}
-		fast := &h1Server{handler: handler, engine: s.Engine, base: hard, srv: srv, handoff: newHandoffListener(ln.Addr()),
-			idleTimeout: srv.IdleTimeout, headerTimeout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log}
-		if s.Engine != nil && s.EventLoops != 0 {
-			n := s.EventLoops
-			if n < 0 {
-				n = runtime.GOMAXPROCS(0)
-			}
-			loops, err := newEvLoops(fast, s.Engine, n)
-			if err != nil {
-				_ = ln.Close()
-				return fmt.Errorf("%s: starting event loops: %w", s.Name, err)
-			}
-			fast.loops = loops // nil where there are none (not Linux)
+		loops, err = newEvLoops(loopConfig{e: s.Engine, n: n, base: hard, handoff: handoff,
+			idleTimeout: srv.IdleTimeout, headerTimeout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log})
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("%s: starting event loops: %w", s.Name, err)
 		}
-		s.fast.Store(fast)
-		go func() { serveErr <- srv.Serve(fast.handoff) }()
-		go func() { serveErr <- fast.serve(ln) }()
+	}
+	if loops == nil { // not Linux, or turned off
+		go func() { serveErr <- srv.Serve(watchedListener{ln}) }()
+	} else {
+		s.loops.Store(loops)
+		go func() { serveErr <- srv.Serve(handoff) }()
+		go func() { serveErr <- acceptLoop(ln, loops, s.Log) }()
 		run.Goroutines = 2
 		run.Shutdown = func(ctx context.Context) error {
-			_ = ln.Close() // the fast path owns the listener; net/http only sees handed-over connections
-			err := fast.shutdown(ctx)
+			_ = ln.Close() // the loops own the listener; net/http only sees handed-over connections
+			err := loops.shutdown(ctx)
 			if serr := srv.Shutdown(ctx); err == nil {
 				err = serr
 			}
@@ -155,19 +156,84 @@ func (s *Server) Start(ctx context.Context) error {
 		run.Close = func() {
 			cut()
 			_ = srv.Close()
-			fast.close()
+			loops.close()
 		}
 		run.Abort = func() {
-			fast.close()
+			loops.close()
 			_ = ln.Close()
 			_ = srv.Close()
 		}
-	} else {
-		go func() { serveErr <- srv.Serve(watchedListener{ln}) }()
 	}
 	return s.Run(ctx, Drain{Name: s.Name, Log: s.Log, Delay: s.DrainDelay, Timeout: s.DrainTimeout,
 		WaitIdle: s.WaitIdle, After: s.After, OnShutdown: s.OnShutdown}, run)
 }
+
+var errLoopsClosed = errors.New("event loops closed")
+
+// acceptLoop accepts connections from ln for the event loops until it is closed.
+func acceptLoop(ln net.Listener, loops *evLoops, log logr.Logger) error {
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if loops.shuttingDown() || errors.Is(err, net.ErrClosed) {
+				return errLoopsClosed
+			}
+			// Out of file descriptors and the like: back off as net/http does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			log.Error(err, "accepting connection; retrying", "delay", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		loops.adopt(c)
+	}
+}
+
+// handoffListener is the net.Listener net/http accepts the connections the event loops leave to it
+// from.
+type handoffListener struct {
+	addr   net.Addr
+	ch     chan net.Conn
+	mu     sync.Mutex
+	closed bool
+	done   chan struct{}
+}
+
+func newHandoffListener(addr net.Addr) *handoffListener {
+	return &handoffListener{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// give passes c to Accept; it returns false (and c stays with the caller) once the listener closed.
+func (l *handoffListener) give(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		close(l.done)
+	}
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
 
 // tracker counts active items and lets a caller wait for zero.
 type tracker struct {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy_test
+package engine
 
 import (
 	"bufio"
@@ -63,7 +63,7 @@ func (b *bodyBackend) serve(c net.Conn) {
 	defer c.Close()
 	br := bufio.NewReader(c)
 	for {
-		head, err := readHead(br)
+		head, err := readRequestHead(br)
 		if err != nil {
 			return
 		}
@@ -121,7 +121,7 @@ func pattern(n int) []byte {
 func TestEventLoopsRelayRequestBodies(t *testing.T) {
 	h := loopHarness(t, 1, nil)
 	be := newBodyBackend(t)
-	h.src.Set(key("app"), endpointOf(t, "http://"+be.addr(), ""))
+	h.src.Set(key("app"), endpointOf(t, "http://"+be.addr()))
 	c := dialRaw(t, h)
 	for _, tc := range []struct {
 		method string
@@ -162,7 +162,7 @@ func TestEventLoopsRelayRequestBodies(t *testing.T) {
 func TestEventLoopsAnswerBeforeTheBodyClosesBothConnections(t *testing.T) {
 	h := loopHarness(t, 1, nil)
 	be := newBodyBackend(t)
-	h.src.Set(key("app"), endpointOf(t, "http://"+be.addr(), ""))
+	h.src.Set(key("app"), endpointOf(t, "http://"+be.addr()))
 	c := dialRaw(t, h)
 	req := postReq("POST", "/early", pattern(1<<20))
 	if _, err := io.WriteString(c.c, req[:len(req)-(1<<20)+1000]); err != nil { // 1000 of the body's bytes

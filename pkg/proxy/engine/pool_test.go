@@ -1,4 +1,4 @@
-package proxy_test
+package engine
 
 import (
 	"context"
@@ -11,9 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/httpscale/httpscale/pkg/proxy"
-	"github.com/httpscale/httpscale/pkg/routing"
 )
 
 func TestUpstreamConnectionsAreReusedAndStaleOnesReplaced(t *testing.T) {
@@ -33,8 +30,8 @@ func TestUpstreamConnectionsAreReusedAndStaleOnesReplaced(t *testing.T) {
 	}
 	s.Start()
 	t.Cleanup(s.Close)
-	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
-	h.src.Set(key("app"), endpointOf(t, s.URL, ""))
+	h := newHarness(t, []route{entry("app", "app.example.com", "app")}, nil)
+	h.src.Set(key("app"), endpointOf(t, s.URL))
 
 	for i := range 20 {
 		if code, body, _ := h.mustGet("app.example.com", "/"); code != 200 || body != "ok" {
@@ -65,7 +62,7 @@ func TestPostBodiesStreamThrough(t *testing.T) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		w.Header().Set("X-Len", strconv.FormatInt(n, 10))
 	})
-	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, nil)
+	h := newHarness(t, []route{entry("app", "app.example.com", "app")}, nil)
 	h.src.Set(key("app"), ep)
 	req, _ := http.NewRequest(http.MethodPost, h.url+"/", strings.NewReader(strings.Repeat("y", 3<<20)))
 	req.Host = "app.example.com"
@@ -100,7 +97,7 @@ func TestReleasedBurstUsesBoundedConnections(t *testing.T) {
 	}
 	s.Start()
 	t.Cleanup(s.Close)
-	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(o *proxy.Options, _ *proxy.Server) {
+	h := newHarness(t, []route{entry("app", "app.example.com", "app")}, func(o *Options, _ *Server) {
 		o.MaxConnsPerEndpoint = 2
 	})
 	const n = 30
@@ -119,7 +116,7 @@ func TestReleasedBurstUsesBoundedConnections(t *testing.T) {
 	if err := h.src.WaitWaiting(ctx, key("app"), n); err != nil {
 		t.Fatal(err)
 	}
-	h.src.Set(key("app"), endpointOf(t, s.URL, ""))
+	h.src.Set(key("app"), endpointOf(t, s.URL))
 	for range n {
 		if c := <-codes; c != http.StatusOK {
 			t.Fatalf("released request answered %d, want 200", c)

@@ -1,4 +1,4 @@
-package engine
+package h1
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// The fuzz targets (fuzz_test.go) compare the hand-written HTTP/1.1 code with net/http. The
+// The fuzz targets (fuzz_test.go) compare the byte-level HTTP/1.1 code with net/http. The
 // reference for what a server accepts is not http.ReadRequest alone but the real net/http server
 // (it also checks Host and header fields): refServe feeds it one connection's bytes in memory.
 
@@ -83,16 +83,16 @@ func refServe(input []byte, handle func(w http.ResponseWriter, r *http.Request))
 
 // seenRequest is what a handler sees of a request.
 type seenRequest struct {
-	Method, RequestURI, Proto, Host string
-	Header                          http.Header
-	ContentLength                   int64
-	TransferEncoding                []string
-	Close                           bool
+	Method, RequestURI, Path, Proto, Host string
+	Header                                http.Header
+	ContentLength                         int64
+	TransferEncoding                      []string
+	Close                                 bool
 }
 
 func seen(r *http.Request) *seenRequest {
 	return &seenRequest{
-		Method: r.Method, RequestURI: r.RequestURI, Proto: r.Proto, Host: r.Host,
+		Method: r.Method, RequestURI: r.RequestURI, Path: r.URL.Path, Proto: r.Proto, Host: r.Host,
 		Header: r.Header.Clone(), ContentLength: r.ContentLength,
 		TransferEncoding: r.TransferEncoding, Close: r.Close,
 	}

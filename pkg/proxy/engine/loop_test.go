@@ -1,4 +1,4 @@
-package proxy_test
+package engine
 
 import (
 	"bufio"
@@ -12,15 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/httpscale/httpscale/pkg/proxy"
-	"github.com/httpscale/httpscale/pkg/routing"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // loopHarness is a harness whose raw path runs on n event loops.
-func loopHarness(t *testing.T, n int, mod func(*proxy.Options)) *harness {
+func loopHarness(t *testing.T, n int, mod func(*Options)) *harness {
 	t.Helper()
-	return newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(o *proxy.Options, s *proxy.Server) {
+	return newHarness(t, []route{entry("app", "app.example.com", "app")}, func(o *Options, s *Server) {
 		s.FastHTTP1, s.EventLoops = true, n
 		if mod != nil {
 			mod(o)
@@ -137,7 +135,7 @@ func TestEventLoopsHalfClosedClientIsAnswered(t *testing.T) {
 // connection instead of opening more, and every one is answered.
 func TestEventLoopsRespectMaxConnsPerEndpoint(t *testing.T) {
 	const limit, clients = 2, 12
-	h := loopHarness(t, 2, func(o *proxy.Options) { o.MaxConnsPerEndpoint = limit })
+	h := loopHarness(t, 2, func(o *Options) { o.MaxConnsPerEndpoint = limit })
 	var open, peak atomic.Int32
 	be := newRawBackend(t, func(int, *http.Request) rawReply {
 		if n := open.Add(1); n > peak.Load() {
@@ -251,44 +249,38 @@ func TestEventLoopsSlowClientLargeBody(t *testing.T) {
 	}
 }
 
-// A connection whose request was held while the app was cold is served on the goroutine path, and
-// goes back to an event loop once it carries a request the loops serve.
-func TestEventLoopsTakeBackAConnectionAfterAColdStart(t *testing.T) {
+// A request held while the app is cold stays on its event loop, and so does its connection.
+func TestEventLoopsHoldColdRequests(t *testing.T) {
 	h := loopHarness(t, 2, nil)
 	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
 	c := dialRaw(t, h)
 	held := make(chan clientAnswer, 1)
 	go func() { held <- c.do(rawGet("/cold")) }()
 	testenv.Eventually(t, 10*time.Second, "the request held", func() bool { _, n, _ := h.count("ns/app"); return n == 1 })
-	if loops, goroutines := h.srv.FastConnections(); loops != 0 || goroutines != 1 {
-		t.Errorf("while held: %d connections on loops, %d on goroutines; want 0 and 1", loops, goroutines)
+	if n := h.srv.LoopConnections(); n != 1 {
+		t.Errorf("while held: %d connections on the loops, want 1", n)
 	}
 	h.src.Set(key("app"), be.ep)
 	if a := <-held; a.Code != http.StatusOK || a.Body != "for /cold" {
 		t.Fatalf("held request: %+v", a)
 	}
-	// The next request is one the loops serve: served on the goroutine, then the connection moves.
-	for _, path := range []string{"/warm1", "/warm2", "/warm3"} {
+	for _, path := range []string{"/warm1", "/warm2"} {
 		if a := c.do(rawGet(path)); a.Code != http.StatusOK || a.Body != "for "+path {
 			t.Fatalf("%s: %+v", path, a)
 		}
 	}
-	testenv.Eventually(t, 10*time.Second, "the connection back on a loop", func() bool {
-		loops, goroutines := h.srv.FastConnections()
-		return loops == 1 && goroutines == 0
-	})
-	if a := c.do(rawGet("/on-loop")); a.Code != http.StatusOK || a.Body != "for /on-loop" {
-		t.Errorf("after the move: %+v", a)
+	if n := h.srv.LoopConnections(); n != 1 {
+		t.Errorf("after: %d connections on the loops, want 1", n)
 	}
-	if _, _, req := h.count("ns/app"); req != 5 {
-		t.Errorf("requests counted = %d, want 5", req)
+	if _, _, req := h.count("ns/app"); req != 3 {
+		t.Errorf("requests counted = %d, want 3", req)
 	}
 }
 
 // The loops' idle upstream connections count against MaxConnsPerEndpoint: a request waiting for a
 // connection on the goroutine path gets one of them, instead of waiting until they time out.
 func TestEventLoopsGiveIdleConnectionsToWaiters(t *testing.T) {
-	h := loopHarness(t, 2, func(o *proxy.Options) { o.MaxConnsPerEndpoint = 1 })
+	h := loopHarness(t, 2, func(o *Options) { o.MaxConnsPerEndpoint = 1 })
 	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
 	h.src.Set(key("app"), be.ep)
 	// Each on its own connection, so on both loops: the first one's upstream connection stays idle
@@ -312,7 +304,7 @@ func TestEventLoopsGiveIdleConnectionsToWaiters(t *testing.T) {
 // gone once the request has run for watchAfter, as on the goroutine path: the upstream connection
 // is closed and the request recorded as 499.
 func TestEventLoopsHalfClosedClientOfAHungRequestIsGone(t *testing.T) {
-	h := newHarness(t, []routing.Entry{entry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) {
+	h := newHarness(t, []route{entry("app", "app.example.com", "app")}, func(_ *Options, s *Server) {
 		s.FastHTTP1, s.EventLoops, s.WatchClientAfter = true, 1, 30*time.Millisecond
 	})
 	be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{hang: true} })
@@ -329,4 +321,24 @@ func TestEventLoopsHalfClosedClientOfAHungRequestIsGone(t *testing.T) {
 		return h.metric("httpscale_interceptor_responses_total", map[string]string{"app": "ns/app", "code": "499"}) == 1
 	})
 	testenv.Eventually(t, 10*time.Second, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
+}
+
+// A panic while a loop handles a request (here the request logic's, in Responded) costs that
+// request's connection, not the loop: it is closed unanswered, the request is ended (nothing stays
+// in flight), and the loop serves the next request.
+func TestEventLoopsSurviveAPanic(t *testing.T) {
+	bad := entry("bad", "bad.example.com", "app")
+	bad.panics = true
+	h := newHarness(t, []route{entry("app", "app.example.com", "app"), bad}, func(_ *Options, s *Server) { s.EventLoops = 1 })
+	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
+	h.src.Set(key("app"), be.ep)
+	if a := dialRaw(t, h).do(rawReqTo("bad.example.com", "GET", "/panic")); a.Err == "" {
+		t.Fatalf("the request whose handling panicked got %+v, want the connection closed unanswered", a)
+	}
+	testenv.Eventually(t, 10*time.Second, "the request ended", func() bool { in, _, _ := h.count("bad"); return in == 0 })
+	for _, path := range []string{"/after1", "/after2"} {
+		if a := dialRaw(t, h).do(rawGet(path)); a.Code != http.StatusOK || a.Body != "for "+path {
+			t.Fatalf("%s after the panic: %+v", path, a)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package proxy_test
+package engine
 
 import (
 	"errors"
@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/httpscale/httpscale/pkg/proxy"
 )
 
 // Tests of what a hostile upstream cannot do through the proxy: bytes it sends after a complete
@@ -25,11 +23,9 @@ import (
 // to the next request.
 var evilReply = okReply("EVIL")
 
-const discardedMetric = "httpscale_interceptor_upstream_conns_discarded_total"
-
 // oneUpstreamConn lets the proxy open a single connection to an endpoint, so that every request
 // would reuse the connection the previous one left behind.
-func oneUpstreamConn(o *proxy.Options, _ *proxy.Server) { o.MaxConnsPerEndpoint = 1 }
+func oneUpstreamConn(o *Options, _ *Server) { o.MaxConnsPerEndpoint = 1 }
 
 func TestUpstreamBytesAfterAResponseDoNotDesync(t *testing.T) {
 	chunked := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"
@@ -227,7 +223,7 @@ func TestUnderscoreHeadersAreDropped(t *testing.T) {
 // over the fast path's 4 KiB) does not get a second full timeout there.
 func TestHeaderTimeoutRunsFromTheFirstByteAcrossAHandOff(t *testing.T) {
 	const timeout = time.Second
-	headerTimeout := func(_ *proxy.Options, s *proxy.Server) { s.ReadHeaderTimeout = timeout }
+	headerTimeout := func(_ *Options, s *Server) { s.ReadHeaderTimeout = timeout }
 	onBothPathsWith(t, headerTimeout, func(t *testing.T, h *harness, fast bool) {
 		c := dialRaw(t, h)
 		start := time.Now()

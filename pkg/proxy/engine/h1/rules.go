@@ -1,0 +1,154 @@
+package h1
+
+import (
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+)
+
+// The forwarding header rules, the same on every path: the event loops apply them line by line
+// while they write a request head (Request.Write), the net/http path to the forwarded request's
+// header map (ForwardRequestHeaders, from the ReverseProxy's Rewrite):
+//
+//   - hop-by-hop headers (HopHeaders) and every header the Connection header names are removed
+//     both ways; an inbound "Te: trailers" is passed on as "Te: trailers", an upgrade request's
+//     as "Connection: Upgrade" and its Upgrade;
+//   - header names containing "_" are not forwarded (nginx's underscores_in_headers off): a backend
+//     that maps "_" to "-" would read "Transfer_Encoding" as Transfer-Encoding;
+//   - Forwarded is dropped; X-Forwarded-For gets the client's address appended to the inbound
+//     chain; X-Forwarded-Host and X-Forwarded-Proto are passed on when present (an ingress in front
+//     knows the original host and scheme), else set to the request's Host and "http";
+//   - no User-Agent is added when the client sent none.
+
+// HopHeaders are removed from forwarded requests and responses (RFC 9110 section 7.6.1), with
+// every header the Connection header names; the same list httputil.ReverseProxy uses.
+var HopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// IsHopHeader reports whether name is one of HopHeaders, case-insensitively.
+func IsHopHeader[T string | []byte](name T) bool {
+	for _, h := range HopHeaders {
+		if EqualFold(name, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// droppedRequestHeader reports whether a request header named name is never forwarded as it is
+// (the headers the Connection header names aside): hop-by-hop, Forwarded, or a name with "_".
+func droppedRequestHeader(name string) bool {
+	return strings.IndexByte(name, '_') >= 0 || IsHopHeader(name) || EqualFold(name, "Forwarded")
+}
+
+// ForwardRequestHeaders applies the rules to out, the header of the request going upstream, given
+// in, the header the client sent (in may be out itself), the client's address and the request's
+// Host. Applying it twice changes nothing.
+func ForwardRequestHeaders(out, in http.Header, remoteAddr, host string) {
+	prior := in["X-Forwarded-For"]
+	xfHost, xfProto := in["X-Forwarded-Host"], in["X-Forwarded-Proto"]
+	teTrailers := AnyHasToken(in["Te"], "trailers")
+	upgrade := ""
+	if AnyHasToken(in["Connection"], "upgrade") {
+		upgrade = in.Get("Upgrade")
+	}
+	RemoveHopByHop(out)
+	for k := range out {
+		if droppedRequestHeader(k) {
+			delete(out, k)
+		}
+	}
+	if teTrailers {
+		out["Te"] = []string{"trailers"}
+	}
+	if upgrade != "" { // the ReverseProxy relays the upgrade (a WebSocket); the event loops take none
+		out["Connection"] = []string{"Upgrade"}
+		out["Upgrade"] = []string{upgrade}
+	}
+	if ip := ClientIP(remoteAddr); ip != "" {
+		var b strings.Builder
+		forwardedFor(&b, prior, ip)
+		out["X-Forwarded-For"] = []string{b.String()}
+	} else {
+		delete(out, "X-Forwarded-For")
+	}
+	if len(xfHost) > 0 {
+		out["X-Forwarded-Host"] = xfHost
+	} else {
+		out["X-Forwarded-Host"] = []string{host}
+	}
+	if len(xfProto) > 0 {
+		out["X-Forwarded-Proto"] = xfProto
+	} else {
+		out["X-Forwarded-Proto"] = []string{"http"}
+	}
+	if _, ok := out["User-Agent"]; !ok {
+		out["User-Agent"] = []string{""} // an empty value keeps Request.Write from adding Go's
+	}
+}
+
+// Rewrite is the net/http path's ReverseProxy rewrite: the forwarded request keeps the client's
+// Host and target (RoundTrip sets the endpoint), with the forwarding rules applied to its header.
+// The ReverseProxy removed the hop-by-hop headers and the inbound X-Forwarded-* before it.
+func Rewrite(pr *httputil.ProxyRequest) {
+	pr.Out.URL.Scheme = "http"
+	// The target goes out as the client sent it, as on the event loops (and as nginx passes it):
+	// the ReverseProxy drops the query parameters it cannot parse ("a=1;b=2", "%zz") before
+	// Rewrite, which would make the backend see another request than the client sent.
+	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+	ForwardRequestHeaders(pr.Out.Header, pr.In.Header, pr.In.RemoteAddr, pr.In.Host)
+}
+
+// forwardedFor writes the forwarded X-Forwarded-For value: the chain the client sent (prior, its
+// header lines in order), then the client's address.
+func forwardedFor(w Writer, prior []string, ip string) {
+	for _, v := range prior {
+		_, _ = w.WriteString(v)
+		_, _ = w.WriteString(", ")
+	}
+	_, _ = w.WriteString(ip)
+}
+
+// ClientIP is the address X-Forwarded-For gets for a client connected from remoteAddr (host:port):
+// its host, or "" when it has none.
+func ClientIP(remoteAddr string) string {
+	ip, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		return ""
+	}
+	return ip
+}
+
+// RemoveHopByHop removes the hop-by-hop headers of a request or response, and those its Connection
+// header names.
+func RemoveHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				h.Del(f)
+			}
+		}
+	}
+	for _, k := range HopHeaders {
+		delete(h, k)
+	}
+}
+
+// Replayable reports whether a request without a body may be sent again after its upstream
+// connection failed before any response byte: only when a second copy cannot repeat a side effect
+// (the upstream may have processed the first before closing), net/http's rule. idempotencyKey: the
+// request has an Idempotency-Key or X-Idempotency-Key header.
+func Replayable(method string, idempotencyKey bool) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return idempotencyKey
+}
+
+// MaxReplays is how often a replayable request is sent again on another connection after its
+// pooled one turned out closed by the upstream (see Replayable).
+const MaxReplays = 2

@@ -1,0 +1,31 @@
+//go:build !linux
+
+package engine
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// evLoops needs epoll; elsewhere net/http serves every connection (Server.EventLoops is ignored).
+type evLoops struct{}
+
+type loopConfig struct {
+	e                                      *Engine
+	n                                      int
+	base                                   context.Context
+	handoff                                *handoffListener
+	idleTimeout, headerTimeout, watchAfter time.Duration
+	log                                    logr.Logger
+}
+
+func newEvLoops(loopConfig) (*evLoops, error) { return nil, nil }
+
+func (*evLoops) adopt(net.Conn)                 {}
+func (*evLoops) shutdown(context.Context) error { return nil }
+func (*evLoops) close()                         {}
+func (*evLoops) shuttingDown() bool             { return true }
+func (*evLoops) connections() int               { return 0 }
