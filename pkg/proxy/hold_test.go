@@ -77,6 +77,37 @@ func poolOpts(l queue.PoolLimits) func(*proxy.Options, *proxy.Server) {
 	}
 }
 
+// forEachPath runs f as subtests for a server whose requests the event loops serve (fast=true:
+// HTTP/1.1 heads up to 4 KiB; larger ones go to net/http) and for one net/http serves alone.
+func forEachPath(t *testing.T, f func(t *testing.T, fast bool)) {
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) { f(t, fast) })
+	}
+}
+
+// onPath is mod (when set) on a server of the path fast (see forEachPath).
+func onPath(fast bool, mod func(*proxy.Options, *proxy.Server)) func(*proxy.Options, *proxy.Server) {
+	return func(o *proxy.Options, s *proxy.Server) {
+		s.FastHTTP1 = fast
+		if mod != nil {
+			mod(o, s)
+		}
+	}
+}
+
+// servedBy fails the test unless the n requests held now are where the path fast serves them: on
+// the event loops (fast) or on net/http.
+func (h *harness) servedBy(fast bool, n int) {
+	h.t.Helper()
+	want := 0
+	if fast {
+		want = n
+	}
+	if got := h.srv.LoopConnections(); got != want {
+		h.t.Fatalf("event loops serve %d connections, want %d (fast=%v)", got, want, fast)
+	}
+}
+
 func expectRefused(t *testing.T, what string, r heldResult, reason string) {
 	t.Helper()
 	if r.err != nil || r.code != http.StatusServiceUnavailable || r.hdr.Get("Retry-After") != "3" || !strings.Contains(r.body, reason) {
@@ -90,36 +121,39 @@ func expectRefused(t *testing.T, what string, r heldResult, reason string) {
 // The interceptor holds at most MaxRequests for every app together; the next request is answered 503
 // with Retry-After at once, and the held ones are still forwarded when the app wakes.
 func TestHeldPoolBoundsRequests(t *testing.T) {
-	_, ep := backend(t, "a")
-	h := newHarness(t, []routing.Entry{entry("a", "a.example.com", "a")}, poolOpts(queue.PoolLimits{MaxRequests: 3}))
-	ctx := testCtx(t)
-	var held []<-chan heldResult
-	for range 3 {
-		held = append(held, h.holdGet(ctx, "a.example.com", "/", 0))
-	}
-	h.waitHeld("a", 3)
-	expectRefused(t, "fourth request", <-h.holdGet(ctx, "a.example.com", "/", 0), "pool_full")
-	if v := h.metric("httpscale_interceptor_held_pool_refusals_total", map[string]string{"app": "ns/a"}); v != 1 {
-		t.Errorf("pool refusals of ns/a = %v, want 1", v)
-	}
-	if v := h.metric("httpscale_interceptor_held_pool_requests", nil); v != 3 {
-		t.Errorf("held_pool_requests = %v, want 3", v)
-	}
-	if v := h.metric("httpscale_interceptor_held_pool_max_requests", nil); v != 3 {
-		t.Errorf("held_pool_max_requests = %v, want 3", v)
-	}
-	if v := h.metric("httpscale_interceptor_upstream_errors_total", map[string]string{"app": "ns/a", "reason": "pool_full"}); v != 0 {
-		t.Errorf("a pool refusal counted as an upstream error")
-	}
-	h.src.Set(key("a"), ep)
-	for i, c := range held {
-		if r := <-c; r.err != nil || r.code != http.StatusOK {
-			t.Fatalf("held request %d: %v %d, want 200", i, r.err, r.code)
+	forEachPath(t, func(t *testing.T, fast bool) {
+		_, ep := backend(t, "a")
+		h := newHarness(t, []routing.Entry{entry("a", "a.example.com", "a")}, onPath(fast, poolOpts(queue.PoolLimits{MaxRequests: 3})))
+		ctx := testCtx(t)
+		var held []<-chan heldResult
+		for range 3 {
+			held = append(held, h.holdGet(ctx, "a.example.com", "/", 0))
 		}
-	}
-	if c, b := h.proxyPool(t).Usage(); c != 0 || b != 0 {
-		t.Errorf("pool after release: %d requests %d bytes, want 0 0", c, b)
-	}
+		h.waitHeld("a", 3)
+		h.servedBy(fast, 3)
+		expectRefused(t, "fourth request", <-h.holdGet(ctx, "a.example.com", "/", 0), "pool_full")
+		if v := h.metric("httpscale_interceptor_held_pool_refusals_total", map[string]string{"app": "ns/a"}); v != 1 {
+			t.Errorf("pool refusals of ns/a = %v, want 1", v)
+		}
+		if v := h.metric("httpscale_interceptor_held_pool_requests", nil); v != 3 {
+			t.Errorf("held_pool_requests = %v, want 3", v)
+		}
+		if v := h.metric("httpscale_interceptor_held_pool_max_requests", nil); v != 3 {
+			t.Errorf("held_pool_max_requests = %v, want 3", v)
+		}
+		if v := h.metric("httpscale_interceptor_upstream_errors_total", map[string]string{"app": "ns/a", "reason": "pool_full"}); v != 0 {
+			t.Errorf("a pool refusal counted as an upstream error")
+		}
+		h.src.Set(key("a"), ep)
+		for i, c := range held {
+			if r := <-c; r.err != nil || r.code != http.StatusOK {
+				t.Fatalf("held request %d: %v %d, want 200", i, r.err, r.code)
+			}
+		}
+		if c, b := h.proxyPool(t).Usage(); c != 0 || b != 0 {
+			t.Errorf("pool after release: %d requests %d bytes, want 0 0", c, b)
+		}
+	})
 }
 
 // proxyPool returns the pool the harness was built with.
@@ -134,32 +168,34 @@ func (h *harness) proxyPool(t *testing.T) *queue.Pool {
 // A flood for one app fills the pool; another app's request still gets held, and the flood's newest
 // held request gives way with 503 "evicted".
 func TestHeldPoolFloodGivesWayToAnotherApp(t *testing.T) {
-	_, epB := backend(t, "b")
-	h := newHarness(t, []routing.Entry{entry("a", "a.example.com", "a"), entry("b", "b.example.com", "b")},
-		poolOpts(queue.PoolLimits{MaxRequests: 4}))
-	ctx := testCtx(t)
-	var flood []<-chan heldResult
-	for i := range 4 {
-		flood = append(flood, h.holdGet(ctx, "a.example.com", fmt.Sprintf("/%d", i), 0))
-		h.waitHeld("a", i+1) // in order, so the last one is the newest
-	}
-	expectRefused(t, "the flood's fifth request", <-h.holdGet(ctx, "a.example.com", "/5", 0), "pool_full")
+	forEachPath(t, func(t *testing.T, fast bool) {
+		_, epB := backend(t, "b")
+		h := newHarness(t, []routing.Entry{entry("a", "a.example.com", "a"), entry("b", "b.example.com", "b")},
+			onPath(fast, poolOpts(queue.PoolLimits{MaxRequests: 4})))
+		ctx := testCtx(t)
+		var flood []<-chan heldResult
+		for i := range 4 {
+			flood = append(flood, h.holdGet(ctx, "a.example.com", fmt.Sprintf("/%d", i), 0))
+			h.waitHeld("a", i+1) // in order, so the last one is the newest
+		}
+		expectRefused(t, "the flood's fifth request", <-h.holdGet(ctx, "a.example.com", "/5", 0), "pool_full")
 
-	b := h.holdGet(ctx, "b.example.com", "/b", 0)
-	expectRefused(t, "the flood's newest held request", <-flood[3], "evicted")
-	h.waitHeld("b", 1)
-	if _, held, _ := h.count("ns/a"); held != 3 {
-		t.Errorf("app a holds %d, want 3 (its oldest)", held)
-	}
-	if v := h.metric("httpscale_interceptor_held_pool_evictions_total", map[string]string{"app": "ns/a"}); v != 1 {
-		t.Errorf("evictions of ns/a = %v, want 1", v)
-	}
-	// Contended: a is at its fair share and may not take b's room back.
-	expectRefused(t, "the flood at its fair share", <-h.holdGet(ctx, "a.example.com", "/6", 0), "pool_full")
-	h.src.Set(key("b"), epB)
-	if r := <-b; r.err != nil || r.code != http.StatusOK || r.body != "b /b" {
-		t.Fatalf("app b's held request: %v %d %q, want 200 from b", r.err, r.code, r.body)
-	}
+		b := h.holdGet(ctx, "b.example.com", "/b", 0)
+		expectRefused(t, "the flood's newest held request", <-flood[3], "evicted")
+		h.waitHeld("b", 1)
+		if _, held, _ := h.count("ns/a"); held != 3 {
+			t.Errorf("app a holds %d, want 3 (its oldest)", held)
+		}
+		if v := h.metric("httpscale_interceptor_held_pool_evictions_total", map[string]string{"app": "ns/a"}); v != 1 {
+			t.Errorf("evictions of ns/a = %v, want 1", v)
+		}
+		// Contended: a is at its fair share and may not take b's room back.
+		expectRefused(t, "the flood at its fair share", <-h.holdGet(ctx, "a.example.com", "/6", 0), "pool_full")
+		h.src.Set(key("b"), epB)
+		if r := <-b; r.err != nil || r.code != http.StatusOK || r.body != "b /b" {
+			t.Fatalf("app b's held request: %v %d %q, want 200 from b", r.err, r.code, r.body)
+		}
+	})
 }
 
 // Large heads are charged for what they cost: an app of few big heads is held to its share of the
@@ -219,109 +255,130 @@ func TestHeldPoolChargesHeadBytes(t *testing.T) {
 	_ = small
 }
 
+// The head a request came with is charged on every path: the event loops' heads (up to 4 KiB) as
+// net/http's.
+func TestHeldPoolChargesTheHeadOnEveryPath(t *testing.T) {
+	const pad = 3000
+	forEachPath(t, func(t *testing.T, fast bool) {
+		h := newHarness(t, []routing.Entry{entry("a", "a.example.com", "a")}, onPath(fast, poolOpts(queue.PoolLimits{MaxRequests: 10})))
+		h.holdGet(testCtx(t), "a.example.com", "/", pad)
+		h.waitHeld("a", 1)
+		h.servedBy(fast, 1)
+		low := int64(proxy.HeldBaseCost + proxy.HeldHeadFactor*pad)
+		if _, used := h.pool.Usage(); used < low || used > low+proxy.HeldHeadFactor*300 {
+			t.Errorf("pool charged %d bytes for a %d-byte pad, want %d plus the other header lines (under 300 bytes)", used, pad, low)
+		}
+	})
+}
+
 // Requests for many apps at once: the first fill the pool, the rest are refused without evicting
 // anyone, and every app is woken all the same, so none stays at zero because others took the pool.
 func TestHeldPoolManyAppsAreAllWoken(t *testing.T) {
-	const apps = 30
-	var entries []routing.Entry
-	for i := range apps {
-		entries = append(entries, entry(fmt.Sprintf("app%d", i), fmt.Sprintf("app%d.example.com", i), fmt.Sprintf("svc%d", i)))
-	}
-	h := newHarness(t, entries, poolOpts(queue.PoolLimits{MaxRequests: 10}))
-	wakes, cancel := h.reg.Subscribe(apps)
-	defer cancel()
-	ctx := testCtx(t)
-	results := make(chan heldResult, apps)
-	for i := range apps {
-		go func() { results <- <-h.holdGet(ctx, fmt.Sprintf("app%d.example.com", i), "/", 0) }()
-	}
-	for range apps - 10 {
-		expectRefused(t, "a request beyond the pool", <-results, "pool_full")
-	}
-	testenv.Eventually(t, 10*time.Second, "10 requests held", func() bool { n, _ := h.pool.Usage(); return n == 10 })
-	if n := h.pool.Evicted(); n != 0 {
-		t.Errorf("%d evictions among apps holding one request each", n)
-	}
-	woken := map[string]bool{}
-	for len(woken) < apps {
-		select {
-		case ev := <-wakes:
-			woken[ev.Key] = true
-		case <-time.After(5 * time.Second):
-			t.Fatalf("woken %d apps, want all %d", len(woken), apps)
+	forEachPath(t, func(t *testing.T, fast bool) {
+		const apps = 30
+		var entries []routing.Entry
+		for i := range apps {
+			entries = append(entries, entry(fmt.Sprintf("app%d", i), fmt.Sprintf("app%d.example.com", i), fmt.Sprintf("svc%d", i)))
 		}
-	}
+		h := newHarness(t, entries, onPath(fast, poolOpts(queue.PoolLimits{MaxRequests: 10})))
+		wakes, cancel := h.reg.Subscribe(apps)
+		defer cancel()
+		ctx := testCtx(t)
+		results := make(chan heldResult, apps)
+		for i := range apps {
+			go func() { results <- <-h.holdGet(ctx, fmt.Sprintf("app%d.example.com", i), "/", 0) }()
+		}
+		for range apps - 10 {
+			expectRefused(t, "a request beyond the pool", <-results, "pool_full")
+		}
+		testenv.Eventually(t, 10*time.Second, "10 requests held", func() bool { n, _ := h.pool.Usage(); return n == 10 })
+		if n := h.pool.Evicted(); n != 0 {
+			t.Errorf("%d evictions among apps holding one request each", n)
+		}
+		woken := map[string]bool{}
+		for len(woken) < apps {
+			select {
+			case ev := <-wakes:
+				woken[ev.Key] = true
+			case <-time.After(5 * time.Second):
+				t.Fatalf("woken %d apps, want all %d", len(woken), apps)
+			}
+		}
+	})
 }
 
 // A held request whose client trickles a body byte by byte costs the pool what it was charged when
 // it was admitted, however long it trickles, and is still the one evicted when another app needs room.
 func TestHeldPoolTrickledBodyWhileHeld(t *testing.T) {
-	h := newHarness(t, []routing.Entry{entry("a", "a.example.com", "a"), entry("b", "b.example.com", "b")},
-		poolOpts(queue.PoolLimits{MaxRequests: 2}))
-	ctx := testCtx(t)
-	h.holdGet(ctx, "a.example.com", "/first", 0)
-	h.waitHeld("a", 1)
-	c := h.dial(t, 20*time.Second)
-	if _, err := fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: 100000\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	h.waitHeld("a", 2)
-	_, before := h.pool.Usage()
-	stopTrickle := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stopTrickle:
-				return
-			case <-time.After(5 * time.Millisecond):
-				if _, err := c.Write([]byte("x")); err != nil {
+	forEachPath(t, func(t *testing.T, fast bool) {
+		h := newHarness(t, []routing.Entry{entry("a", "a.example.com", "a"), entry("b", "b.example.com", "b")},
+			onPath(fast, poolOpts(queue.PoolLimits{MaxRequests: 2})))
+		ctx := testCtx(t)
+		h.holdGet(ctx, "a.example.com", "/first", 0)
+		h.waitHeld("a", 1)
+		c := h.dial(t, 20*time.Second)
+		if _, err := fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: 100000\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		h.waitHeld("a", 2)
+		h.servedBy(fast, 2)
+		_, before := h.pool.Usage()
+		stopTrickle := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				select {
+				case <-stopTrickle:
 					return
+				case <-time.After(5 * time.Millisecond):
+					if _, err := c.Write([]byte("x")); err != nil {
+						return
+					}
 				}
 			}
+		})
+		time.Sleep(300 * time.Millisecond) // some 60 bytes trickled while held
+		if n, after := h.pool.Usage(); n != 2 || after != before {
+			t.Errorf("pool while the body trickles: %d requests %d bytes, want 2 and the %d charged at admission", n, after, before)
+		}
+		b := h.holdGet(ctx, "b.example.com", "/", 0)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		close(stopTrickle)
+		wg.Wait()
+		if err != nil {
+			t.Fatalf("the trickling request got no answer: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "3" {
+			t.Errorf("the trickling request: %d Retry-After=%q, want 503 evicted", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		if !resp.Close {
+			t.Errorf("the evicted request's answer does not close the connection: %v", resp.Header)
+		}
+		h.waitHeld("b", 1)
+		_ = b
+
+		// Refused at once (the pool is contended and a is above its share), with its body unread: the
+		// answer does not wait for the body, and the connection is closed.
+		c2 := h.dial(t, 10*time.Second)
+		if _, err := fmt.Fprintf(c2, "POST /upload HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: 100000\r\n\r\nxx"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c2)
+		resp, err = http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("a refused request with a trickled body got no answer: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
+			t.Errorf("refused request with a body: %d close=%v, want 503 and Connection: close", resp.StatusCode, resp.Close)
+		}
+		_ = c2.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("after the refusal the connection gave %v, want EOF: closed without reading the rest of the body", err)
 		}
 	})
-	time.Sleep(300 * time.Millisecond) // some 60 bytes trickled while held
-	if n, after := h.pool.Usage(); n != 2 || after != before {
-		t.Errorf("pool while the body trickles: %d requests %d bytes, want 2 and the %d charged at admission", n, after, before)
-	}
-	b := h.holdGet(ctx, "b.example.com", "/", 0)
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	close(stopTrickle)
-	wg.Wait()
-	if err != nil {
-		t.Fatalf("the trickling request got no answer: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "3" {
-		t.Errorf("the trickling request: %d Retry-After=%q, want 503 evicted", resp.StatusCode, resp.Header.Get("Retry-After"))
-	}
-	if !resp.Close {
-		t.Errorf("the evicted request's answer does not close the connection: %v", resp.Header)
-	}
-	h.waitHeld("b", 1)
-	_ = b
-
-	// Refused at once (the pool is contended and a is above its share), with its body unread: the
-	// answer does not wait for the body, and the connection is closed.
-	c2 := h.dial(t, 10*time.Second)
-	if _, err := fmt.Fprintf(c2, "POST /upload HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: 100000\r\n\r\nxx"); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(c2)
-	resp, err = http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("a refused request with a trickled body got no answer: %v", err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
-		t.Errorf("refused request with a body: %d close=%v, want 503 and Connection: close", resp.StatusCode, resp.Close)
-	}
-	_ = c2.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-		t.Errorf("after the refusal the connection gave %v, want EOF: closed without reading the rest of the body", err)
-	}
 }
 
 // The bound on header blocks: a head larger than MaxHeaderBytes is answered 431 before it is
@@ -356,28 +413,30 @@ func TestHugeHeadIsRefusedBeforeItIsHeld(t *testing.T) {
 
 // Caps: an object asking more than the fleet allows gets the cap.
 func TestCapsOnTheObjectsOwnSettings(t *testing.T) {
-	e := entry("a", "a.example.com", "a")
-	e.ColdStart.QueueLimit = 5000
-	e.Timeouts.Readiness = time.Hour
-	h := newHarness(t, []routing.Entry{e}, func(o *proxy.Options, _ *proxy.Server) {
-		o.MaxQueueLimit = 2
-		o.MaxReadinessTimeout = 300 * time.Millisecond
-	})
-	ctx := testCtx(t)
-	start := time.Now()
-	first := h.holdGet(ctx, "a.example.com", "/", 0)
-	second := h.holdGet(ctx, "a.example.com", "/", 0)
-	h.waitHeld("a", 2)
-	r := <-h.holdGet(ctx, "a.example.com", "/", 0)
-	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, "queue_full") {
-		t.Errorf("third request: %d %q, want 503 queue_full (queue limit capped at 2)", r.code, r.body)
-	}
-	for _, c := range []<-chan heldResult{first, second} {
-		if r := <-c; r.code != http.StatusGatewayTimeout {
-			t.Errorf("held request: %d, want 504 after the capped readiness timeout", r.code)
+	forEachPath(t, func(t *testing.T, fast bool) {
+		e := entry("a", "a.example.com", "a")
+		e.ColdStart.QueueLimit = 5000
+		e.Timeouts.Readiness = time.Hour
+		h := newHarness(t, []routing.Entry{e}, onPath(fast, func(o *proxy.Options, _ *proxy.Server) {
+			o.MaxQueueLimit = 2
+			o.MaxReadinessTimeout = 300 * time.Millisecond
+		}))
+		ctx := testCtx(t)
+		start := time.Now()
+		first := h.holdGet(ctx, "a.example.com", "/", 0)
+		second := h.holdGet(ctx, "a.example.com", "/", 0)
+		h.waitHeld("a", 2)
+		r := <-h.holdGet(ctx, "a.example.com", "/", 0)
+		if r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, "queue_full") {
+			t.Errorf("third request: %d %q, want 503 queue_full (queue limit capped at 2)", r.code, r.body)
 		}
-	}
-	if d := time.Since(start); d > 20*time.Second {
-		t.Errorf("held for %s: the readiness timeout of 1h was not capped", d)
-	}
+		for _, c := range []<-chan heldResult{first, second} {
+			if r := <-c; r.code != http.StatusGatewayTimeout {
+				t.Errorf("held request: %d, want 504 after the capped readiness timeout", r.code)
+			}
+		}
+		if d := time.Since(start); d > 20*time.Second {
+			t.Errorf("held for %s: the readiness timeout of 1h was not capped", d)
+		}
+	})
 }
