@@ -100,8 +100,8 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&i.NodeName, "node-name", "", "Node this replica runs on (env NODE_NAME).")
 	fs.BoolVar(&i.ZoneAware, "zone-aware", true, "Prefer endpoints in this replica's zone (per-app override in the HTTPScaledObject).")
 	fs.DurationVar(&i.ReadinessTimeout, "readiness-timeout", proxy.Defaults.ReadinessTimeout, "Default time a request is held waiting for a ready endpoint.")
-	fs.DurationVar(&i.RequestTimeout, "request-timeout", 0, "Default bound of a whole forwarded request including its body; 0 means none.")
-	fs.DurationVar(&i.ResponseHeaderTimeout, "response-header-timeout", 0, "Default bound of the wait for response headers; 0 means none.")
+	fs.DurationVar(&i.RequestTimeout, "request-timeout", 0, "Default bound of a whole forwarded request including its body (not of an upgraded WebSocket); 0 means --max-request-timeout (none without a cap).")
+	fs.DurationVar(&i.ResponseHeaderTimeout, "response-header-timeout", DefaultResponseHeaderTimeout, "Default bound of the wait for response headers; 0 means --max-request-timeout (none without a cap).")
 	fs.IntVar(&i.QueueLimit, "queue-limit", proxy.Defaults.QueueLimit, "Default number of requests held at once per app; more get 503.")
 	i.HoldLimits.Bind(fs)
 	i.AdminAuth.Bind(fs)
@@ -153,7 +153,11 @@ func (i *Interceptor) Validate() error {
 		errs = append(errs, fmt.Errorf("--gc-percent %d: want at least 25", i.GCPercent))
 	}
 	errs = append(errs, i.AdminAuth.Validate(i.Standalone != ""))
-	errs = append(errs, i.HoldLimits.Validate(i.QueueLimit, i.ReadinessTimeout, i.RequestTimeout, i.ResponseHeaderTimeout))
+	responseHeader := i.ResponseHeaderTimeout
+	if responseHeader == DefaultResponseHeaderTimeout {
+		responseHeader = 0 // the built-in default gives way to a lower --max-request-timeout (the proxy caps it)
+	}
+	errs = append(errs, i.HoldLimits.Validate(i.QueueLimit, i.ReadinessTimeout, i.RequestTimeout, responseHeader))
 	if i.QueueLimit < 1 {
 		errs = append(errs, fmt.Errorf("--queue-limit %d: want at least 1", i.QueueLimit))
 	}

@@ -80,8 +80,13 @@ func TestInterceptorHoldLimitsAndAdminAuth(t *testing.T) {
 	}
 	if c.MaxHeldRequests != DefaultMaxHeldRequests || c.MaxHeldBytes != 256<<20 || c.MaxHeaderBytes != 32<<10 ||
 		c.MaxQueueLimit != 10000 || c.MaxReadinessTimeout != 10*time.Minute || c.MaxRequestTimeout != time.Hour ||
-		c.MemoryLimit != 0 || c.AdminAuth.Mode != AdminAuthNone {
-		t.Errorf("defaults: %+v %+v", c.HoldLimits, c.AdminAuth)
+		c.MemoryLimit != 0 || c.AdminAuth.Mode != AdminAuthNone || c.ResponseHeaderTimeout != 5*time.Minute || c.RequestTimeout != 0 {
+		t.Errorf("defaults: %+v %+v, response-header timeout %s, request timeout %s", c.HoldLimits, c.AdminAuth, c.ResponseHeaderTimeout, c.RequestTimeout)
+	}
+	// A cap below the built-in response-header timeout lowers it (the proxy caps it) rather than
+	// failing the start; a timeout the administrator chose above the cap fails (below).
+	if _, err := parseInterceptor(t, "--max-request-timeout=1m"); err != nil {
+		t.Errorf("--max-request-timeout=1m with the default response-header timeout: %v", err)
 	}
 	t.Setenv("HTTPSCALE_MEMORY_LIMIT", "536870912") // what the downward API gives: bytes
 	c, err = parseInterceptor(t, "--max-held-bytes=1Gi", "--max-header-bytes=16Ki", "--admin-auth=token",

@@ -45,6 +45,10 @@ const (
 	DefaultMaxQueueLimit       = 10000
 	DefaultMaxReadinessTimeout = 10 * time.Minute
 	DefaultMaxRequestTimeout   = time.Hour
+	// DefaultResponseHeaderTimeout is --response-header-timeout's default: how long a forwarded
+	// request may wait for its response to start (Knative's default request timeout; the KEDA HTTP
+	// add-on's 500 ms cuts off ordinary slow endpoints).
+	DefaultResponseHeaderTimeout = 5 * time.Minute
 )
 
 // Bind registers the limits' flags on fs.

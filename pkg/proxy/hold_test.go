@@ -440,3 +440,43 @@ func TestCapsOnTheObjectsOwnSettings(t *testing.T) {
 		}
 	})
 }
+
+// --max-request-timeout bounds an app without a timeout of its own as one asking for more: the
+// wait for the response head (504) and the whole response (cut off), on both paths.
+func TestRequestTimeoutCapBoundsAnAppWithoutOne(t *testing.T) {
+	hang := func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/started" {
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, "started")
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case <-r.Context().Done(): // the interceptor gave up on it
+		case <-time.After(30 * time.Second):
+		}
+	}
+	_, ep := backendFunc(t, hang)
+	forEachPath(t, func(t *testing.T, fast bool) {
+		none := entry("none", "none.example.com", "none")
+		more := entry("more", "more.example.com", "more")
+		more.Timeouts.Request, more.Timeouts.ResponseHeader = time.Hour, time.Hour
+		h := newHarness(t, []routing.Entry{none, more}, onPath(fast, func(o *proxy.Options, _ *proxy.Server) {
+			o.RequestTimeout, o.ResponseHeaderTimeout = 0, 0 // no fleet default
+			o.MaxRequestTimeout = 300 * time.Millisecond
+		}))
+		h.src.Set(key("none"), ep)
+		h.src.Set(key("more"), ep)
+		for _, host := range []string{"none.example.com", "more.example.com"} {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			code, _, _, err := h.get(ctx, host, "/")
+			if err != nil || code != http.StatusGatewayTimeout {
+				t.Errorf("%s, no response head: %d %v, want 504 after the capped response-header timeout", host, code, err)
+			}
+			code, body, _, err := h.get(ctx, host, "/started")
+			if err == nil || ctx.Err() != nil {
+				t.Errorf("%s, a response that never ends: %d %q %v, want it cut off after the capped request timeout", host, code, body, err)
+			}
+			cancel()
+		}
+	})
+}

@@ -52,10 +52,10 @@ type Options struct {
 	ResponseHeaderTimeout time.Duration
 	// QueueLimit is the default per-app hold-queue limit; Entry.ColdStart.QueueLimit overrides.
 	QueueLimit int
-	// Caps on what an app's own settings may ask for (0: none): an entry asking more gets the cap.
-	// They keep one tenant's object from holding requests (and their memory) longer or in greater
-	// number than the fleet's administrator allows. MaxRequestTimeout caps the response-header
-	// timeout too.
+	// Caps on what an app's own settings may ask for (0: none): an entry asking more, or none at
+	// all (a timeout of 0 with no default), gets the cap. They keep one tenant's object from holding
+	// requests (and their memory) longer or in greater number than the fleet's administrator allows.
+	// MaxRequestTimeout caps the response-header timeout too.
 	MaxQueueLimit       int
 	MaxReadinessTimeout time.Duration
 	MaxRequestTimeout   time.Duration

@@ -297,9 +297,10 @@ func (a *app) series() *appMetrics {
 	return m
 }
 
-// capped returns v, or limit when limit is positive and v is above it.
+// capped returns v, or limit when limit is positive and v is above it or 0 (none): a cap bounds an
+// app without a bound of its own too.
 func capped[T int64 | time.Duration](v, limit T) T {
-	if limit > 0 && v > limit {
+	if limit > 0 && (v > limit || v <= 0) {
 		return limit
 	}
 	return v
