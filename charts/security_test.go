@@ -29,7 +29,7 @@ func TestInternalPortsByDefault(t *testing.T) {
 		"--admin-auth=token", "--admin-token-audience=" + admin.DefaultTokenAudience,
 		"--admin-allowed-service-accounts=httpscale-system/httpscale-scaler,httpscale-system/httpscale-operator",
 		"--max-held-requests=10000", "--max-held-bytes=256Mi", "--max-header-bytes=32Ki",
-		"--max-queue-limit=10000", "--max-readiness-timeout=10m", "--max-request-timeout=1h",
+		"--max-queue-limit=10000", "--max-readiness-timeout=10m", "--max-request-timeout=1h", "--max-waiting-per-endpoint=1024",
 	} {
 		if !hasArg(ic, arg) {
 			t.Errorf("interceptor args %v lack %s", ic.Args, arg)
@@ -280,7 +280,7 @@ func TestInternalPortsNonDefault(t *testing.T) {
 	ic := container(t, get[*appsv1.Deployment](t, m, "Deployment", "httpscale-interceptor"), "interceptor")
 	for _, arg := range []string{
 		"--max-held-requests=20000", "--max-held-bytes=536870912", "--max-header-bytes=32Ki", "--max-queue-limit=0",
-		"--max-readiness-timeout=5m", "--max-request-timeout=30m", "--admin-token-audience=edge.example.com/interceptor-admin",
+		"--max-readiness-timeout=5m", "--max-request-timeout=30m", "--max-waiting-per-endpoint=0", "--admin-token-audience=edge.example.com/interceptor-admin",
 		"--admin-allowed-service-accounts=platform/httpscale-scaler,platform/httpscale-operator,monitoring/federation",
 	} {
 		if !hasArg(ic, arg) {

@@ -99,6 +99,7 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		RetryAfter:            cfg.RetryAfter,
 		DialTimeout:           cfg.DialTimeout,
 		MaxConnsPerEndpoint:   cfg.MaxConnsPerEndpoint,
+		MaxWaitingPerEndpoint: cfg.MaxWaitingPerEndpoint,
 		ClusterDomain:         cfg.ClusterDomain,
 		DialContext:           dial,
 	})

@@ -25,6 +25,9 @@ type HoldLimits struct {
 	MaxQueueLimit       int
 	MaxReadinessTimeout time.Duration
 	MaxRequestTimeout   time.Duration
+	// MaxWaitingPerEndpoint bounds the forwarded requests waiting in line for a connection to one
+	// pod (--max-conns-per-endpoint are open); more are answered 503. 0 is no bound.
+	MaxWaitingPerEndpoint int
 	// MemoryLimit is the container's memory limit (the chart passes it through the downward API);
 	// the Go runtime's soft memory limit is set below it (see MemoryLimitFraction), so that the
 	// garbage collector works harder instead of letting the heap's headroom reach the limit. 0:
@@ -45,6 +48,9 @@ const (
 	DefaultMaxQueueLimit       = 10000
 	DefaultMaxReadinessTimeout = 10 * time.Minute
 	DefaultMaxRequestTimeout   = time.Hour
+	// DefaultMaxWaitingPerEndpoint is twice the default connections per pod: a pod that answers
+	// slowly gets a line that drains in two rounds of its connections, not one without end.
+	DefaultMaxWaitingPerEndpoint = 1024
 	// DefaultResponseHeaderTimeout is --response-header-timeout's default: how long a forwarded
 	// request may wait for its response to start (Knative's default request timeout; the KEDA HTTP
 	// add-on's 500 ms cuts off ordinary slow endpoints).
@@ -57,6 +63,7 @@ func (l *HoldLimits) Bind(fs *flag.FlagSet) {
 	l.MaxHeldBytes, l.MaxHeaderBytes = DefaultMaxHeldBytes, DefaultMaxHeaderBytes // before Var, which records the default
 	fs.Var(bytesFlag{&l.MaxHeldBytes}, "max-held-bytes", "Memory the held requests may be charged for every app together (a Kubernetes quantity, e.g. 256Mi), shared fairly between namespaces, then apps; 0 means no bound.")
 	fs.Var(bytesFlag{&l.MaxHeaderBytes}, "max-header-bytes", "Largest request header block accepted (a Kubernetes quantity, e.g. 64Ki); larger heads get 431.")
+	fs.IntVar(&l.MaxWaitingPerEndpoint, "max-waiting-per-endpoint", DefaultMaxWaitingPerEndpoint, "Forwarded requests waiting for a connection to one pod while --max-conns-per-endpoint are open; more get 503 upstream_busy. 0 means no bound.")
 	fs.Var(bytesFlag{&l.MemoryLimit}, "memory-limit", "The container's memory limit (a Kubernetes quantity); the Go runtime's soft limit is set to 85% of it (GOMEMLIMIT wins); 0 means none.")
 	fs.IntVar(&l.MaxQueueLimit, "max-queue-limit", DefaultMaxQueueLimit, "Cap of an object's coldStart.queueLimit; 0 means no cap.")
 	fs.DurationVar(&l.MaxReadinessTimeout, "max-readiness-timeout", DefaultMaxReadinessTimeout, "Cap of an object's timeouts.readiness; 0 means no cap.")
@@ -68,7 +75,7 @@ func (l *HoldLimits) Validate(queueLimit int, readiness, request, responseHeader
 	var errs []error
 	for name, v := range map[string]int64{
 		"max-held-requests": int64(l.MaxHeldRequests), "max-held-bytes": l.MaxHeldBytes, "max-queue-limit": int64(l.MaxQueueLimit),
-		"memory-limit": l.MemoryLimit,
+		"memory-limit": l.MemoryLimit, "max-waiting-per-endpoint": int64(l.MaxWaitingPerEndpoint),
 	} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("--%s %d: must not be negative", name, v))

@@ -54,6 +54,8 @@ func statusFor(err error) (code int, reason string) {
 		return http.StatusServiceUnavailable, "queue_full"
 	case errors.Is(err, ErrIdle):
 		return http.StatusServiceUnavailable, "app_idle"
+	case errors.Is(err, engine.ErrUpstreamBusy):
+		return http.StatusServiceUnavailable, "upstream_busy"
 	case errors.Is(err, queue.ErrPoolFull):
 		return http.StatusServiceUnavailable, "pool_full"
 	case errors.Is(err, queue.ErrEvicted):

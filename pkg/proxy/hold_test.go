@@ -480,3 +480,49 @@ func TestRequestTimeoutCapBoundsAnAppWithoutOne(t *testing.T) {
 		}
 	})
 }
+
+// Requests waiting for a connection to a pod whose connections are all busy are bounded: one more
+// is answered 503 upstream_busy with Retry-After at once, and the waiting ones are still served.
+func TestLineForAnUpstreamConnectionIsBounded(t *testing.T) {
+	forEachPath(t, func(t *testing.T, fast bool) {
+		release := make(chan struct{})
+		arrived := make(chan struct{}, 8)
+		_, ep := backendFunc(t, func(w http.ResponseWriter, r *http.Request) {
+			arrived <- struct{}{}
+			<-release
+			_, _ = io.WriteString(w, "ok")
+		})
+		var once sync.Once
+		free := func() { once.Do(func() { close(release) }) }
+		t.Cleanup(free) // before the backend closes: a failed test does not leave its handlers waiting
+		h := newHarness(t, []routing.Entry{entry("a", "a.example.com", "a")}, onPath(fast, func(o *proxy.Options, _ *proxy.Server) {
+			o.MaxConnsPerEndpoint, o.MaxWaitingPerEndpoint = 1, 1
+			o.RetryAfter = 3 * time.Second
+		}))
+		h.src.Set(key("a"), ep)
+		ctx := testCtx(t)
+		first := h.holdGet(ctx, "a.example.com", "/1", 0)
+		<-arrived // the one connection is busy
+		// Of two more, one waits in line and the other finds the line full.
+		second, third := h.holdGet(ctx, "a.example.com", "/2", 0), h.holdGet(ctx, "a.example.com", "/3", 0)
+		var busy heldResult
+		var waiting <-chan heldResult
+		select {
+		case busy = <-second:
+			waiting = third
+		case busy = <-third:
+			waiting = second
+		case <-time.After(10 * time.Second):
+			t.Fatal("neither request beyond the line was answered")
+		}
+		if busy.err != nil || busy.code != http.StatusServiceUnavailable || busy.hdr.Get("Retry-After") != "3" || !strings.Contains(busy.body, "upstream_busy") {
+			t.Fatalf("request beyond the line: %v %d Retry-After=%q %q, want 503 upstream_busy with Retry-After", busy.err, busy.code, busy.hdr.Get("Retry-After"), busy.body)
+		}
+		free()
+		for i, c := range []<-chan heldResult{first, waiting} {
+			if r := <-c; r.err != nil || r.code != http.StatusOK || r.body != "ok" {
+				t.Errorf("request %d: %v %d %q, want 200 ok", i, r.err, r.code, r.body)
+			}
+		}
+	})
+}

@@ -72,6 +72,9 @@ type Options struct {
 	// It keeps a burst of released held requests from opening thousands of connections to a pod
 	// that just started.
 	MaxConnsPerEndpoint int
+	// MaxWaitingPerEndpoint bounds the requests waiting for a connection to one endpoint (0: no
+	// bound); one more is answered 503 upstream_busy with Retry-After.
+	MaxWaitingPerEndpoint int
 	// MaxDialAttempts bounds the endpoints tried for one request when connections fail.
 	MaxDialAttempts int
 	// WakeEvery is the minimum interval between two wake events of one app.

@@ -60,12 +60,13 @@ func New(o Options) (*Proxy, error) {
 	}
 	p := &Proxy{opts: o, log: o.Log}
 	p.eng = engine.New(p, engine.Options{
-		Log:                 o.Log,
-		DialContext:         o.DialContext,
-		DialTimeout:         o.DialTimeout,
-		MaxConnsPerEndpoint: o.MaxConnsPerEndpoint,
-		Now:                 o.Now,
-		Discarded:           o.Metrics.discarded,
+		Log:                   o.Log,
+		DialContext:           o.DialContext,
+		DialTimeout:           o.DialTimeout,
+		MaxConnsPerEndpoint:   o.MaxConnsPerEndpoint,
+		MaxWaitingPerEndpoint: o.MaxWaitingPerEndpoint,
+		Now:                   o.Now,
+		Discarded:             o.Metrics.discarded,
 	})
 	return p, nil
 }
@@ -345,7 +346,7 @@ func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 	}
 	log.Info("request failed", "app", a.key, "status", code, "reason", reason, "error", err.Error())
 	x.coldHeaders(h)
-	if errors.Is(err, ErrQueueFull) || errors.Is(err, ErrIdle) || errors.Is(err, queue.ErrPoolFull) || errors.Is(err, queue.ErrEvicted) {
+	if errors.Is(err, ErrQueueFull) || errors.Is(err, ErrIdle) || errors.Is(err, queue.ErrPoolFull) || errors.Is(err, queue.ErrEvicted) || errors.Is(err, engine.ErrUpstreamBusy) {
 		h.Set("Retry-After", strconv.Itoa(int((p.opts.RetryAfter+time.Second-1)/time.Second)))
 	}
 	if errors.Is(err, ErrIdle) {

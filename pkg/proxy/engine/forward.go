@@ -41,6 +41,10 @@ type Options struct {
 	DialTimeout time.Duration
 	// MaxConnsPerEndpoint bounds the connections open to one endpoint; more requests wait for one.
 	MaxConnsPerEndpoint int
+	// MaxWaitingPerEndpoint bounds the requests waiting in line for a connection to one endpoint
+	// (0: no bound); one more fails with ErrUpstreamBusy. The line of the net/http path's requests
+	// with a body or an upgrade (http.Transport's own) is not bounded by it.
+	MaxWaitingPerEndpoint int
 	// Now is the clock of the upstream pool's idle timeouts; nil means time.Now.
 	Now func() time.Time
 	// Discarded counts upstream connections closed because of bytes nobody asked for; nil

@@ -118,6 +118,8 @@ var (
 	ErrResponseHeaderTimeout = errors.New("timeout awaiting response headers")
 	// ErrRequestTimeout: the whole forwarded request took longer than the app's request timeout.
 	ErrRequestTimeout = errors.New("request timeout")
+	// ErrUpstreamBusy: MaxWaitingPerEndpoint requests already wait for a connection to the endpoint.
+	ErrUpstreamBusy = errors.New("too many requests waiting for a connection to the endpoint")
 	// ErrClientGone: the client went away (or the interceptor's drain deadline cut the request);
 	// logged as status 499 and never counted as an upstream failure.
 	ErrClientGone = errors.New("client went away")
