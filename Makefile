@@ -88,6 +88,7 @@ vet: ## gofmt check, then go vet every package (and the image builder's module).
 unit: ## Unit and envtest suites (real kube-apiserver + etcd, built on first use).
 	KUBEBUILDER_ASSETS="$$(hack/tools.sh envtest | tail -n1)" HELM="$$(hack/tools.sh helm | tail -n1)/helm" \
 		$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -run '^TestFiftyThousandAppsFit$$' ./pkg/routing/ # a capacity test, skipped under -race
 	$(GO) -C hack/images test -count=1 ./...
 
 .PHONY: test

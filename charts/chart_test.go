@@ -76,6 +76,7 @@ func TestRejectsInvalidValues(t *testing.T) {
 		{"interceptor.tls.port=9090", "interceptor.tls.port must differ"},
 		{"interceptor.tls.enabled=false,interceptor.tls.defaultSecret=fleet-tls", "defaultSecret needs interceptor.tls.enabled=true"},
 		{"interceptor.tls.defaultSecret=Fleet_TLS", "/interceptor/tls/defaultSecret"},
+		{"interceptor.trustedProxies={ingress-nginx}", "/interceptor/trustedProxies/0"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := runHelm(t, "template", "httpscale", chartDir, "--set", tc.set)
@@ -228,6 +229,11 @@ func TestDefaults(t *testing.T) {
 	// TLS on by default: the interceptors serve it, the operator grants them the Secrets objects name,
 	// and no default certificate means no Secret of the release namespace is readable.
 	icc := container(t, ic, "interceptor")
+	for _, a := range icc.Args {
+		if strings.HasPrefix(a, "--trusted-proxies") {
+			t.Errorf("interceptor arg %s by default, want none (nobody trusted)", a)
+		}
+	}
 	if p, ok := port(icc, "https"); !ok || p.ContainerPort != 8443 || !hasArg(icc, "--tls-bind-address=:8443") {
 		t.Errorf("interceptor TLS port %+v, args %v: want port https 8443 and --tls-bind-address=:8443", p, icc.Args)
 	}
@@ -298,6 +304,9 @@ func TestNonDefaultValues(t *testing.T) {
 
 	// The fleet default certificate: the interceptor may read that one Secret of the namespace.
 	icc := container(t, get[*appsv1.Deployment](t, m, "Deployment", "httpscale-interceptor"), "interceptor")
+	if !hasArg(icc, "--trusted-proxies=10.0.0.0/8,fd00::/8,192.0.2.7") {
+		t.Errorf("interceptor args %v lack --trusted-proxies=10.0.0.0/8,fd00::/8,192.0.2.7", icc.Args)
+	}
 	if p, ok := port(icc, "https"); !ok || p.ContainerPort != 8444 || !hasArg(icc, "--tls-bind-address=:8444") || !hasArg(icc, "--tls-default-secret=fleet-tls") {
 		t.Errorf("interceptor TLS port %+v, args %v: want 8444 and --tls-default-secret=fleet-tls", p, icc.Args)
 	}

@@ -79,6 +79,10 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 	if err != nil {
 		return servers{}, err
 	}
+	trusted, err := proxy.ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return servers{}, fmt.Errorf("--trusted-proxies: %w", err)
+	}
 	p, err := proxy.New(proxy.Options{
 		Tracer:                tp.Tracer("github.com/httpscale/httpscale/pkg/proxy"),
 		Tables:                kube.tables,
@@ -101,6 +105,7 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		MaxConnsPerEndpoint:   cfg.MaxConnsPerEndpoint,
 		MaxWaitingPerEndpoint: cfg.MaxWaitingPerEndpoint,
 		ClusterDomain:         cfg.ClusterDomain,
+		TrustedProxies:        trusted,
 		DialContext:           dial,
 	})
 	if err != nil {

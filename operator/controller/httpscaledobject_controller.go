@@ -378,6 +378,27 @@ func (r *Reconciler) setRoutingStatus(hso *v1.HTTPScaledObject, key string, vali
 
 // setReady summarises: Ready only when valid, not in conflict, ScaledObject in sync and propagated.
 func (r *Reconciler) setReady(hso *v1.HTTPScaledObject) {
+	if reason, msg, blocked := readyBlocker(hso.Status.Conditions); blocked {
+		r.setCondition(hso, v1.ConditionReady, metav1.ConditionFalse, reason, msg)
+		return
+	}
+	r.setCondition(hso, v1.ConditionReady, metav1.ConditionTrue, "Ready", "routed by every interceptor and scaled by KEDA")
+}
+
+// readyBlocker returns the reason and message of the first condition that keeps an object from
+// Ready. What the user must fix comes first; RoutingPropagated last, since it only waits for the
+// interceptors and would otherwise hide a Serve-mode problem for as long as they lag behind.
+func readyBlocker(conds []metav1.Condition) (reason, msg string, blocked bool) {
+	unlessIs := func(typ string, want metav1.ConditionStatus) (string, string, bool) {
+		cond := meta.FindStatusCondition(conds, typ)
+		switch {
+		case cond == nil:
+			return "Unknown", typ + " is not known yet", true
+		case cond.Status != want:
+			return cond.Reason, typ + ": " + cond.Message, true
+		}
+		return "", "", false
+	}
 	for _, c := range []struct {
 		typ  string
 		want metav1.ConditionStatus
@@ -385,24 +406,16 @@ func (r *Reconciler) setReady(hso *v1.HTTPScaledObject) {
 		{v1.ConditionValid, metav1.ConditionTrue},
 		{v1.ConditionConflict, metav1.ConditionFalse},
 		{v1.ConditionScaledObjectReady, metav1.ConditionTrue},
-		{v1.ConditionRoutingPropagated, metav1.ConditionTrue},
 	} {
-		cond := meta.FindStatusCondition(hso.Status.Conditions, c.typ)
-		if cond == nil || cond.Status != c.want {
-			reason, msg := "Unknown", c.typ+" is not known yet"
-			if cond != nil {
-				reason, msg = cond.Reason, c.typ+": "+cond.Message
-			}
-			r.setCondition(hso, v1.ConditionReady, metav1.ConditionFalse, reason, msg)
-			return
+		if reason, msg, blocked := unlessIs(c.typ, c.want); blocked {
+			return reason, msg, true
 		}
 	}
-	if c := meta.FindStatusCondition(hso.Status.Conditions, v1.ConditionServing); c != nil && c.Status == metav1.ConditionFalse && c.Reason != v1.ServingReasonProxying {
+	if c := meta.FindStatusCondition(conds, v1.ConditionServing); c != nil && c.Status == metav1.ConditionFalse && c.Reason != v1.ServingReasonProxying {
 		// Serve mode cannot be applied to the Service: the user must act.
-		r.setCondition(hso, v1.ConditionReady, metav1.ConditionFalse, c.Reason, v1.ConditionServing+": "+c.Message)
-		return
+		return c.Reason, v1.ConditionServing + ": " + c.Message, true
 	}
-	r.setCondition(hso, v1.ConditionReady, metav1.ConditionTrue, "Ready", "routed by every interceptor and scaled by KEDA")
+	return unlessIs(v1.ConditionRoutingPropagated, metav1.ConditionTrue)
 }
 
 // setCondition sets a condition and emits an event when its status changes.

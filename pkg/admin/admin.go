@@ -117,6 +117,8 @@ type Client struct {
 	// MaxWakeHeartbeat caps the heartbeat interval announced by the replica; zero means
 	// MaxWakeHeartbeat.
 	MaxWakeHeartbeat time.Duration
+	// MaxBody bounds a Status or Counts body; zero means MaxBodyBytes.
+	MaxBody int64
 }
 
 // Status fetches the replica's Status from baseURL (http://host:port).
@@ -146,12 +148,16 @@ func (c Client) getJSON(ctx context.Context, url string, into any) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("GET %s: status %d: %s", url, resp.StatusCode, body)
 	}
-	// Read at most MaxBodyBytes: a replica that streams an endless or huge body must cost the caller
+	// Read at most MaxBody: a replica that streams an endless or huge body must cost the caller
 	// a bounded amount of memory, not all of it. The request's context bounds the time.
-	body := &io.LimitedReader{R: resp.Body, N: MaxBodyBytes + 1}
+	limit := c.MaxBody
+	if limit <= 0 {
+		limit = MaxBodyBytes
+	}
+	body := &io.LimitedReader{R: resp.Body, N: limit + 1}
 	if err := json.NewDecoder(body).Decode(into); err != nil {
 		if body.N <= 0 {
-			return fmt.Errorf("decoding %s: %w (%d bytes)", url, ErrBodyTooLarge, int64(MaxBodyBytes))
+			return fmt.Errorf("decoding %s: %w (%d bytes)", url, ErrBodyTooLarge, limit)
 		}
 		return fmt.Errorf("decoding %s (Content-Type %q): %w", url, resp.Header.Get("Content-Type"), err)
 	}

@@ -77,6 +77,11 @@ type Interceptor struct {
 	// DrainTimeout bounds the wait for in-flight and held requests and WebSockets after the delay.
 	DrainTimeout time.Duration
 
+	// TrustedProxies is a comma-separated list of CIDR ranges and addresses of the proxies in front
+	// (ingress controllers, load balancers) whose X-Forwarded-For/-Host/-Proto are passed on; from
+	// any other client they are replaced by what the interceptor saw. Empty trusts nobody.
+	TrustedProxies string
+
 	// PprofAddr serves net/http/pprof (heap profiles for memory measurements); "" or "0" disables it.
 	PprofAddr string
 	// Standalone is a file of HTTPScaledObject documents to route by instead of Kubernetes (see
@@ -115,6 +120,7 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&i.EventLoops, "event-loops", -1, "Event loops serving the proxy port's HTTP/1.1 on Linux (0: none, net/http serves everything; -1: one per GOMAXPROCS).")
 	fs.DurationVar(&i.DrainDelay, "drain-delay", 5*time.Second, "After SIGTERM, keep serving this long with readiness failing.")
 	fs.DurationVar(&i.DrainTimeout, "drain-timeout", 60*time.Second, "After the delay, wait this long for in-flight and held requests and WebSockets.")
+	fs.StringVar(&i.TrustedProxies, "trusted-proxies", "", "Comma-separated CIDR ranges and addresses of proxies in front (ingress, load balancer) whose X-Forwarded-For/-Host/-Proto are passed on; from any other client they are set from the connection (its address, the Host, the port's scheme). Empty trusts nobody.")
 	fs.StringVar(&i.PprofAddr, "pprof-bind-address", "", `Address serving /debug/pprof/ (off when empty or "0"); for profiling, never expose it.`)
 	fs.StringVar(&i.Standalone, "standalone", "", "Run without Kubernetes, routing by this file of HTTPScaledObject documents with their endpoints (reloaded when it changes).")
 	i.loadEnv(fs)
@@ -142,6 +148,9 @@ func (i *Interceptor) Validate() error {
 		if _, err := i.TLSDefaultSecretKey(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if _, err := proxy.ParseTrustedProxies(i.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("--trusted-proxies: %w", err))
 	}
 	if i.TableName == "" {
 		errs = append(errs, errors.New("--routing-table-name must not be empty"))

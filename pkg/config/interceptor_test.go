@@ -127,3 +127,19 @@ func TestInterceptorHoldLimitsAndAdminAuth(t *testing.T) {
 		t.Errorf("-1Ki: %d %v (parsed; Validate refuses it)", n, err)
 	}
 }
+
+func TestInterceptorTrustedProxies(t *testing.T) {
+	c, err := parseInterceptor(t)
+	if err != nil || c.TrustedProxies != "" {
+		t.Fatalf("default --trusted-proxies %q, %v; want empty (trust nobody)", c.TrustedProxies, err)
+	}
+	t.Setenv("HTTPSCALE_TRUSTED_PROXIES", "10.0.0.0/8, fd00::/8")
+	if c, err = parseInterceptor(t); err != nil || c.TrustedProxies != "10.0.0.0/8, fd00::/8" {
+		t.Errorf("from the environment: %q, %v", c.TrustedProxies, err)
+	}
+	for _, arg := range []string{"--trusted-proxies=10.0.0.1/8", "--trusted-proxies=ingress-nginx"} {
+		if _, err := parseInterceptor(t, arg); err == nil || !strings.Contains(err.Error(), "--trusted-proxies") {
+			t.Errorf("%s: got %v, want an error naming --trusted-proxies", arg, err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/proxy/engine"
+	"github.com/httpscale/httpscale/pkg/proxy/engine/h1"
 	"github.com/httpscale/httpscale/pkg/queue"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
@@ -81,6 +83,10 @@ type Options struct {
 	WakeEvery time.Duration
 	// ClusterDomain builds Service addresses for ViaService ("svc.ns.svc.<domain>:port").
 	ClusterDomain string
+	// TrustedProxies are the address ranges of proxies in front (an ingress, a load balancer)
+	// whose X-Forwarded-For/-Host/-Proto are passed on; from any other client they are set from
+	// what the interceptor saw. Empty (the default) trusts nobody. See ParseTrustedProxies.
+	TrustedProxies []netip.Prefix
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -127,6 +133,10 @@ func setIfZero[T comparable](p *T, def T) {
 		*p = def
 	}
 }
+
+// ParseTrustedProxies reads a comma-separated list of CIDR ranges and addresses for
+// Options.TrustedProxies (h1.ParseTrustedProxies).
+func ParseTrustedProxies(list string) ([]netip.Prefix, error) { return h1.ParseTrustedProxies(list) }
 
 // Server is the engine's server (see engine.Server): the proxy and admin ports.
 type Server = engine.Server

@@ -67,6 +67,7 @@ func New(o Options) (*Proxy, error) {
 		MaxWaitingPerEndpoint: o.MaxWaitingPerEndpoint,
 		Now:                   o.Now,
 		Discarded:             o.Metrics.discarded,
+		TrustedProxies:        o.TrustedProxies,
 	})
 	return p, nil
 }

@@ -19,8 +19,9 @@ import (
 
 // Server is a controller-runtime Runnable serving Handler over TLS with the Store's certificates:
 // HTTP/2 to clients that offer h2 in ALPN, HTTP/1.1 otherwise. Requests reach Handler as net/http
-// requests (the cleartext port's event loops read the socket directly and do not apply), with
-// X-Forwarded-Proto set to https unless the client sent one; HTTP/1.1 connections are watched as on
+// requests (the cleartext port's event loops read the socket directly and do not apply) with
+// their TLS state, from which the engine's forwarding rules set X-Forwarded-Proto: https for
+// every client that is not a trusted proxy; HTTP/1.1 connections are watched as on
 // the cleartext port (engine.ServeTLS): a request with both Content-Length and Transfer-Encoding is
 // answered with the connection closed.
 //
@@ -104,9 +105,7 @@ func (s *Server) config() *tls.Config {
 	return s.Store.Config()
 }
 
-// httpsHandler answers misdirected requests 421 and marks the others as having arrived over TLS
-// for the app (X-Forwarded-Proto: https) unless the client, such as a load balancer in front,
-// already said.
+// httpsHandler answers misdirected requests 421 and passes the others on.
 type httpsHandler struct {
 	store *Store
 	h     http.Handler
@@ -116,9 +115,6 @@ func (p httpsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.TLS != nil && !p.store.Serves(r.TLS.ServerName, r.Host) {
 		misdirected(w, r.TLS.ServerName, r.Host)
 		return
-	}
-	if _, ok := r.Header["X-Forwarded-Proto"]; !ok {
-		r.Header["X-Forwarded-Proto"] = []string{"https"}
 	}
 	p.h.ServeHTTP(w, r)
 }

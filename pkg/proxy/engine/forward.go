@@ -31,6 +31,8 @@ type Engine struct {
 	h1, h2c *http.Transport
 
 	upgrades tracker
+	// trusted are the proxies whose X-Forwarded-* headers are passed on (see h1.Peer).
+	trusted h1.TrustedProxies
 }
 
 // Options configure an Engine.
@@ -50,6 +52,9 @@ type Options struct {
 	// Discarded counts upstream connections closed because of bytes nobody asked for; nil
 	// counters count nothing.
 	Discarded DiscardCounters
+	// TrustedProxies are the peers whose X-Forwarded-* headers are passed on; from every other
+	// peer they are set from what the engine saw (h1.Peer, rules.go). Empty trusts nobody.
+	TrustedProxies h1.TrustedProxies
 }
 
 type nopCounter struct{}
@@ -67,7 +72,7 @@ func New(logic Logic, o Options) *Engine {
 	if o.Discarded.Unsolicited == nil {
 		o.Discarded.Unsolicited = nopCounter{}
 	}
-	e := &Engine{logic: logic, log: o.Log, pool: newPool(o)}
+	e := &Engine{logic: logic, log: o.Log, pool: newPool(o), trusted: o.TrustedProxies}
 	e.up = upTransport{p: e.pool}
 	e.h1, e.h2c = newTransports(e.pool.dial, o)
 	e.rp = e.newReverseProxy()
@@ -221,8 +226,8 @@ func (e *Engine) newReverseProxy() *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		// The outbound request keeps the client's Host header; RoundTrip sets URL.Host to the chosen
 		// endpoint. ReverseProxy removed the hop-by-hop headers and the inbound X-Forwarded-*
-		// before Rewrite.
-		Rewrite:        h1.Rewrite,
+		// before Rewrite, which applies the forwarding rules for the request's peer.
+		Rewrite:        e.trusted.Rewrite,
 		Transport:      e,
 		BufferPool:     bufferPool{},
 		ModifyResponse: e.modifyResponse,

@@ -18,8 +18,8 @@ import (
 // evClient is a client connection owned by a loop, with the request it serves (rq set: busy).
 type evClient struct {
 	fd       int
-	ip       string // X-Forwarded-For; "" when the address has none
-	in       []byte // bytes read and not yet consumed: after a request's head, its body and what follows
+	peer     h1.Peer // the forwarding rules' view of the connection, fixed at its accept
+	in       []byte  // bytes read and not yet consumed: after a request's head, its body and what follows
 	out      bytes.Buffer
 	readable bool // an arrival was reported and the socket not read empty since
 	writable bool
@@ -75,7 +75,7 @@ func (l *evLoop) addClient(fd int, remote string) {
 		l.ls.conn(-1)
 		return
 	}
-	c := &evClient{fd: fd, since: l.now, writable: true, ip: h1.ClientIP(remote)}
+	c := &evClient{fd: fd, since: l.now, writable: true, peer: l.e.trusted.Peer(remote, false)}
 	if err := l.setFD(fd, c); err != nil {
 		l.ls.log.Error(err, "serving a connection on an event loop; closing it", "remote", remote)
 		_ = unix.Close(fd)

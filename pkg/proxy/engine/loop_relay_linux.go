@@ -24,7 +24,7 @@ func (l *evLoop) send(c *evClient, up *evUp) {
 	c.up, up.c = up, c
 	c.step = stepSending
 	up.out.Reset()
-	c.rq.Write(&up.out, c.ip)
+	c.rq.Write(&up.out, c.peer)
 	if k := min(int64(len(c.in)), c.bodyLeft); k > 0 {
 		_, _ = up.out.Write(c.in[:k])
 		c.bodyLeft -= k

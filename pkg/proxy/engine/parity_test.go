@@ -4,11 +4,14 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/httpscale/httpscale/pkg/proxy/engine/h1"
 )
 
 // parityCase is requests sent one after another on one client connection, and the backend's
@@ -19,6 +22,7 @@ type parityCase struct {
 	replies []rawReply
 	general bool   // the raw path declines: the general path serves it with FastHTTP1 on too
 	want    string // when set, the body the first response must have (long ones as in clientAnswer)
+	trusted bool   // the client (loopback) is a trusted proxy (Options.TrustedProxies)
 }
 
 // parityRun is everything observable of one case.
@@ -35,8 +39,11 @@ type parityRun struct {
 
 func runParityCase(t *testing.T, tc parityCase, fast bool, loops int) parityRun {
 	t.Helper()
-	h := newHarness(t, []route{entry("app", "app.example.com", "app")}, func(_ *Options, s *Server) {
+	h := newHarness(t, []route{entry("app", "app.example.com", "app")}, func(o *Options, s *Server) {
 		s.FastHTTP1, s.EventLoops = fast, loops
+		if tc.trusted {
+			o.TrustedProxies = h1.TrustedProxies{netip.MustParsePrefix("127.0.0.0/8")}
+		}
 	})
 	probe := rawReply{resp: okReply("probe")}
 	be := newRawBackend(t, func(i int, _ *http.Request) rawReply {
@@ -208,6 +215,26 @@ func TestRawPathMatchesGeneralPath(t *testing.T) {
 		{
 			name: "empty X-Forwarded-* values",
 			reqs: []string{rawGet("/xf", "X-Forwarded-For:", "X-Forwarded-Host:", "X-Forwarded-Proto:")},
+		},
+		{
+			name: "X-Forwarded-Port and X-Real-IP",
+			reqs: []string{rawGet("/xf", "X-Forwarded-Port: 443", "x-real-ip: 203.0.113.1")},
+		},
+		{
+			name:    "X-Forwarded-For lines from a trusted proxy",
+			reqs:    []string{rawGet("/xff", "X-Forwarded-For: 203.0.113.1", "x-forwarded-for: 198.51.100.2, 192.0.2.3")},
+			trusted: true,
+		},
+		{
+			name: "X-Forwarded-Host, -Proto, -Port and X-Real-IP from a trusted proxy",
+			reqs: []string{rawGet("/xf", "X-Forwarded-Host: public.example.com", "x-forwarded-proto: https",
+				"X-Forwarded-Port: 443", "x-real-ip: 203.0.113.1")},
+			trusted: true,
+		},
+		{
+			name:    "empty X-Forwarded-* values from a trusted proxy",
+			reqs:    []string{rawGet("/xf", "X-Forwarded-For:", "X-Forwarded-Host:", "X-Forwarded-Proto:")},
+			trusted: true,
 		},
 		{name: "Host with a port, in upper case", reqs: []string{rawReqTo("App.Example.COM:8080", "GET", "/")}},
 		{

@@ -214,7 +214,7 @@ func FuzzRelayResponse(f *testing.F) {
 			return
 		}
 
-		rp := &httputil.ReverseProxy{Rewrite: Rewrite}
+		rp := &httputil.ReverseProxy{Rewrite: TrustedProxies(nil).Rewrite}
 		rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusBadGateway) }
 		rp.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			res := upstream()

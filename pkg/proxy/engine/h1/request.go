@@ -44,6 +44,7 @@ type requestFields struct {
 type field struct {
 	name, value string
 	drop        bool // hop-by-hop or rewritten
+	proxy       bool // a header only a proxy sets (proxyHeader): written for a trusted peer only
 }
 
 // Reset forgets the last request, dropping its references into the head.
@@ -139,9 +140,11 @@ func (rq *Request) Parse(head string) bool {
 			h.drop = true
 			rq.xff = append(rq.xff, value)
 		case EqualFold(name, "X-Forwarded-Host"):
-			rq.hasXFHost = true
+			h.proxy, rq.hasXFHost = true, true
 		case EqualFold(name, "X-Forwarded-Proto"):
-			rq.hasXFProto = true
+			h.proxy, rq.hasXFProto = true, true
+		case EqualFold(name, "X-Forwarded-Port"), EqualFold(name, "X-Real-Ip"):
+			h.proxy = true // see proxyHeader
 		case droppedRequestHeader(name):
 			h.drop = true
 		case EqualFold(name, "User-Agent"):
@@ -289,16 +292,16 @@ func (rq *Request) Replace(set http.Header) {
 }
 
 // Write writes the forwarded head: the request line, the client's header lines with the
-// forwarding rules applied (see rules.go), the framing Request.Write would send, and the
-// X-Forwarded-* lines; clientIP is "" when the client's address has none. FuzzRawRequestWrite holds
-// it to what the net/http path (the ReverseProxy) sends for the same head.
-func (rq *Request) Write(w Writer, clientIP string) {
+// forwarding rules for peer p applied (see rules.go), the framing Request.Write would send, and
+// the X-Forwarded-* lines. FuzzRawRequestWrite holds it to what the net/http path (the
+// ReverseProxy) sends for the same head and peer.
+func (rq *Request) Write(w Writer, p Peer) {
 	_, _ = w.WriteString(rq.Method)
 	_ = w.WriteByte(' ')
 	_, _ = w.WriteString(rq.Target)
 	_, _ = w.WriteString(" HTTP/1.1\r\n")
 	for i := range rq.headers {
-		if h := &rq.headers[i]; !h.drop {
+		if h := &rq.headers[i]; !h.drop && (!h.proxy || p.Trusted) {
 			WriteHeaderLine(w, h.name, h.value)
 		}
 	}
@@ -322,15 +325,23 @@ func (rq *Request) Write(w Writer, clientIP string) {
 	case rq.Method == http.MethodPost, rq.Method == http.MethodPut, rq.Method == http.MethodPatch:
 		_, _ = w.WriteString("Content-Length: 0\r\n") // what Request.Write sends without a body
 	}
-	if clientIP != "" {
+	if p.IP != "" {
 		_, _ = w.WriteString("X-Forwarded-For: ")
-		forwardedFor(w, rq.xff, clientIP)
+		if p.Trusted {
+			forwardedFor(w, rq.xff, p.IP)
+		} else {
+			forwardedFor(w, nil, p.IP)
+		}
 		_, _ = w.WriteString("\r\n")
 	}
-	if !rq.hasXFHost {
+	if !p.Trusted || !rq.hasXFHost {
 		WriteHeaderLine(w, "X-Forwarded-Host", rq.Host)
 	}
-	if !rq.hasXFProto {
+	switch {
+	case p.Trusted && rq.hasXFProto:
+	case p.TLS:
+		_, _ = w.WriteString("X-Forwarded-Proto: https\r\n")
+	default:
 		_, _ = w.WriteString("X-Forwarded-Proto: http\r\n")
 	}
 	_, _ = w.WriteString("\r\n")

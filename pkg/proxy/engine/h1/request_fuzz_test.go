@@ -3,8 +3,10 @@ package h1
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -16,6 +18,19 @@ import (
 
 // fuzzClientIP is the client address X-Forwarded-For gets; refConn's.
 const fuzzClientIP = "192.0.2.1"
+
+// fuzzPeers are the peers every request head is written for: untrusted and trusted, over
+// cleartext and TLS (the rules are the same code on both engine paths; only the net/http path
+// serves TLS).
+var fuzzPeers = []Peer{
+	{IP: fuzzClientIP},
+	{IP: fuzzClientIP, Trusted: true},
+	{IP: fuzzClientIP, TLS: true},
+	{IP: fuzzClientIP, Trusted: true, TLS: true},
+}
+
+// fuzzTrusted trusts fuzzClientIP.
+var fuzzTrusted = TrustedProxies{netip.MustParsePrefix("192.0.2.0/24")}
 
 // maxClientHead is the largest request head the event loops read (evClientBuffer).
 const maxClientHead = 4 << 10
@@ -81,7 +96,7 @@ func FuzzFastRequest(f *testing.F) {
 			t.Fatalf("Parse(%q) differs from net/http (-net/http +Parse):\n%s", block, d)
 		}
 		var out bytes.Buffer
-		rq.Write(&out, fuzzClientIP)
+		rq.Write(&out, Peer{IP: fuzzClientIP})
 		w, err := http.ReadRequest(bufio.NewReader(&out))
 		if err != nil {
 			t.Fatalf("Write writes %q for %q: %v", out.Bytes(), block, err)
@@ -94,8 +109,8 @@ func FuzzFastRequest(f *testing.F) {
 
 // FuzzRawRequestWrite: the head Request.Write sends upstream, read by http.ReadRequest, must be the
 // request the net/http path (the ReverseProxy with Rewrite, written by Request.Write) sends for the
-// same client request: method, target, Host, header fields (hop-by-hop removed, X-Forwarded-* set),
-// body framing.
+// same client request from the same peer (fuzzPeers): method, target, Host, header fields
+// (hop-by-hop removed, X-Forwarded-* set or passed on), body framing.
 func FuzzRawRequestWrite(f *testing.F) {
 	addRequestSeeds(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -107,33 +122,40 @@ func FuzzRawRequestWrite(f *testing.F) {
 		if !rq.Parse(string(block)) || rq.BodyLen > 1<<20 {
 			return
 		}
-		var out bytes.Buffer
-		rq.Write(&out, fuzzClientIP)
-		br := bufio.NewReader(bytes.NewReader(out.Bytes()))
-		up, err := http.ReadRequest(br)
-		if err != nil {
-			t.Fatalf("Write writes %q for %q; net/http cannot read it: %v", out.Bytes(), block, err)
-		}
-		if br.Buffered() > 0 {
-			t.Fatalf("Write writes %q for %q: %d bytes after the head", out.Bytes(), block, br.Buffered())
-		}
-		got := seen(up)
-		want := refForwarded(t, append(bytes.Clone(block), bytes.Repeat([]byte("x"), int(rq.BodyLen))...))
-		if want == nil {
-			t.Fatalf("Write forwards %q; net/http's server rejects it", block)
-		}
-		if d := cmp.Diff(want, got); d != "" {
-			t.Fatalf("for %q Write sends %q, which differs from the net/http path's (-net/http +Write):\n%s", block, out.Bytes(), d)
+		for _, p := range fuzzPeers {
+			var out bytes.Buffer
+			rq.Write(&out, p)
+			br := bufio.NewReader(bytes.NewReader(out.Bytes()))
+			up, err := http.ReadRequest(br)
+			if err != nil {
+				t.Fatalf("Write writes %q for %q; net/http cannot read it: %v", out.Bytes(), block, err)
+			}
+			if br.Buffered() > 0 {
+				t.Fatalf("Write writes %q for %q: %d bytes after the head", out.Bytes(), block, br.Buffered())
+			}
+			got := seen(up)
+			want := refForwarded(t, append(bytes.Clone(block), bytes.Repeat([]byte("x"), int(rq.BodyLen))...), p)
+			if want == nil {
+				t.Fatalf("Write forwards %q; net/http's server rejects it", block)
+			}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Fatalf("for %q from %+v Write sends %q, which differs from the net/http path's (-net/http +Write):\n%s", block, p, out.Bytes(), d)
+			}
 		}
 	})
 }
 
 // refForwarded returns the request the net/http path sends upstream for the request in (its head
-// and body), as the upstream's parser reads it, or nil when net/http's server rejects it.
-func refForwarded(t *testing.T, in []byte) *seenRequest {
+// and body) from peer p (fuzzClientIP, trusted or not, over TLS or not), as the upstream's parser
+// reads it, or nil when net/http's server rejects it.
+func refForwarded(t *testing.T, in []byte, p Peer) *seenRequest {
 	var want *seenRequest
 	var target string
-	rp := &httputil.ReverseProxy{Rewrite: Rewrite}
+	var trusted TrustedProxies
+	if p.Trusted {
+		trusted = fuzzTrusted
+	}
+	rp := &httputil.ReverseProxy{Rewrite: trusted.Rewrite}
 	rp.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		var b bytes.Buffer
 		if err := r.Write(&b); err != nil {
@@ -158,6 +180,9 @@ func refForwarded(t *testing.T, in []byte) *seenRequest {
 		}
 		accepted = true
 		r.URL.Host = "upstream.invalid" // RoundTrip's endpoint
+		if p.TLS {
+			r.TLS = &tls.ConnectionState{} // as the TLS port's server sets it
+		}
 		target = r.RequestURI
 		rp.ServeHTTP(w, r)
 	})
@@ -185,6 +210,10 @@ var requestSeeds = []string{
 	"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n",
 	"GET /a/b?c=d&e HTTP/1.1\r\nHost: example.com:8080\r\nUser-Agent: x\r\nConnection: close\r\n\r\n",
 	"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nX-Forwarded-For: 10.0.0.1\r\nTe: trailers\r\n\r\n",
+	// Forged forwarding headers: from an untrusted peer none reaches the upstream.
+	"GET /f HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 10.0.0.1\r\nx-forwarded-for: 10.0.0.2, 10.0.0.3\r\nX-Forwarded-Host: evil.example\r\n" +
+		"X-Forwarded-Proto: https\r\nx-forwarded-port: 443\r\nX-Real-IP: 10.0.0.4\r\nX-Forwarded-Host: second\r\n\r\n",
+	"GET /f HTTP/1.1\r\nHost: h\r\nX-Forwarded-For:\r\nX-Forwarded-Host:\r\nX-Forwarded-Proto:\r\nX-Real-Ip:\r\n\r\n",
 	"POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello",
 	"PUT /up HTTP/1.1\r\nHost: h\r\nContent-Length: 05\r\n\r\nhello",
 	"POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",

@@ -16,9 +16,15 @@ import (
 //     as "Connection: Upgrade" and its Upgrade;
 //   - header names containing "_" are not forwarded (nginx's underscores_in_headers off): a backend
 //     that maps "_" to "-" would read "Transfer_Encoding" as Transfer-Encoding;
-//   - Forwarded is dropped; X-Forwarded-For gets the client's address appended to the inbound
-//     chain; X-Forwarded-Host and X-Forwarded-Proto are passed on when present (an ingress in front
-//     knows the original host and scheme), else set to the request's Host and "http";
+//   - Forwarded is dropped. What the other forwarding headers say depends on the peer (Peer: the
+//     connection's address, TrustedProxies). From a trusted proxy (an ingress in front knows the
+//     original client, host and scheme) X-Forwarded-For gets the peer's address appended to the
+//     inbound chain, and X-Forwarded-Host, X-Forwarded-Proto, X-Forwarded-Port and X-Real-Ip are
+//     passed on, the first two set to the request's Host and scheme when absent. From any other
+//     peer (by default every peer) nothing it says is believed: X-Forwarded-For is the peer's
+//     address alone, X-Forwarded-Host the Host the interceptor saw, X-Forwarded-Proto the scheme
+//     it served (http, or https on the TLS port), and its X-Forwarded-Port and X-Real-Ip are
+//     dropped;
 //   - no User-Agent is added when the client sent none.
 
 // HopHeaders are removed from forwarded requests and responses (RFC 9110 section 7.6.1), with
@@ -44,12 +50,22 @@ func droppedRequestHeader(name string) bool {
 	return strings.IndexByte(name, '_') >= 0 || IsHopHeader(name) || EqualFold(name, "Forwarded")
 }
 
+// proxyHeader reports whether a request header named name is one that only a proxy sets (besides
+// X-Forwarded-For): passed on from a trusted peer only.
+func proxyHeader(name string) bool {
+	return EqualFold(name, "X-Forwarded-Host") || EqualFold(name, "X-Forwarded-Proto") ||
+		EqualFold(name, "X-Forwarded-Port") || EqualFold(name, "X-Real-Ip")
+}
+
 // ForwardRequestHeaders applies the rules to out, the header of the request going upstream, given
-// in, the header the client sent (in may be out itself), the client's address and the request's
-// Host. Applying it twice changes nothing.
-func ForwardRequestHeaders(out, in http.Header, remoteAddr, host string) {
-	prior := in["X-Forwarded-For"]
-	xfHost, xfProto := in["X-Forwarded-Host"], in["X-Forwarded-Proto"]
+// in, the header the client sent (in may be out itself), the peer it came from and the request's
+// Host. Applying it twice for an untrusted peer changes nothing (for a trusted one, its address
+// would be appended twice).
+func ForwardRequestHeaders(out, in http.Header, p Peer, host string) {
+	var prior, xfHost, xfProto []string
+	if p.Trusted {
+		prior, xfHost, xfProto = in["X-Forwarded-For"], in["X-Forwarded-Host"], in["X-Forwarded-Proto"]
+	}
 	teTrailers := AnyHasToken(in["Te"], "trailers")
 	upgrade := ""
 	if AnyHasToken(in["Connection"], "upgrade") {
@@ -57,7 +73,7 @@ func ForwardRequestHeaders(out, in http.Header, remoteAddr, host string) {
 	}
 	RemoveHopByHop(out)
 	for k := range out {
-		if droppedRequestHeader(k) {
+		if droppedRequestHeader(k) || !p.Trusted && proxyHeader(k) {
 			delete(out, k)
 		}
 	}
@@ -68,9 +84,9 @@ func ForwardRequestHeaders(out, in http.Header, remoteAddr, host string) {
 		out["Connection"] = []string{"Upgrade"}
 		out["Upgrade"] = []string{upgrade}
 	}
-	if ip := ClientIP(remoteAddr); ip != "" {
+	if p.IP != "" {
 		var b strings.Builder
-		forwardedFor(&b, prior, ip)
+		forwardedFor(&b, prior, p.IP)
 		out["X-Forwarded-For"] = []string{b.String()}
 	} else {
 		delete(out, "X-Forwarded-For")
@@ -83,7 +99,7 @@ func ForwardRequestHeaders(out, in http.Header, remoteAddr, host string) {
 	if len(xfProto) > 0 {
 		out["X-Forwarded-Proto"] = xfProto
 	} else {
-		out["X-Forwarded-Proto"] = []string{"http"}
+		out["X-Forwarded-Proto"] = []string{p.Scheme()}
 	}
 	if _, ok := out["User-Agent"]; !ok {
 		out["User-Agent"] = []string{""} // an empty value keeps Request.Write from adding Go's
@@ -91,19 +107,20 @@ func ForwardRequestHeaders(out, in http.Header, remoteAddr, host string) {
 }
 
 // Rewrite is the net/http path's ReverseProxy rewrite: the forwarded request keeps the client's
-// Host and target (RoundTrip sets the endpoint), with the forwarding rules applied to its header.
-// The ReverseProxy removed the hop-by-hop headers and the inbound X-Forwarded-* before it.
-func Rewrite(pr *httputil.ProxyRequest) {
+// Host and target (RoundTrip sets the endpoint), with the forwarding rules applied to its header
+// for the peer it came from (trusted when in t; TLS when it arrived over TLS). The ReverseProxy
+// removed the hop-by-hop headers and the inbound X-Forwarded-For/-Host/-Proto before it.
+func (t TrustedProxies) Rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
 	// The target goes out as the client sent it, as on the event loops (and as nginx passes it):
 	// the ReverseProxy drops the query parameters it cannot parse ("a=1;b=2", "%zz") before
 	// Rewrite, which would make the backend see another request than the client sent.
 	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
-	ForwardRequestHeaders(pr.Out.Header, pr.In.Header, pr.In.RemoteAddr, pr.In.Host)
+	ForwardRequestHeaders(pr.Out.Header, pr.In.Header, t.Peer(pr.In.RemoteAddr, pr.In.TLS != nil), pr.In.Host)
 }
 
-// forwardedFor writes the forwarded X-Forwarded-For value: the chain the client sent (prior, its
-// header lines in order), then the client's address.
+// forwardedFor writes the forwarded X-Forwarded-For value: the chain a trusted peer sent (prior,
+// its header lines in order; nil from any other peer), then the peer's address.
 func forwardedFor(w Writer, prior []string, ip string) {
 	for _, v := range prior {
 		_, _ = w.WriteString(v)
