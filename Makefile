@@ -15,6 +15,10 @@ REGISTRY ?= ghcr.io/httpscale
 TAG ?= $(APP_VERSION)
 PLATFORMS ?= linux/amd64,linux/arm64
 INSECURE ?= false
+# Releases: `make release REGISTRY=... VERSION=...` (docs/install.md#release-artifacts). VERSION is the
+# chart's and the app's version; the default is what Chart.yaml says.
+VERSION ?= $(APP_VERSION)
+RELEASE_DIR ?= $(BIN)/release
 IMAGES := $(GO) -C hack/images run .
 GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/operator config/rbac/interceptor config/rbac/scaler \
 	config/webhook charts/httpscale/crds charts/httpscale/templates
@@ -43,6 +47,24 @@ images-verify: ## Build the images twice from this commit and fail unless every 
 	$(IMAGES) build --root $(CURDIR) --out $(CURDIR)/$(BIN)/images --version $(TAG) --platforms $(PLATFORMS) | tee $(BIN)/images.digests
 	$(IMAGES) build --root $(CURDIR) --out $(CURDIR)/$(BIN)/images-again --version $(TAG) --platforms $(PLATFORMS) | sed 's|/images-again/|/images/|' > $(BIN)/images-again.digests
 	diff $(BIN)/images.digests $(BIN)/images-again.digests && echo "reproducible: both builds gave the same digests"
+
+##@ Release
+
+.PHONY: dist
+dist: ## Build every release artifact of VERSION for REGISTRY into bin/release: image layouts, SBOMs, the chart, provenance, SHA256SUMS (no network).
+	$(IMAGES) dist --root $(CURDIR) --out $(CURDIR)/$(RELEASE_DIR) --registry $(REGISTRY) --version $(VERSION) --platforms $(PLATFORMS)
+
+.PHONY: release
+release: dist ## dist, then push the images to $(REGISTRY)/<component>:$(VERSION) and the chart to oci://$(REGISTRY)/charts (helm push).
+	$(IMAGES) publish --out $(CURDIR)/$(RELEASE_DIR) --insecure=$(INSECURE) --helm "$${HELM:-$$(hack/tools.sh helm | tail -n1)/helm}"
+
+.PHONY: release-check
+release-check: ## Fail unless VERSION may be released: Chart.yaml's version and appVersion are VERSION and CHANGELOG.md dates it.
+	$(IMAGES) check --root $(CURDIR) --version $(VERSION)
+
+.PHONY: release-notes
+release-notes: ## Print VERSION's CHANGELOG.md section (the GitHub release's notes).
+	@$(IMAGES) notes --root $(CURDIR) --version $(VERSION)
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code from the API types.
@@ -73,6 +95,10 @@ tools: ## Build (or reuse from the cache outside the clone) kube-apiserver, etcd
 	hack/tools.sh envtest >/dev/null
 	hack/tools.sh helm >/dev/null
 
+.PHONY: lint
+lint: ## actionlint on the GitHub workflows (with shellcheck on their scripts).
+	"$$(hack/tools.sh actionlint | tail -n1)/actionlint" -no-color
+
 .PHONY: verify-generated
 verify-generated: ## Fail if regenerating code or manifests changes anything.
 	hack/verify-generated.sh $(GENERATED)
@@ -84,22 +110,24 @@ vet: ## gofmt check, then go vet every package (and the image builder's module).
 	$(GO) vet ./...
 	$(GO) -C hack/images vet ./...
 
+# TestFiftyThousandAppsFit is a capacity test, skipped under -race: it runs once more without it.
 .PHONY: unit
 unit: ## Unit and envtest suites (real kube-apiserver + etcd, built on first use).
-	KUBEBUILDER_ASSETS="$$(hack/tools.sh envtest | tail -n1)" HELM="$$(hack/tools.sh helm | tail -n1)/helm" \
-		$(GO) test -race -count=1 ./...
-	$(GO) test -count=1 -run '^TestFiftyThousandAppsFit$$' ./pkg/routing/ # a capacity test, skipped under -race
+	export KUBEBUILDER_ASSETS="$$(hack/tools.sh envtest | tail -n1)" HELM="$$(hack/tools.sh helm | tail -n1)/helm" \
+		PROMTOOL="$$(hack/tools.sh promtool | tail -n1)/promtool"; \
+	$(GO) test -race -count=1 ./... && \
+	$(GO) test -count=1 -run '^TestFiftyThousandAppsFit$$' ./pkg/routing/ && \
 	$(GO) -C hack/images test -count=1 ./...
 
 .PHONY: test
-test: verify-generated vet build unit e2e ## Everything: generated-file drift, vet, build, unit + envtest, e2e (root).
+test: verify-generated vet lint build unit e2e ## Everything: generated-file drift, vet, workflow lint, build, unit + envtest, e2e (root).
 
 # The differential fuzz targets of the engine's HTTP/1.1 (package:target; pkg/proxy/engine/h1 holds the
 # byte-level parsers and writers to net/http, pkg/proxy/engine the event loops and the head watch); `make
 # unit` runs them on their seed corpora only.
 FUZZTIME ?= 2m
 FUZZ_TARGETS := h1:FuzzFastRequest h1:FuzzRawRequestWrite h1:FuzzRawResponse h1:FuzzResponseWriter \
-	h1:FuzzRelayResponse h1:FuzzChunked engine:FuzzEventLoopRelay engine:FuzzHeadWatch
+	h1:FuzzRelayResponse h1:FuzzChunked h1:FuzzRewrittenTarget engine:FuzzEventLoopRelay engine:FuzzHeadWatch
 
 .PHONY: fuzz
 fuzz: ## Fuzz the engine's HTTP/1.1 parsers, writers and event loops against net/http, FUZZTIME (2m) per target.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -16,9 +15,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
-	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
 )
+
+// uninstallFleet removes a second release of the chart (release in namespace ns) after deleting the
+// HTTPScaledObjects of appNS, which carry its operator's finalizer and so must go while it runs.
+func uninstallFleet(ctx SpecContext, release, ns, appNS string) {
+	Expect(f.Client.DeleteAllOf(ctx, &httpscalev1alpha1.HTTPScaledObject{}, client.InNamespace(appNS))).To(Succeed())
+	Eventually(func(g Gomega) {
+		var list httpscalev1alpha1.HTTPScaledObjectList
+		g.Expect(f.Client.List(ctx, &list, client.InNamespace(appNS))).To(Succeed())
+		g.Expect(list.Items).To(BeEmpty())
+	}).WithContext(ctx).Should(Succeed())
+	_, err := f.Cluster.HelmRun(ctx, GinkgoWriter, "uninstall", release, "-n", ns, "--wait", "--timeout=3m")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(f.DeleteNamespace(ctx, ns)).To(Succeed())
+}
 
 // A second release of the chart, fleet "blue" in its own namespace, next to the suite's release of the
 // default fleet: each fleet's interceptors route only the apps of their fleet.
@@ -30,24 +42,12 @@ var _ = Describe("Two fleets", Ordered, func() {
 	var blueIC []string // the blue fleet's interceptor pod IPs
 
 	sc := setUpScenario("fleets", func(ctx SpecContext, e *scenarioEnv) {
-		DeferCleanup(func(ctx SpecContext) {
-			// The blue fleet's objects carry its operator's finalizer: delete them while it runs.
-			Expect(f.Client.DeleteAllOf(ctx, &httpscalev1alpha1.HTTPScaledObject{}, client.InNamespace(e.ns))).To(Succeed())
-			Eventually(func(g Gomega) {
-				var list httpscalev1alpha1.HTTPScaledObjectList
-				g.Expect(f.Client.List(ctx, &list, client.InNamespace(e.ns))).To(Succeed())
-				g.Expect(list.Items).To(BeEmpty())
-			}).WithContext(ctx).Should(Succeed())
-			_, err := f.Cluster.HelmRun(ctx, GinkgoWriter, "uninstall", blueRelease, "-n", blueNS, "--wait", "--timeout=3m")
-			Expect(err).NotTo(HaveOccurred())
-			Expect(f.DeleteNamespace(ctx, blueNS)).To(Succeed())
-		})
-		set := []string{"fleet=blue", "operator.replicas=1"}
-		for _, c := range localcluster.Components {
-			set = append(set, fmt.Sprintf("%s.image.repository=%s/%s,%s.nodeSelector.type=real", c, f.Images.Registry, c, c))
-		}
-		_, err := f.Cluster.HelmRun(ctx, GinkgoWriter, "install", blueRelease, framework.RepoRoot()+"/charts/httpscale",
-			"--namespace", blueNS, "--create-namespace", "--set", strings.Join(set, ","))
+		DeferCleanup(uninstallFleet, blueRelease, blueNS, e.ns)
+		values, err := f.Cluster.ChartValuesFile()
+		Expect(err).NotTo(HaveOccurred())
+		args := append(append([]string{"install", blueRelease}, f.Images.ChartArgs()...),
+			"--namespace", blueNS, "--create-namespace", "--values", values, "--set", "fleet=blue,operator.replicas=1")
+		_, err = f.Cluster.HelmRun(ctx, GinkgoWriter, args...)
 		Expect(err).NotTo(HaveOccurred())
 		for _, c := range localcluster.Components {
 			_, err := f.Cluster.KubectlRun(ctx, "", "-n", blueNS, "rollout", "status", "deployment/httpscale-blue-"+c, "--timeout=3m")

@@ -42,42 +42,8 @@ var _ = Describe("helm upgrade under steady traffic", Ordered, func() {
 			return resp, err
 		}).WithContext(ctx).Should(Equal(http.StatusOK))
 
-		var mu sync.Mutex
-		var total int
-		var failures []string
-		loadCtx, stopLoad := context.WithCancel(ctx)
-		defer stopLoad()
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(time.Second / rate)
-			defer tick.Stop()
-			// Open loop at a fixed rate; a late tick sends every request due by then.
-			start, sent := time.Now(), 0
-			for {
-				select {
-				case <-loadCtx.Done():
-					return
-				case <-tick.C:
-				}
-				for due := int(time.Since(start).Seconds() * rate); sent < due; sent++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						at := time.Now()
-						code, err := localcluster.Get(context.WithoutCancel(loadCtx), hc, url, sc.host)
-						mu.Lock()
-						defer mu.Unlock()
-						total++
-						if err != nil || code != http.StatusOK {
-							failures = append(failures, fmt.Sprintf("%s: status %d, %v", at.Format("15:04:05.000"), code, err))
-						}
-					}()
-				}
-			}
-		}()
-
+		stop := steadyTraffic(ctx, hc, url, sc.host, rate)
+		DeferCleanup(func() { stop() }) // a failed spec stops its traffic too
 		time.Sleep(3 * time.Second)
 		DeferCleanup(rebalanceInterceptors)
 		By("helm upgrade with a changed pod annotation of every component")
@@ -87,8 +53,7 @@ var _ = Describe("helm upgrade under steady traffic", Ordered, func() {
 			"operator.podAnnotations.rolled="+stamp+",interceptor.podAnnotations.rolled="+stamp+",scaler.podAnnotations.rolled="+stamp)).To(Succeed())
 		rolled := time.Since(t0)
 		time.Sleep(3 * time.Second)
-		stopLoad()
-		wg.Wait()
+		total, failures := stop()
 
 		for _, c := range localcluster.Components {
 			after, err := f.Cluster.Pods(ctx, localcluster.Namespace, "app.kubernetes.io/component="+c)
@@ -106,6 +71,52 @@ var _ = Describe("helm upgrade under steady traffic", Ordered, func() {
 		Expect(total).To(BeNumerically(">=", int(rolled.Seconds()*rate*8/10)), "the traffic was steady")
 	})
 })
+
+// steadyTraffic sends GETs of url with host at a fixed rate (an open loop: a late tick sends every
+// request due by then) until the returned stop is called, which waits for the requests in flight and
+// returns how many were sent and a line per failed one (an error or a status other than 200).
+func steadyTraffic(ctx context.Context, hc *http.Client, url, host string, rate int) (stop func() (int, []string)) {
+	var mu sync.Mutex
+	var total int
+	var failures []string
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		start, sent := time.Now(), 0
+		for {
+			select {
+			case <-loadCtx.Done():
+				return
+			case <-tick.C:
+			}
+			for due := int(time.Since(start).Seconds() * float64(rate)); sent < due; sent++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					at := time.Now()
+					code, err := localcluster.Get(context.WithoutCancel(loadCtx), hc, url, host)
+					mu.Lock()
+					defer mu.Unlock()
+					total++
+					if err != nil || code != http.StatusOK {
+						failures = append(failures, fmt.Sprintf("%s: status %d, %v", at.Format("15:04:05.000"), code, err))
+					}
+				}()
+			}
+		}
+	}()
+	return func() (int, []string) {
+		stopLoad()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return total, failures
+	}
+}
 
 // rebalanceInterceptors puts the interceptors back one per zone after a rolling update: the chart's
 // topology spread is ScheduleAnyway, so a rollout that starts each replacement while the old pods still

@@ -130,9 +130,9 @@ func fleetToken(ctx context.Context) string {
 	return strings.TrimSpace(tok)
 }
 
-// adminGet GETs path of an interceptor's admin port from the test process as the fleet's own peers
+// adminTokenGet GETs path of an interceptor's admin port from the test process as the fleet's own peers
 // do (see fleetToken).
-func adminGet(ctx context.Context, ip, path string) (*http.Response, error) {
+func adminTokenGet(ctx context.Context, ip, path string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d%s", ip, localcluster.InterceptorAdmin, path), nil)
 	if err != nil {
 		return nil, err

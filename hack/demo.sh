@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make demo: the whole system on a local control plane inside a network namespace with two real nodes:
-# httpscale installed from charts/httpscale as real pods of the images hack/images builds, and a sample
+# httpscale released from this checkout (make release to the registry in the namespace) and installed
+# from its OCI chart as real pods, and a sample
 # app of real pods. Leaves everything running; `make demo-down` stops it. Needs root (it creates a
 # network namespace) and the real-node tools (hack/tools.sh node, built on first use).
 set -euo pipefail
@@ -16,7 +17,7 @@ cluster() { go run ./hack/cluster --name "$name" "$@"; }
 say "Starting the local control plane '$name' with two real nodes (the first run builds Kubernetes, kwok, KEDA and the node tools from the Go module proxy: 15+ minutes)"
 eval "$(cluster --real-nodes up)"
 
-say "Building httpscale's images (hack/images, as make images does), pushing them to the registry in the namespace, helm install charts/httpscale"
+say "make release to the registry in the namespace (images, chart, SBOMs), then helm install oci://<registry>/httpscale/charts/httpscale"
 cluster install-chart
 
 image=$HTTPSCALE_SAMPLEAPP_IMAGE # from the env `cluster up` printed
@@ -65,7 +66,7 @@ YAML
 	app sampleapp "$host" 30
 	app wake "wake.$host" 1
 } | kubectl apply -f -
-kubectl wait -n demo --for=jsonpath='{.status.routing.interceptorsReady}'=2 httpscaledobject/sampleapp httpscaledobject/wake --timeout=2m >/dev/null
+kubectl wait -n demo --for=jsonpath='{.status.routing.interceptorsReady}'=2 hso/sampleapp hso/wake --timeout=2m >/dev/null
 
 proxy=$(kubectl get service httpscale-interceptor -n httpscale-system -o jsonpath='{.spec.clusterIP}'):8080
 replicas() { kubectl get deploy "${1:-sampleapp}" -n demo -o jsonpath='{.spec.replicas}/{.status.readyReplicas}'; }
@@ -118,7 +119,7 @@ until [ "$(kubectl get deploy sampleapp -n demo -o jsonpath='{.spec.replicas}')"
 	if [ $((SECONDS - t1)) -gt 300 ]; then echo "    still not at zero after 300 s"; break; fi
 done
 say "Replicas $(replicas), $((SECONDS - t1)) s after the wait began (the burst ended $((SECONDS - burst_end)) s ago)"
-kubectl get httpscaledobject,scaledobject,hpa -n demo 2>/dev/null || true
+kubectl get hso,scaledobject,hpa -n demo 2>/dev/null || true
 
 cat <<TXT
 
@@ -128,7 +129,7 @@ The demo keeps running (cluster '$name', state in $HTTPSCALE_CLUSTER_DIR). Try:
   kubectl get nodes -L topology.kubernetes.io/zone
   kubectl get pods -n httpscale-system -o wide            # the chart's pods on the real nodes
   kubectl get pods,endpointslices -n demo -o wide
-  kubectl get httpscaledobject,scaledobject,hpa -n demo
+  kubectl get hso,scaledobject,hpa -n demo
   netns-exec curl -s -H 'Host: $host' http://$proxy/     # through the interceptor Service
   kubectl logs -n httpscale-system -l app.kubernetes.io/component=interceptor
   go run ./hack/cluster --name $name status                       # processes, PIDs, logs

@@ -12,6 +12,11 @@
 #                                       node (kubelet, kube-proxy, containerd, containerd-shim-runc-v2,
 #                                             ctr, registry, crane, pause; runc, CNI plugins, iptables
 #                                             and conntrack from Debian when missing)
+#                                       actionlint (the GitHub workflows' linter; shellcheck from
+#                                             Debian when missing, for the workflows' scripts)
+#                                       promtool (Prometheus' rule checker, for the chart's alerts)
+#                                       gatewayapi (Gateway API's standard CRDs under crds/, for the
+#                                             e2e check of the HTTPRoute sample)
 # Prints the directory holding the binaries of the last set on the last line of stdout; progress goes
 # to stderr. Each set that has its own versioned directory is locked separately, so a long KEDA build
 # does not block envtest users.
@@ -27,6 +32,10 @@ KEDA_VERSION=v2.21.0
 CONTAINERD_VERSION=v2.3.7
 GGCR_VERSION=v0.22.1
 COREDNS_VERSION=v1.15.0
+ACTIONLINT_VERSION=v1.7.12
+# Prometheus' Go module versions are v0.<major*100+minor>.<patch>: v0.316.0 is Prometheus 3.16.0.
+PROMETHEUS_VERSION=v0.316.0
+GATEWAY_API_VERSION=v1.6.3
 # Bump when the build recipe changes so caches built by an older recipe are not reused.
 RECIPE=1
 
@@ -127,6 +136,9 @@ helm_dir="$cache_root/helm-${HELM_VERSION}-k8s-${K8S_VERSION}-r${RECIPE}"
 dns_key=$(cat "$here/tools/coredns/main.go" "$here/tools/coredns/go.mod" | sha256sum | cut -c1-8)
 dns_dir="$cache_root/coredns-${COREDNS_VERSION}-${dns_key}-r${RECIPE}"
 node_dir="$cache_root/node-k8s-${K8S_VERSION}-containerd-${CONTAINERD_VERSION}-ggcr-${GGCR_VERSION}-r${RECIPE}"
+actionlint_dir="$cache_root/actionlint-${ACTIONLINT_VERSION}-r${RECIPE}"
+promtool_dir="$cache_root/promtool-${PROMETHEUS_VERSION}-minsd-r${RECIPE}"
+gatewayapi_dir="$cache_root/gateway-api-${GATEWAY_API_VERSION}-r${RECIPE}"
 
 ensure_kwok() {
 	if ! have kwok; then
@@ -251,6 +263,49 @@ ensure_node() {
 	have pause || build_go "$here/tools/pause" pause .
 }
 
+# go_install <name> <package@version> <what>: a go install into the set's own directory (bin_dir). The
+# tools whose modules have no replace directives build this way, outside the project's go.mod.
+go_install() { # go_install <name> <package@version> <what> [tags]
+	local name=$1 pkg=$2 what=$3 tags=${4:-} start=$SECONDS tmp
+	have "$name" && return 0
+	log "building $name ($what; cached afterwards in $bin_dir)"
+	tmp=$(mktemp -d "$bin_dir/.build.XXXXXX")
+	(cd "$here" && CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS= go install -trimpath -tags "$tags" -ldflags "-s -w" "$pkg")
+	mv "$tmp/$name" "$bin_dir/$name"
+	rm -rf "$tmp"
+	log "built $name in $((SECONDS - start))s"
+}
+
+# actionlint checks the GitHub workflows; it runs shellcheck on their run: scripts when shellcheck is on
+# PATH (Debian's package, installed here when missing and we are root).
+ensure_actionlint() {
+	go_install actionlint "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION" "seconds"
+	if ! command -v shellcheck >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		log "installing shellcheck from Debian (actionlint checks the workflows' scripts with it)"
+		apt-get update -qq >&2 || true
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >&2 || log "shellcheck not installed; actionlint skips the scripts"
+	fi
+}
+
+# promtool loads the chart's alerting rules and runs their unit tests, as Prometheus would. Built with
+# Prometheus' own remove_all_sd tag: without the cloud service-discovery plugins (AWS, Azure, GCE, ...),
+# which promtool's rule commands never use and which would triple the build.
+ensure_promtool() {
+	go_install promtool "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION" "minutes cold: Prometheus' dependencies" remove_all_sd
+}
+
+# Gateway API's standard-channel CRDs ship in its Go module; copied next to nothing else.
+ensure_gatewayapi() {
+	[ -f "$bin_dir/crds/.complete" ] && return 0
+	local src
+	src=$(cd "$here" && GOFLAGS= go mod download -json "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION" |
+		sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+	mkdir -p "$bin_dir/crds"
+	cp "$src"/config/crd/standard/*.yaml "$bin_dir/crds/"
+	chmod u+w "$bin_dir"/crds/*.yaml
+	touch "$bin_dir/crds/.complete"
+}
+
 out_dir=$bin_dir
 [ $# -gt 0 ] || set -- envtest
 for set in "$@"; do
@@ -264,6 +319,9 @@ for set in "$@"; do
 	keda) in_dir "$keda_dir" ensure_keda; out_dir=$keda_dir ;;
 	dns) in_dir "$dns_dir" ensure_dns; out_dir=$dns_dir ;;
 	node) in_dir "$node_dir" ensure_node; out_dir=$node_dir ;;
+	actionlint) in_dir "$actionlint_dir" ensure_actionlint; out_dir=$actionlint_dir ;;
+	promtool) in_dir "$promtool_dir" ensure_promtool; out_dir=$promtool_dir ;;
+	gatewayapi) in_dir "$gatewayapi_dir" ensure_gatewayapi; out_dir=$gatewayapi_dir ;;
 	*) log "unknown tool set: $set"; exit 2 ;;
 	esac
 done

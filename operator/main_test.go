@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"net/http"
@@ -68,7 +67,7 @@ func startOperatorBinary(t *testing.T, args ...string) *operatorProcess {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	op := &operatorProcess{stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	op := &operatorProcess{stderr: &testenv.LogBuffer{}, done: make(chan error, 1)}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = op.stderr
 	if err := cmd.Start(); err != nil {
@@ -94,6 +93,6 @@ func startOperatorBinary(t *testing.T, args ...string) *operatorProcess {
 
 // operatorProcess is an operator started by startOperatorBinary.
 type operatorProcess struct {
-	stderr *bytes.Buffer // its standard error, for failure messages
-	done   chan error    // receives its exit; a receiver that is not the cleanup must send it back
+	stderr *testenv.LogBuffer // its standard error: failure messages, and log lines while it runs
+	done   chan error         // receives its exit; a receiver that is not the cleanup must send it back
 }

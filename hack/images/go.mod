@@ -6,8 +6,11 @@ module github.com/httpscale/httpscale/hack/images
 go 1.26.0
 
 require (
+	github.com/CycloneDX/cyclonedx-go v0.12.0
 	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1
+	github.com/in-toto/attestation v1.2.0
+	google.golang.org/protobuf v1.36.11
 )
 
 require (

@@ -52,31 +52,19 @@ func main() {
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: images build|push [flags]")
+		return errors.New("usage: images build|push|dist|publish|check|notes|previous [flags]")
 	}
 	fs := flag.NewFlagSet("images "+args[0], flag.ContinueOnError)
 	layoutDir := fs.String("out", "bin/images", "Folder holding one OCI layout per component.")
 	components := fs.String("components", strings.Join(allComponents, ","), "Comma-separated components.")
 	switch args[0] {
 	case "build":
-		o := buildOptions{}
-		fs.StringVar(&o.Root, "root", ".", "Root of the httpscale module.")
-		platforms := fs.String("platforms", "linux/amd64,linux/arm64", "Comma-separated os/arch[/variant] list.")
-		fs.StringVar(&o.Meta.Version, "version", "", "Version stamped into the binaries, labels and the layout's tag (required).")
-		fs.StringVar(&o.Meta.Commit, "commit", "", "Commit stamped into binaries and labels (default: git HEAD, -dirty when the tree has changes).")
-		fs.StringVar(&o.Meta.Source, "source", "https://github.com/httpscale/httpscale", "org.opencontainers.image.source label.")
-		epoch := fs.String("source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"), "Unix time of every timestamp (default: the commit's time).")
+		parse := buildFlags(fs)
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		var err error
-		if o.Components, err = parseComponents(*components); err != nil {
-			return err
-		}
-		if o.Platforms, err = parsePlatforms(*platforms); err != nil {
-			return err
-		}
-		if err := o.fillFromGit(ctx, *epoch); err != nil {
+		o, err := parse(ctx, *components)
+		if err != nil {
 			return err
 		}
 		o.Out = *layoutDir
@@ -88,6 +76,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			fmt.Fprintf(out, "%s:%s %s\n", filepath.Join(o.Out, c), o.Meta.Version, digests[c])
 		}
 		return nil
+	case "dist", "publish", "check", "notes", "previous":
+		return runRelease(ctx, args[0], fs, args[1:], layoutDir, components, out)
 	case "push":
 		o := pushOptions{}
 		fs.StringVar(&o.Registry, "registry", "", "Registry and path prefix, e.g. registry.example.com/team (required); images go to <registry>/<component>:<tag>.")
@@ -107,7 +97,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		return err
 	}
-	return fmt.Errorf("unknown command %q: want build or push", args[0])
+	return fmt.Errorf("unknown command %q: want build, push, dist, publish, check, notes or previous", args[0])
 }
 
 func parseComponents(s string) ([]string, error) {
@@ -138,11 +128,36 @@ func parsePlatforms(s string) ([]v1.Platform, error) {
 	return out, nil
 }
 
+// buildFlags defines the flags of build and dist on fs; the returned function reads them (after
+// fs.Parse) into buildOptions, filling the commit and time from git.
+func buildFlags(fs *flag.FlagSet) func(ctx context.Context, components string) (buildOptions, error) {
+	o := buildOptions{}
+	fs.StringVar(&o.Root, "root", ".", "Root of the httpscale module.")
+	platforms := fs.String("platforms", "linux/amd64,linux/arm64", "Comma-separated os/arch[/variant] list.")
+	fs.StringVar(&o.Meta.Version, "version", "", "Version stamped into the binaries, labels and the layout's tag (required).")
+	fs.StringVar(&o.Meta.Commit, "commit", "", "Commit stamped into binaries and labels (default: git HEAD, -dirty when the tree has changes).")
+	fs.StringVar(&o.Meta.Source, "source", "https://github.com/httpscale/httpscale", "org.opencontainers.image.source label.")
+	epoch := fs.String("source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"), "Unix time of every timestamp (default: the commit's time).")
+	return func(ctx context.Context, components string) (buildOptions, error) {
+		var err error
+		if o.Components, err = parseComponents(components); err != nil {
+			return o, err
+		}
+		if o.Platforms, err = parsePlatforms(*platforms); err != nil {
+			return o, err
+		}
+		return o, o.fillFromGit(ctx, *epoch)
+	}
+}
+
 type buildOptions struct {
 	Root, Out  string
 	Components []string
 	Platforms  []v1.Platform
 	Meta       Meta
+	// OnImage, when set, is called with every platform image as it is assembled, and its binary (the
+	// release writes an SBOM of each).
+	OnImage func(component string, p v1.Platform, binary []byte, img v1.Image) error
 }
 
 // fillFromGit defaults the commit and the timestamp from the git checkout at Root.
@@ -218,6 +233,11 @@ func build(ctx context.Context, o buildOptions) (map[string]v1.Hash, error) {
 			}
 			if images[p.String()], err = Image(c, bin, p, o.Meta); err != nil {
 				return nil, err
+			}
+			if o.OnImage != nil {
+				if err := o.OnImage(c, p, bin, images[p.String()]); err != nil {
+					return nil, err
+				}
 			}
 		}
 		idx, err := Index(c, images, o.Platforms, o.Meta)

@@ -49,15 +49,26 @@ func TestBuildPushRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := t.TempDir()
-	m := Meta{Version: "0.0.0-test.1", Commit: "c0ffee", Source: "https://example.com/httpscale", Created: time.Unix(1750000000, 0).UTC()}
-	o := buildOptions{Root: root, Out: out, Components: []string{"scaler"}, Platforms: []v1.Platform{amd64, arm64}, Meta: m}
+	// `make dist`'s path, which builds the layouts as `make images` does and adds the release's files
+	// (checked by checkRelease).
+	dir := t.TempDir()
+	out := filepath.Join(dir, dirLayouts)
+	m := Meta{Version: "0.0.0-test.1", Commit: "c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00", Source: "https://example.com/httpscale", Created: time.Unix(1750000000, 0).UTC()}
+	o := buildOptions{Root: root, Components: []string{"scaler"}, Platforms: []v1.Platform{amd64, arm64}, Meta: m}
+	reg := startRegistry(t)
 	start := time.Now()
-	digests, err := build(t.Context(), o)
+	rel, err := dist(t.Context(), distOptions{buildOptions: withOut(o, dir), Registry: reg + "/team/httpscale"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("built scaler for 2 platforms in %s: %s", time.Since(start).Round(time.Second), digests["scaler"])
+	digests := map[string]v1.Hash{}
+	for c, d := range rel.Images {
+		if digests[c], err = v1.NewHash(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("built scaler for 2 platforms with its release files in %s: %s", time.Since(start).Round(time.Second), digests["scaler"])
+	checkRelease(t, dir, rel, o)
 
 	// The layout: one index, tagged with the version.
 	idx, tag, err := readLayout(filepath.Join(out, "scaler"))
@@ -68,7 +79,6 @@ func TestBuildPushRun(t *testing.T) {
 		t.Fatalf("layout holds %s tagged %q; want %s tagged %q", digest(t, idx), tag, digests["scaler"], m.Version)
 	}
 
-	reg := startRegistry(t)
 	pushed, err := push(t.Context(), pushOptions{Out: out, Registry: reg + "/team/httpscale", Components: []string{"scaler"}})
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +137,7 @@ func TestBuildPushRun(t *testing.T) {
 	if strings.Join(platforms, ",") != "linux/amd64,linux/arm64" {
 		t.Errorf("platforms %v; want linux/amd64,linux/arm64", platforms)
 	}
+	checkPublish(t, dir, rel)
 	if native == nil || runtime.GOOS != "linux" {
 		t.Skipf("no image for %s/%s to run", runtime.GOOS, runtime.GOARCH)
 	}
@@ -139,7 +150,7 @@ func TestBuildPushRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("scaler --version: %v\n%s", err, got)
 	}
-	if want := "scaler 0.0.0-test.1 (commit c0ffee)\n"; string(got) != want {
+	if want := "scaler 0.0.0-test.1 (commit c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00)\n"; string(got) != want {
 		t.Errorf("scaler --version printed %q, want %q", got, want)
 	}
 	// Static: no ELF interpreter (a dynamically linked binary names /lib64/ld-linux-*.so).

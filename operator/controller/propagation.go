@@ -59,7 +59,14 @@ type Prober struct {
 	// OnChange is called with the previous and the new result when a probe round's result differs
 	// from the previous one.
 	OnChange func(prev, next *Fleet)
+	// Written, when set, is the table writer's view; each round then also measures how far behind the
+	// tables written the replicas are (the operator's propagation metrics, metrics.go).
+	Written func() *Written
+	// ColdStarts, when set, fetches the cold starts a replica recorded since the last round, when
+	// its status says it has new ones (within the same timeout as its status).
+	ColdStarts *ColdStarts
 
+	lag   lagTracker
 	fleet atomic.Pointer[Fleet]
 	kick  chan struct{}
 	once  sync.Once
@@ -128,10 +135,16 @@ func (p *Prober) probe(ctx context.Context) {
 				return
 			}
 			replicas[i].Version = st.TableVersion
+			if p.ColdStarts != nil {
+				p.ColdStarts.Fetch(cctx, "http://"+addr, st)
+			}
 		}()
 	}
 	wg.Wait()
 	next := &Fleet{Replicas: replicas, ProbedAt: time.Now()}
+	if p.Written != nil {
+		p.lag.observe(next.ProbedAt, p.Written(), next).export()
+	}
 	prev := p.fleet.Swap(next)
 	if !sameFleet(prev, next) {
 		p.Log.V(1).Info("interceptor fleet changed", "replicas", len(replicas))

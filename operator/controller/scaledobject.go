@@ -127,11 +127,9 @@ func triggers(hso *v1.HTTPScaledObject, scalerAddress string) []kedav1alpha1.Sca
 
 // KEDA's external scaler settings for TLS (pkg/scalers/external_scaler.go in KEDA v2.21): the
 // trigger metadata key enableTLS, and the authentication parameters caCert, tlsClientCert and
-// tlsClientKey, which a TriggerAuthentication or ClusterTriggerAuthentication provides.
-const (
-	kedaEnableTLS                    = "enableTLS"
-	kindClusterTriggerAuthentication = "ClusterTriggerAuthentication"
-)
+// tlsClientKey, which a TriggerAuthentication or ClusterTriggerAuthentication
+// (kindClusterTriggerAuthentication) provides.
+const kedaEnableTLS = "enableTLS"
 
 // withScalerTLS makes the interceptor's trigger of so (the first) reach the scaler over mutual TLS
 // with the certificates of ClusterTriggerAuthentication auth; "" leaves so as it is. The

@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -28,11 +29,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/scheduler"
+	"github.com/httpscale/httpscale/operator/tenancy"
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/appkey"
 	"github.com/httpscale/httpscale/pkg/routing"
@@ -85,9 +89,9 @@ type Options struct {
 	Schedules *scheduler.Scheduler
 	// ClusterDomain is the cluster's DNS domain, for the Service host names Serve mode routes.
 	ClusterDomain string
-	// InterceptorProxyPort is the interceptors' proxy port, the target of Serve mode's redirects;
-	// 0 means 8080.
-	InterceptorProxyPort int32
+	// ServePortMin and ServePortMax bound the Serve ports given to Serve-mode apps (serveports.go);
+	// zero means DefaultServePortMin-DefaultServePortMax.
+	ServePortMin, ServePortMax int32
 	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace, which SecretGrants
 	// lets read the Secrets spec.tls names; empty grants nothing.
 	InterceptorServiceAccount string
@@ -98,6 +102,16 @@ type Options struct {
 	Identity string
 	// FleetLeaseInterval paces the fleet Lease's renewal and the list of every fleet's; zero means 15 s.
 	FleetLeaseInterval time.Duration
+	// HostClaimRetention is how long an unused HostClaim the operator created is kept; zero keeps it
+	// for good.
+	HostClaimRetention time.Duration
+	// ClaimSweepInterval paces the ClaimKeeper; zero means a minute.
+	ClaimSweepInterval time.Duration
+	// MaxEntryBytes is the per-object budget of a routing entry's stored form; zero means
+	// routing.DefaultMaxEntryBytes.
+	MaxEntryBytes int
+	// KEDACheckInterval paces the check for KEDA's CRDs while they are missing; zero means 20 s.
+	KEDACheckInterval time.Duration
 }
 
 // CacheOptions narrows the manager's cache to what the operator reads: HTTPScaledObjects and the
@@ -137,6 +151,11 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		if cs := hso.Spec.ColdStart; cs != nil && cs.Fallback != nil {
 			names = append(names, cs.Fallback.Service)
 		}
+		for _, sr := range hso.Spec.StaticRoutes {
+			if sr.Service != nil {
+				names = append(names, sr.Service.Name)
+			}
+		}
 		return names
 	}); err != nil {
 		return nil, fmt.Errorf("indexing HTTPScaledObjects by Service: %w", err)
@@ -163,6 +182,9 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if err := idx.IndexField(ctx, &v1.HTTPScaledObject{}, indexTLSSecret, tlsSecretIndex); err != nil {
 		return nil, fmt.Errorf("indexing HTTPScaledObjects by TLS Secret: %w", err)
 	}
+	if err := tenancy.IndexFields(ctx, idx); err != nil {
+		return nil, err
+	}
 
 	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
 	if err != nil {
@@ -187,15 +209,28 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
 	var writer *TableWriter // the prober's callback reads it; set below
+	adminClient := admin.Client{HTTP: &http.Client{Timeout: o.ProbeTimeout, Transport: transport}}
+	coldStarts, err := NewColdStarts(adminClient, keys.Enqueue, ctrlmetrics.Registry, log.WithName("coldstarts"))
+	if err != nil {
+		return nil, fmt.Errorf("registering cold-start metrics: %w", err)
+	}
+	soInformer, err := mgr.GetCache().GetInformer(ctx, &kedav1alpha1.ScaledObject{})
+	if err != nil {
+		return nil, fmt.Errorf("watching ScaledObjects: %w", err)
+	}
+	if err := coldStarts.watchScaledObjects(soInformer); err != nil {
+		return nil, fmt.Errorf("watching ScaledObjects' activity: %w", err)
+	}
 	prober := &Prober{
-		Reader:    mgr.GetClient(),
-		Namespace: o.Namespace,
-		Selector:  o.InterceptorSelector,
-		PortName:  o.InterceptorAdminPort,
-		Interval:  o.ProbeInterval,
-		Timeout:   o.ProbeTimeout,
-		Admin:     admin.Client{HTTP: &http.Client{Timeout: o.ProbeTimeout, Transport: transport}},
-		Log:       log.WithName("propagation"),
+		Reader:     mgr.GetClient(),
+		Namespace:  o.Namespace,
+		Selector:   o.InterceptorSelector,
+		PortName:   o.InterceptorAdminPort,
+		Interval:   o.ProbeInterval,
+		Timeout:    o.ProbeTimeout,
+		Admin:      adminClient,
+		ColdStarts: coldStarts,
+		Log:        log.WithName("propagation"),
 		// A probe answer changes after every table write; re-evaluate the objects whose count can
 		// change, not all 10,000 (each a reconcile competing with the next change for the CPU).
 		OnChange: func(prev, next *Fleet) {
@@ -206,6 +241,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 			}
 			keys.Enqueue(affected)
 		},
+		Written: func() *Written { return writer.Written() },
 	}
 	maxShard := o.MaxShardBytes
 	if maxShard <= 0 {
@@ -222,9 +258,20 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		StartupGrace:    30 * time.Second,
 		MaxShardBytes:   maxShard,
 		MaxShardEntries: o.MaxShardEntries,
+		ServePortMin:    o.ServePortMin,
+		ServePortMax:    o.ServePortMax,
 		Log:             log.WithName("table"),
 		Notify:          keys.Enqueue,
 		AfterWrite:      prober.Kick,
+	}
+	keda := &KEDA{Discovery: disc, Interval: cmp.Or(o.KEDACheckInterval, 20*time.Second), Log: log.WithName("keda")}
+	kedaInstalled, err := keda.Detect()
+	if err != nil {
+		return nil, err
+	}
+	if !kedaInstalled {
+		log.Error(errNoKEDA, "KEDA is not installed: HTTPScaledObjects are routed, but not scaled until it is; install KEDA "+KEDAMinVersion+
+			" or newer (each object reports ScaledObjectReady=False, reason "+reasonKEDANotInstalled+")")
 	}
 	targets := &TargetChecker{Client: mgr.GetClient(), Mapper: mgr.GetRESTMapper(), Discovery: disc, TTL: time.Minute, Now: time.Now,
 		Watched: map[schema.GroupVersionKind]bool{}}
@@ -261,9 +308,28 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		ScalerTLS:     o.ScalerTLSAuthentication,
 		Schedules:     o.Schedules,
 		APIReader:     mgr.GetAPIReader(),
-		Serve:         ServeOptions{ProxyPort: cmp.Or(o.InterceptorProxyPort, 8080), ClusterDomain: o.ClusterDomain},
+		Serve:         ServeOptions{ClusterDomain: o.ClusterDomain},
 		Secrets:       mgr.GetAPIReader(),
+		KEDA:          keda,
+		ColdStarts:    coldStarts,
 		Log:           log,
+		maxEntryBytes: cmp.Or(o.MaxEntryBytes, routing.DefaultMaxEntryBytes),
+		requeue:       func(key string) { keys.Enqueue([]string{key}) },
+	}
+	r.own = newOwnership(mgr.GetClient(), mgr.GetAPIReader(), o.ClusterDomain, r.serves)
+	r.own.policies.OnErrors = func(errs []error) {
+		for _, err := range errs {
+			log.Error(err, "HTTPScalePolicy rule ignored: it selects no namespace")
+		}
+	}
+	writer.MaxEntryBytes = r.maxEntryBytes
+	keeper := &ClaimKeeper{
+		Client: mgr.GetClient(), Fleet: fleets.Fleet, Fleets: fleets, Retention: o.HostClaimRetention,
+		Interval: cmp.Or(o.ClaimSweepInterval, time.Minute), Uses: r.own.usedBy,
+		Ready: func() bool { return writer.Written().snap > 0 }, Now: time.Now, Log: log.WithName("claims"),
+	}
+	if err := mgr.Add(keeper); err != nil {
+		return nil, fmt.Errorf("adding HostClaim keeper: %w", err)
 	}
 	if err := mgr.Add(writer); err != nil {
 		return nil, fmt.Errorf("adding routing-table writer: %w", err)
@@ -308,11 +374,12 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if err != nil {
 		return nil, err
 	}
-	b.Owns(&kedav1alpha1.ScaledObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).WatchesRawSource(keys).
+	b.WatchesRawSource(keys).
 		// A TLS Secret created, changed or deleted re-evaluates TLSReady of the objects naming it;
 		// only metadata is cached (the content is read when needed).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(byIndex(mgr.GetClient(), indexTLSSecret, nil, nil)))
-	if err := b.Complete(r); err != nil {
+	ctl, err := b.Build(r)
+	if err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject controller: %w", err)
 	}
 	// The routing table's input: cached reads and a new object's finalizer patch; enough workers to
@@ -324,11 +391,50 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	// Serve mode: only the owner of a Service's redirect (the oldest Serve-mode object on it) has the
 	// Service's names in its routing entry, so a change of one Serve-mode object re-routes its peers.
 	rb.Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient())))
+	// Host ownership: a claim created, released or deleted, a policy changed, a namespace's labels
+	// changed, or an object that claims an overlapping host changed its hosts or went away: the
+	// objects whose hosts it can decide are decided again.
+	hostChanged := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+		},
+	}))
+	rb = rb.Watches(&v1.HostClaim{}, handler.EnqueueRequestsFromMapFunc(byClaimHost(mgr.GetClient())),
+		builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(byOverlappingHosts(mgr.GetClient())), hostChanged).
+		Watches(&v1.HTTPScalePolicy{}, handler.EnqueueRequestsFromMapFunc(allObjects(mgr.GetClient()))).
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(objectsInNamespace(mgr.GetClient())),
+			builder.WithPredicates(predicate.LabelChangedPredicate{}))
 	if err := rb.Complete(&routeReconciler{r: r}); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject routing controller: %w", err)
 	}
-	if err := setupServe(mgr, r, keys.Enqueue); err != nil {
+	serveCtl, err := setupServe(mgr, r, keys.Enqueue)
+	if err != nil {
 		return nil, err
+	}
+	// KEDA's ScaledObjects are watched now, or once KEDA's CRDs appear (keda.go): a watch of a kind the
+	// API server does not serve would keep the controllers from ever starting.
+	watchScaledObjects := func() error {
+		if err := ctl.Watch(ownedScaledObjects(mgr)); err != nil {
+			return err
+		}
+		return serveCtl.Watch(serveScaledObjectSource(mgr))
+	}
+	if kedaInstalled {
+		if err := watchScaledObjects(); err != nil {
+			return nil, fmt.Errorf("watching KEDA ScaledObjects: %w", err)
+		}
+	} else {
+		keda.OnInstalled = func(context.Context) error {
+			if err := watchScaledObjects(); err != nil {
+				return err
+			}
+			enqueueAll()
+			return nil
+		}
+		if err := mgr.Add(keda); err != nil {
+			return nil, fmt.Errorf("adding the KEDA check: %w", err)
+		}
 	}
 	if o.InterceptorServiceAccount != "" {
 		grants := &SecretGrants{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), ServiceAccount: o.InterceptorServiceAccount, ServiceAccountNamespace: o.Namespace,
@@ -344,13 +450,24 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	return writer, nil
 }
 
+// errNoKEDA is logged once at start when KEDA's CRDs are missing.
+var errNoKEDA = errors.New("the API server serves no keda.sh/v1alpha1 ScaledObjects")
+
+// ownedScaledObjects is the main controller's watch of KEDA ScaledObjects: an update of the spec of
+// its own brings the owner back to correct it.
+func ownedScaledObjects(mgr manager.Manager) source.Source {
+	owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1.HTTPScaledObject{}, handler.OnlyControllerOwner())
+	return source.Kind[client.Object](mgr.GetCache(), &kedav1alpha1.ScaledObject{}, owner, predicate.GenerationChangedPredicate{})
+}
+
 // serveWorkers is the Serve controller's concurrency: a switch costs a few API reads and, while it
 // waits for held requests, a question to every interceptor; a handful of apps switching at once
 // must not wait for each other.
 const serveWorkers = 4
 
-// setupServe builds Serve mode's controller (serve_controller.go) and its watches.
-func setupServe(mgr ctrl.Manager, r *Reconciler, requeueMain func([]string)) error {
+// setupServe builds Serve mode's controller (serve_controller.go) and its watches but the one of KEDA
+// ScaledObjects (serveScaledObjectSource), which waits for KEDA's CRDs.
+func setupServe(mgr ctrl.Manager, r *Reconciler, requeueMain func([]string)) (controller.Controller, error) {
 	c := mgr.GetClient()
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("httpscaledobject-serve").
@@ -358,11 +475,8 @@ func setupServe(mgr ctrl.Manager, r *Reconciler, requeueMain func([]string)) err
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(byIndex(c, indexServices, nil, nil))).
 		// A redirect's owner is the oldest Serve-mode object on its Service.
 		Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(c))).
-		// KEDA's Active condition turning False is the decision to scale to zero, which puts the
-		// redirect in place while the pods still serve; the interceptors' admin EndpointSlices (the
-		// only ones cached) change the redirect's endpoints as replicas come and go.
-		Watches(&kedav1alpha1.ScaledObject{}, handler.EnqueueRequestsFromMapFunc(serveByScaledObject(c)),
-			builder.WithPredicates(kedaActiveChanged)).
+		// The interceptors' admin EndpointSlices (the only ones cached) change the redirect's
+		// endpoints as replicas come and go.
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serveAll(c))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: serveWorkers, UsePriorityQueue: ptr.To(false)})
 	// A workload's spec change (KEDA scaling it to zero) puts the redirect in place before its pods
@@ -370,16 +484,25 @@ func setupServe(mgr ctrl.Manager, r *Reconciler, requeueMain func([]string)) err
 	for _, kind := range watchedTargets {
 		gvk, err := c.GroupVersionKindFor(kind)
 		if err != nil {
-			return fmt.Errorf("looking up kind of %T: %w", kind, err)
+			return nil, fmt.Errorf("looking up kind of %T: %w", kind, err)
 		}
 		value := func(name string) string { return targetIndexValue(gvk.Group, gvk.Kind, name) }
 		b = b.WatchesMetadata(kind, handler.EnqueueRequestsFromMapFunc(serveByTarget(c, value)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	}
-	if err := b.Complete(&serveReconciler{r: r, requeueMain: requeueMain}); err != nil {
-		return fmt.Errorf("building Serve-mode controller: %w", err)
+	ctl, err := b.Build(&serveReconciler{r: r, requeueMain: requeueMain})
+	if err != nil {
+		return nil, fmt.Errorf("building Serve-mode controller: %w", err)
 	}
-	return nil
+	return ctl, nil
+}
+
+// serveScaledObjectSource is the Serve controller's watch of KEDA ScaledObjects: KEDA's Active
+// condition turning False is the decision to scale to zero, which puts the redirect in place while the
+// pods still serve.
+func serveScaledObjectSource(mgr manager.Manager) source.Source {
+	return source.Kind[client.Object](mgr.GetCache(), &kedav1alpha1.ScaledObject{},
+		handler.EnqueueRequestsFromMapFunc(serveByScaledObject(mgr.GetClient())), kedaActiveChanged)
 }
 
 func targetIndexValue(group, kind, name string) string { return group + "/" + kind + "/" + name }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,8 @@ type CacheOptions struct {
 	// Registerer receives the Cache's metrics; nil means controller-runtime's registry. Two Caches
 	// cannot share one Registerer.
 	Registerer prometheus.Registerer
+	// Now is the clock of Listing's times; nil means time.Now.
+	Now func() time.Time
 }
 
 // Cache is the Source the interceptor uses: the ready endpoints of the Service ports it is told to
@@ -42,6 +45,7 @@ type CacheOptions struct {
 type Cache struct {
 	cs  kubernetes.Interface
 	log logr.Logger
+	now func() time.Time
 
 	// keys maps every tracked key (and every key someone waits for) to its state. The map is never
 	// modified once published: Track, OnTable and stateFor publish a new one under mu, sharing the
@@ -73,9 +77,13 @@ func NewCache(cs kubernetes.Interface, opts CacheOptions) (*Cache, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = ctrlmetrics.Registry
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	c := &Cache{
 		cs:       cs,
 		log:      opts.Log,
+		now:      opts.Now,
 		ports:    map[serviceName][]string{},
 		active:   map[watchKey]*sliceWatch{},
 		pending:  map[watchKey]*sliceWatch{},
@@ -144,7 +152,7 @@ func (c *Cache) stateFor(k ServiceKey) *keyState {
 		return ks
 	}
 	next := cur.Edit()
-	ks := newKeyState()
+	ks := newKeyState(k)
 	next.Set(k, ks)
 	c.storeKeys(next)
 	return ks
@@ -181,7 +189,7 @@ func (c *Cache) track(keys []ServiceKey) {
 		if ks, _ := cur.Get(k); ks != nil {
 			next.Set(k, ks)
 		} else {
-			next.Set(k, newKeyState())
+			next.Set(k, newKeyState(k))
 		}
 		if !slices.Contains(c.ports[serviceName{k.Namespace, k.Service}], k.PortName) { // not tracked before this Track
 			added = append(added, k)
@@ -262,7 +270,7 @@ func (c *Cache) applyDiff(removed, added []*routing.Entry) {
 				if d < 0 {
 					continue
 				}
-				ks = newKeyState()
+				ks = newKeyState(k)
 				next.Set(k, ks)
 			}
 			ks.refs = max(0, ks.refs+d)
@@ -395,40 +403,110 @@ func (c *Cache) Start(ctx context.Context) error {
 
 // keyState is one key's readiness. Its state is replaced (under Cache.mu), never modified.
 type keyState struct {
+	key   ServiceKey
 	state atomic.Pointer[readyState]
 	// refs counts the entries of Cache.table that route to the key. Cache.mu held.
 	refs int
+	// answered are the pending endpoints a cold-start probe found answering (Cache.Answered), by
+	// address; they are served while no endpoint is ready. Cache.mu held.
+	answered map[string]Endpoint
 }
 
 // readyState is an immutable snapshot: set is nil exactly while ready is open. When the key gets its
 // first ready endpoint, a snapshot with the set is published and then ready is closed, waking every
-// waiter; when it drops to none, a snapshot with a new open channel is published.
+// waiter; when it drops to none, a snapshot with a new open channel is published. Every replacement
+// closes changed.
 type readyState struct {
 	set     *Set
 	ready   chan struct{}
 	removed bool // the key is no longer tracked; look it up again
+	// listed are the endpoints ready by the EndpointSlices (the kubelet's readiness), nil when none;
+	// set is listed, or the answered pending endpoints while listed is nil.
+	listed *Set
+	// pending are the endpoints listed neither ready nor terminating.
+	pending []Endpoint
+	// listedAt is when the slices last went from listing nothing to listing an endpoint (ready or
+	// pending), readyAt when they last went from none ready to some; zero while they list none.
+	listedAt, readyAt time.Time
+	// changed is closed when this snapshot is replaced.
+	changed chan struct{}
 }
 
-func newKeyState() *keyState {
-	ks := &keyState{}
-	ks.state.Store(&readyState{ready: make(chan struct{})})
+func newKeyState(k ServiceKey) *keyState {
+	ks := &keyState{key: k}
+	ks.state.Store(&readyState{ready: make(chan struct{}), changed: make(chan struct{})})
 	return ks
 }
 
-// update publishes set (nil for none). The zone choice among set's endpoints is the proxy's (it
-// caches it with the dial addresses, see Candidates). Cache.mu held.
-func (ks *keyState) update(set *Set) {
+// update publishes the endpoints the slices list at now: listed ready (nil for none) and pending.
+// The zone choice among the endpoints is the proxy's (it caches it with the dial addresses, see
+// Candidates). Cache.mu held.
+func (ks *keyState) update(listed *Set, pending []Endpoint, now time.Time) {
 	old := ks.state.Load()
-	switch {
-	case set == nil && old.set == nil:
-	case set == nil:
-		ks.state.Store(&readyState{ready: make(chan struct{})})
-	case old.set == nil:
-		ks.state.Store(&readyState{set: set, ready: old.ready})
-		close(old.ready)
-	case !sameEndpoints(old.set, set):
-		ks.state.Store(&readyState{set: set, ready: old.ready})
+	if old.removed {
+		return
 	}
+	ks.publish(old, listed, pending, now)
+}
+
+// publish replaces old with the state of listed and pending at now, and the answered endpoints that
+// are still pending; it does nothing when nothing changed. Cache.mu held.
+func (ks *keyState) publish(old *readyState, listed *Set, pending []Endpoint, now time.Time) {
+	var set *Set
+	switch {
+	case listed != nil:
+		ks.answered = nil // the kubelet's readiness decides from now on
+		set = listed
+	case len(ks.answered) > 0:
+		var eps []Endpoint
+		for _, p := range pending {
+			if a, ok := ks.answered[p.Addr()]; ok && a.Pod == p.Pod && a.PodUID == p.PodUID {
+				eps = append(eps, p)
+			}
+		}
+		if len(eps) < len(ks.answered) {
+			// An answered endpoint left the slices, turned terminating or now names another pod.
+			kept := make(map[string]Endpoint, len(eps))
+			for _, e := range eps {
+				kept[e.Addr()] = e
+			}
+			ks.answered = kept
+		}
+		if len(eps) > 0 {
+			set = &Set{Key: ks.key, Endpoints: eps, Probed: true}
+		}
+	}
+	if sameSet(old.set, set) && sameEndpoints(old.listed, listed) &&
+		slices.EqualFunc(old.pending, pending, sameEndpoint) {
+		return
+	}
+	next := &readyState{set: set, listed: listed, pending: pending, ready: old.ready, changed: make(chan struct{}),
+		listedAt: old.listedAt, readyAt: old.readyAt}
+	switch {
+	case listed == nil && len(pending) == 0:
+		next.listedAt = time.Time{}
+	case next.listedAt.IsZero():
+		next.listedAt = now
+	}
+	switch {
+	case listed == nil:
+		next.readyAt = time.Time{}
+	case next.readyAt.IsZero():
+		next.readyAt = now
+	}
+	if set == nil && old.set != nil {
+		next.ready = make(chan struct{})
+	}
+	ks.state.Store(next)
+	if set != nil && old.set == nil {
+		close(old.ready)
+	}
+	close(old.changed)
+}
+
+// sameSet reports whether a and b hold equal endpoints of the same origin.
+func sameSet(a, b *Set) bool {
+	return sameEndpoints(a, b) && (a == nil) == (b == nil) && (a == nil || a.Probed == b.Probed)
 }
 
 // remove marks the key untracked and wakes its waiters so that they look it up again. Cache.mu held.
@@ -436,8 +514,12 @@ func (ks *keyState) remove() {
 	old := ks.state.Load()
 	closed := make(chan struct{})
 	close(closed)
-	ks.state.Store(&readyState{ready: closed, removed: true})
+	ks.answered = nil
+	ks.state.Store(&readyState{ready: closed, removed: true, changed: closed})
 	if old.set == nil && !old.removed {
 		close(old.ready)
+	}
+	if !old.removed {
+		close(old.changed)
 	}
 }

@@ -31,7 +31,7 @@ var (
 	cs      kubernetes.Interface
 )
 
-var _ = ginkgoenv.ForSuite(func(cfg *rest.Config) {
+var suite = ginkgoenv.ForSuite(func(cfg *rest.Config) {
 	// The test writes thousands of objects; lift client-go's default rate limit of 5/s.
 	cfg.QPS, cfg.Burst = 2000, 4000
 	restCfg = cfg
@@ -39,13 +39,6 @@ var _ = ginkgoenv.ForSuite(func(cfg *rest.Config) {
 	cs, err = kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
 })
-
-func newNamespace(ctx context.Context) string {
-	GinkgoHelper()
-	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ep-"}}, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	return ns.Name
-}
 
 // startCache runs a Cache until the spec ends and checks that it then stops cleanly.
 func startCache(opts endpoints.CacheOptions) (*endpoints.Cache, *prometheus.Registry) {

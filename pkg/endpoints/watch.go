@@ -232,11 +232,12 @@ func (c *Cache) recompute(w *sliceWatch, namespace, service string) {
 			ss = append(ss, s)
 		}
 	}
-	keys := c.keys.Load()
+	keys, now := c.keys.Load(), c.now()
 	for _, p := range ports {
 		k := ServiceKey{Namespace: namespace, Service: service, PortName: p}
 		if ks, _ := keys.Get(k); ks != nil {
-			ks.update(buildSet(k, ss))
+			ready, pending := listEndpoints(k, ss)
+			ks.update(ready, pending, now)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/httpscale/httpscale/pkg/proxy/engine"
 )
@@ -56,5 +57,17 @@ func (x *exchange) unhold() {
 	if x.holding {
 		x.app.counts.Unhold()
 		x.holding = false
+	}
+}
+
+// wokeUnheld records a wake by a request that was refused a hold (its app's queue or the pool was
+// full): like a waiting page's, the app's cold start is followed where it can be.
+func (x *exchange) wokeUnheld(wakeAt time.Time, streams int) {
+	t := x.p.opts.ColdStarts
+	if t == nil {
+		return
+	}
+	if cs := t.Woken(x.app.coldApp, x.start); cs != nil && !wakeAt.IsZero() {
+		cs.WakeSent(wakeAt, streams)
 	}
 }

@@ -24,6 +24,7 @@ type Metrics struct {
 	crossZone     *prometheus.CounterVec
 	upstreamErrs  *prometheus.CounterVec
 	unrouted      prometheus.Counter
+	queueLimit    *prometheus.GaugeVec
 	discarded     engine.DiscardCounters
 }
 
@@ -64,6 +65,9 @@ func NewMetrics(reg prometheus.Registerer, registry *queue.Registry) (*Metrics, 
 		unrouted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricPrefix + "unrouted_requests_total", Help: "Requests answered 404 because no route matched.",
 		}),
+		queueLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: metricPrefix + "queue_limit", Help: "Most requests this replica holds at once for the app (its coldStart.queueLimit, else --queue-limit).",
+		}, app),
 	}
 	discarded := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metricPrefix + "upstream_conns_discarded_total",
@@ -75,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer, registry *queue.Registry) (*Metrics, 
 	}
 	for _, c := range []prometheus.Collector{
 		m.responses, m.duration, m.coldStarts, m.coldStartWait, m.rejections, m.poolRefusals, m.evictions, m.crossZone, m.upstreamErrs,
-		m.unrouted, discarded, &countsCollector{reg: registry},
+		m.unrouted, m.queueLimit, discarded, &countsCollector{reg: registry},
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -96,6 +100,7 @@ func (m *Metrics) forget(app string) {
 	m.evictions.DeletePartialMatch(l)
 	m.crossZone.DeletePartialMatch(l)
 	m.upstreamErrs.DeletePartialMatch(l)
+	m.queueLimit.DeletePartialMatch(l)
 }
 
 // appMetrics are one app's series, resolved once per routing table so the hot path does no label
@@ -109,6 +114,7 @@ type appMetrics struct {
 	poolRefusals  prometheus.Counter
 	evictions     prometheus.Counter
 	crossZone     prometheus.Counter
+	queueLimit    prometheus.Gauge
 }
 
 var codeClasses = [6]string{"1xx", "2xx", "3xx", "4xx", "5xx", "499"}
@@ -131,6 +137,7 @@ func (m *Metrics) forApp(app string) *appMetrics {
 		poolRefusals:  m.poolRefusals.WithLabelValues(app),
 		evictions:     m.evictions.WithLabelValues(app),
 		crossZone:     m.crossZone.WithLabelValues(app),
+		queueLimit:    m.queueLimit.WithLabelValues(app),
 	}
 	for i, c := range codeClasses {
 		am.codes[i] = m.responses.WithLabelValues(app, c)

@@ -160,6 +160,10 @@ func TestFullHoldQueueAnswers503WithRetryAfter(t *testing.T) {
 	if v := h.metric("httpscale_interceptor_queue_rejections_total", map[string]string{"app": "ns/app"}); v != 1 {
 		t.Errorf("queue rejections = %v, want 1", v)
 	}
+	// What the chart's alert compares held requests with.
+	if v := h.metric("httpscale_interceptor_queue_limit", map[string]string{"app": "ns/app"}); v != 2 {
+		t.Errorf("queue limit = %v, want the object's coldStart.queueLimit 2", v)
+	}
 	cancel()
 	wg.Wait()
 	testenv.Eventually(t, 10*time.Second, "held requests to leave the queue", func() bool { _, held, _ := h.count("ns/app"); return held == 0 })

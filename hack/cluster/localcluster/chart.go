@@ -1,7 +1,6 @@
 package localcluster
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -18,16 +17,22 @@ import (
 	"time"
 )
 
-// The chart on the real nodes: what `make images` builds, pushed to the registry inside the namespace,
-// installed with charts/httpscale's default values plus only the overrides this cluster needs
-// (chartValues). The e2e suite, `make demo` and `go run ./hack/cluster install-chart` all go through
-// InstallHTTPScale.
+// The chart on the real nodes, as users install a release: `make release` (hack/images dist + publish,
+// for the nodes' platform) pushes the images and the chart to the registry inside the namespace, and
+// `helm upgrade --install oci://<registry>/httpscale/charts/httpscale --version <version>` installs it
+// with the chart's default values (which point at that registry's images) plus only the overrides this
+// cluster needs (chartValues). The e2e suite, `make demo` and `go run ./hack/cluster install-chart` all go
+// through InstallHTTPScale; the e2e upgrade spec publishes the previous release the same way
+// (PublishPrevious).
 
-// Images are httpscale's images as pushed to the local registry: <Registry>/<component>:<Tag>.
+// Images are one release of httpscale as published to the local registry: the images
+// <Registry>/<component>:<Tag> and the chart <Chart>:<Tag>.
 type Images struct {
 	Registry string            `json:"registry"`
 	Tag      string            `json:"tag"`
 	Digests  map[string]string `json:"digests"` // component -> sha256:... (the image index)
+	// Chart is the chart's OCI reference without its version: oci://<registry>/httpscale/charts/httpscale.
+	Chart string `json:"chart"`
 }
 
 // Ref is the reference of one component's image by digest.
@@ -35,11 +40,14 @@ func (im Images) Ref(component string) string {
 	return im.Registry + "/" + component + "@" + im.Digests[component]
 }
 
+// ChartArgs are helm's arguments naming the release's chart: the OCI reference, its version, and plain
+// HTTP (the local registry has no TLS).
+func (im Images) ChartArgs() []string { return []string{im.Chart, "--version", im.Tag, "--plain-http"} }
+
 // SampleAppImage is the sample app's image in the local registry (PushSampleApp).
 func (c Config) SampleAppImage() string { return c.RegistryHost() + "/sampleapp:local" }
 
-// ChartAppVersion reads appVersion from charts/httpscale/Chart.yaml: the tag the chart's default image
-// references use.
+// ChartAppVersion reads appVersion from charts/httpscale/Chart.yaml: the version this tree releases.
 func (c Config) ChartAppVersion() (string, error) {
 	raw, err := os.ReadFile(filepath.Join(c.RepoRoot, "charts", "httpscale", "Chart.yaml"))
 	if err != nil {
@@ -52,54 +60,115 @@ func (c Config) ChartAppVersion() (string, error) {
 	return string(m[1]), nil
 }
 
-// BuildImages builds the operator, interceptor and scaler images with hack/images, the builder behind
-// `make images` (linux/amd64 only, the nodes' platform), tagged with the chart's appVersion, into OCI
-// layouts under the state directory, and pushes them to the local registry with the builder's own push.
-func (c Config) BuildImages(ctx context.Context, progress io.Writer) (Images, error) {
+// ReleaseSource is the tree a release is built from: RepoRoot's checkout (Commit empty: its HEAD, as
+// `make release` does), or an exported older commit.
+type ReleaseSource struct {
+	Root, Version string
+	// Commit and Epoch (its commit time, Unix seconds) stamp a tree that is not a git checkout.
+	Commit, Epoch string
+}
+
+// imagesTool builds hack/images (the release tool behind `make release`) from this tree, once per call.
+func (c Config) imagesTool(ctx context.Context) (string, error) {
+	tool := c.path("bin", "images")
+	build := exec.CommandContext(ctx, "go", "-C", filepath.Join(c.RepoRoot, "hack", "images"), "build", "-o", tool, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building hack/images: %w: %s", err, out)
+	}
+	return tool, nil
+}
+
+// Publish runs what `make release REGISTRY=<local registry>/httpscale VERSION=<version>
+// PLATFORMS=linux/amd64` runs, for the tree src names: `images dist` builds the images (the nodes'
+// platform), SBOMs, the chart pointing at the local registry, provenance and checksums into the state
+// directory, and `images publish` pushes the images and the chart (helm push) from inside the namespace,
+// where the registry listens.
+func (c Config) Publish(ctx context.Context, src ReleaseSource, progress io.Writer) (Images, error) {
+	tool, err := c.imagesTool(ctx)
+	if err != nil {
+		return Images{}, err
+	}
+	helm, err := c.Helm(progress)
+	if err != nil {
+		return Images{}, err
+	}
+	out := c.path("release", src.Version)
+	registry := c.RegistryHost() + "/httpscale"
+	args := []string{"dist", "--root", src.Root, "--out", out, "--registry", registry, "--version", src.Version, "--platforms", "linux/amd64"}
+	if src.Commit != "" {
+		args = append(args, "--commit", src.Commit, "--source-date-epoch", src.Epoch)
+	}
+	dist := exec.CommandContext(ctx, tool, args...)
+	var stderr bytes.Buffer
+	dist.Stderr = &stderr
+	if _, err := dist.Output(); err != nil {
+		return Images{}, fmt.Errorf("images %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "release.json"))
+	if err != nil {
+		return Images{}, err
+	}
+	var rel struct {
+		Images map[string]string `json:"images"`
+	}
+	if err := json.Unmarshal(raw, &rel); err != nil {
+		return Images{}, fmt.Errorf("reading %s/release.json: %w", out, err)
+	}
+	im := Images{Registry: registry, Tag: src.Version, Digests: rel.Images, Chart: "oci://" + registry + "/charts/httpscale"}
+	for _, comp := range Components {
+		if im.Digests[comp] == "" {
+			return Images{}, fmt.Errorf("the release of %s has no image for %s: %s", src.Version, comp, raw)
+		}
+	}
+	publish := c.Command(ctx, tool, "publish", "--out", out, "--helm", helm)
+	if out, err := publish.CombinedOutput(); err != nil {
+		return Images{}, fmt.Errorf("images publish: %w: %s", err, out)
+	}
+	for _, comp := range Components {
+		fmt.Fprintf(progress, "[cluster] image %s/%s:%s %s (make release)\n", im.Registry, comp, im.Tag, im.Digests[comp])
+	}
+	fmt.Fprintf(progress, "[cluster] chart %s:%s (make release; SBOMs, provenance and SHA256SUMS in %s)\n", im.Chart, im.Tag, out)
+	return im, nil
+}
+
+// PublishPrevious publishes the release before this tree's version, as `make release` built it from its
+// commit (CHANGELOG.md, or its tag): the commit is exported with git archive and released with this
+// tree's release tool. It returns that release.
+func (c Config) PublishPrevious(ctx context.Context, progress io.Writer) (Images, error) {
 	version, err := c.ChartAppVersion()
 	if err != nil {
 		return Images{}, err
 	}
-	tool := c.path("bin", "images")
-	build := exec.CommandContext(ctx, "go", "-C", filepath.Join(c.RepoRoot, "hack", "images"), "build", "-o", tool, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		return Images{}, fmt.Errorf("building hack/images: %w: %s", err, out)
-	}
-	layouts := c.path("images", "httpscale")
-	if err := os.RemoveAll(layouts); err != nil {
+	tool, err := c.imagesTool(ctx)
+	if err != nil {
 		return Images{}, err
 	}
-	cmd := exec.CommandContext(ctx, tool, "build", "--root", c.RepoRoot, "--out", layouts, "--version", version, "--platforms", "linux/amd64")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.Output()
+	prev, err := exec.CommandContext(ctx, tool, "previous", "--root", c.RepoRoot, "--version", version).Output()
 	if err != nil {
-		return Images{}, fmt.Errorf("images build: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return Images{}, fmt.Errorf("finding the release before %s: %w", version, err)
 	}
-	im := Images{Registry: c.RegistryHost() + "/httpscale", Tag: version, Digests: map[string]string{}}
-	sc := bufio.NewScanner(bytes.NewReader(stdout))
-	for sc.Scan() {
-		// "<out>/<component>:<version> sha256:..."
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 || !strings.HasPrefix(f[1], "sha256:") {
-			continue
-		}
-		comp, _, _ := strings.Cut(filepath.Base(f[0]), ":")
-		im.Digests[comp] = f[1]
+	f := strings.Fields(string(prev))
+	if len(f) != 2 {
+		return Images{}, fmt.Errorf("images previous printed %q", prev)
 	}
-	for _, comp := range Components {
-		if im.Digests[comp] == "" {
-			return Images{}, fmt.Errorf("images build printed no digest for %s:\n%s", comp, stdout)
-		}
+	src := ReleaseSource{Root: c.path("release", "src-"+f[0]), Version: f[0], Commit: f[1]}
+	epoch, err := exec.CommandContext(ctx, "git", "-C", c.RepoRoot, "log", "-1", "--format=%ct", src.Commit).Output()
+	if err != nil {
+		return Images{}, fmt.Errorf("reading the time of commit %s: %w", src.Commit, err)
 	}
-	push := c.Command(ctx, tool, "push", "--out", layouts, "--registry", im.Registry, "--tag", version)
-	if out, err := push.CombinedOutput(); err != nil {
-		return Images{}, fmt.Errorf("images push: %w: %s", err, out)
+	src.Epoch = strings.TrimSpace(string(epoch))
+	if err := os.RemoveAll(src.Root); err != nil {
+		return Images{}, err
 	}
-	for _, comp := range Components {
-		fmt.Fprintf(progress, "[cluster] image %s/%s:%s %s (built by hack/images, as make images does)\n", im.Registry, comp, version, im.Digests[comp])
+	if err := os.MkdirAll(src.Root, 0o755); err != nil {
+		return Images{}, err
 	}
-	return im, nil
+	export := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", c.RepoRoot, src.Commit, src.Root)
+	if out, err := export.CombinedOutput(); err != nil {
+		return Images{}, fmt.Errorf("exporting commit %s: %w: %s", src.Commit, err, out)
+	}
+	fmt.Fprintf(progress, "[cluster] release %s is commit %s; building it as make release does\n", src.Version, src.Commit)
+	return c.Publish(ctx, src, progress)
 }
 
 // PushSampleApp builds e2e/sampleapp (static) and pushes it as SampleAppImage.
@@ -113,16 +182,21 @@ func (c Config) PushSampleApp(ctx context.Context) error {
 	return c.PushImage(ctx, c.SampleAppImage(), bin)
 }
 
-// chartValues are the only values that differ from the chart's defaults, each for a reason of this
-// cluster, not of the chart.
-func chartValues(im Images) string {
-	return fmt.Sprintf(`# Our images, built from this commit and pushed to the registry inside the namespace; the tag stays
-# the chart's appVersion. nodeSelector type=real: the cluster also has kwok's fake nodes, where no
-# container runs.
-operator: {image: {repository: %[1]s/operator}, nodeSelector: {type: real}}
-interceptor: {image: {repository: %[1]s/interceptor}, nodeSelector: {type: real}}
-scaler: {image: {repository: %[1]s/scaler}, nodeSelector: {type: real}}
-`, im.Registry)
+// chartValues are the only values that differ from the chart's defaults, for a reason of this cluster,
+// not of the chart: nodeSelector type=real, because the cluster also has kwok's fake nodes, where no
+// container runs. The images are the chart's defaults: the release points them at the local registry.
+const chartValues = `operator: {nodeSelector: {type: real}}
+interceptor: {nodeSelector: {type: real}}
+scaler: {nodeSelector: {type: real}}
+`
+
+// ChartValuesFile writes chartValues into the state directory and returns its path.
+func (c Config) ChartValuesFile() (string, error) {
+	values := c.path("images", "values.yaml")
+	if err := os.MkdirAll(filepath.Dir(values), 0o755); err != nil {
+		return "", err
+	}
+	return values, os.WriteFile(values, []byte(chartValues), 0o644)
 }
 
 // Helm returns the helm binary (hack/tools.sh helm builds it once).
@@ -152,22 +226,20 @@ func (c Config) HelmRun(ctx context.Context, progress io.Writer, args ...string)
 	return stdout.String(), nil
 }
 
-// InstallChart runs `helm upgrade --install` of charts/httpscale with chartValues for im plus extra
-// helm arguments (e.g. --set ...), and waits until every component's Deployment has rolled out.
+// InstallChart runs `helm upgrade --install` of the chart of release im from the local registry with
+// chartValues plus extra helm arguments (e.g. --set ...), and waits until every component's Deployment
+// has rolled out.
 func (c Config) InstallChart(ctx context.Context, im Images, progress io.Writer, extra ...string) error {
-	values := c.path("images", "values.yaml")
-	if err := os.MkdirAll(filepath.Dir(values), 0o755); err != nil {
+	values, err := c.ChartValuesFile()
+	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(values, []byte(chartValues(im)), 0o644); err != nil {
-		return err
-	}
-	args := append([]string{"upgrade", "--install", Release, filepath.Join(c.RepoRoot, "charts", "httpscale"),
-		"--namespace", Namespace, "--create-namespace", "--values", values}, extra...)
+	args := append(append([]string{"upgrade", "--install", Release}, im.ChartArgs()...),
+		append([]string{"--namespace", Namespace, "--create-namespace", "--values", values}, extra...)...)
 	if _, err := c.HelmRun(ctx, progress, args...); err != nil {
 		return err
 	}
-	fmt.Fprintf(progress, "[cluster] helm upgrade --install %s charts/httpscale (default values; overrides: %s)\n", Release, values)
+	fmt.Fprintf(progress, "[cluster] helm upgrade --install %s %s --version %s (default values; overrides: %s)\n", Release, im.Chart, im.Tag, values)
 	return c.WaitChart(ctx)
 }
 
@@ -252,11 +324,16 @@ func (c Config) Pods(ctx context.Context, ns, selector string) ([]Pod, error) {
 }
 
 // CheckChartPods checks that every pod of every component is Ready on a real node and runs the image
-// of im, and prints one line per component: the log's proof that the pods run what hack/images built.
+// of im, and prints one line per component: the log's proof that the pods run what the release built.
 func (c Config) CheckChartPods(ctx context.Context, im Images, progress io.Writer) error {
+	return c.CheckReleasePods(ctx, Namespace, im, progress)
+}
+
+// CheckReleasePods is CheckChartPods for the release installed in namespace ns.
+func (c Config) CheckReleasePods(ctx context.Context, ns string, im Images, progress io.Writer) error {
 	var errs []error
 	for _, comp := range Components {
-		pods, err := c.Pods(ctx, Namespace, "app.kubernetes.io/component="+comp)
+		pods, err := c.Pods(ctx, ns, "app.kubernetes.io/component="+comp)
 		if err != nil {
 			return err
 		}
@@ -284,8 +361,8 @@ func (c Config) CheckChartPods(ctx context.Context, im Images, progress io.Write
 // images by tag (the chart's pull policy is IfNotPresent), so only a new cluster runs the new ones.
 var ErrImagesChanged = errors.New("the cluster's nodes hold images of an earlier build under the same tag; restart the cluster (down, then up)")
 
-// InstallHTTPScale is the whole path from source to running pods: BuildImages, PushSampleApp,
-// InstallChart, CheckChartPods. The cluster must have real nodes. It fails with ErrImagesChanged when
+// InstallHTTPScale is the whole path from source to running pods: Publish (make release), PushSampleApp,
+// InstallChart (helm install from the OCI registry), CheckChartPods. The cluster must have real nodes. It fails with ErrImagesChanged when
 // an earlier InstallHTTPScale on this cluster pushed other digests.
 func (c Config) InstallHTTPScale(ctx context.Context, progress io.Writer) (Images, error) {
 	if !c.RealNodes {
@@ -296,7 +373,11 @@ func (c Config) InstallHTTPScale(ctx context.Context, progress io.Writer) (Image
 		return Images{}, errors.New("the chart needs the cluster's DNS (up without --dns=false)")
 	}
 	t0 := time.Now()
-	im, err := c.BuildImages(ctx, progress)
+	version, err := c.ChartAppVersion()
+	if err != nil {
+		return Images{}, err
+	}
+	im, err := c.Publish(ctx, ReleaseSource{Root: c.RepoRoot, Version: version}, progress)
 	if err != nil {
 		return Images{}, err
 	}
@@ -306,7 +387,7 @@ func (c Config) InstallHTTPScale(ctx context.Context, progress io.Writer) (Image
 	if err := c.PushSampleApp(ctx); err != nil {
 		return Images{}, err
 	}
-	fmt.Fprintf(progress, "[cluster] images built and pushed in %.1fs (sample app: %s)\n", time.Since(t0).Seconds(), c.SampleAppImage())
+	fmt.Fprintf(progress, "[cluster] release built and published in %.1fs (sample app: %s)\n", time.Since(t0).Seconds(), c.SampleAppImage())
 	t0 = time.Now()
 	if err := c.InstallChart(ctx, im, progress); err != nil {
 		return Images{}, err
