@@ -4,7 +4,6 @@ package engine
 
 import (
 	"bytes"
-	"fmt"
 	"net"
 	"time"
 
@@ -89,10 +88,7 @@ func (u *loopPool) acquire(c *evClient) {
 		return
 	}
 	w := &loopWaiter{l: u.l, c: c, reqID: c.reqID}
-	if queued, err := u.p.wait(addr, w); err != nil {
-		u.l.fail(c, fmt.Errorf("connecting to %s: %w", addr, err))
-		return
-	} else if !queued {
+	if !u.p.wait(addr, w) {
 		u.dial(c) // a slot came free
 		return
 	}
