@@ -127,7 +127,7 @@ test: verify-generated vet lint build unit e2e ## Everything: generated-file dri
 # unit` runs them on their seed corpora only.
 FUZZTIME ?= 2m
 FUZZ_TARGETS := h1:FuzzFastRequest h1:FuzzRawRequestWrite h1:FuzzRawResponse h1:FuzzResponseWriter \
-	h1:FuzzRelayResponse h1:FuzzChunked engine:FuzzEventLoopRelay engine:FuzzHeadWatch
+	h1:FuzzRelayResponse h1:FuzzChunked h1:FuzzRewrittenTarget engine:FuzzEventLoopRelay engine:FuzzHeadWatch
 
 .PHONY: fuzz
 fuzz: ## Fuzz the engine's HTTP/1.1 parsers, writers and event loops against net/http, FUZZTIME (2m) per target.

@@ -104,7 +104,7 @@ func TestDefaults(t *testing.T) {
 		"PodDisruptionBudget httpscale-system/httpscale-scaler",
 		"Role httpscale-system/httpscale-interceptor", "Role httpscale-system/httpscale-operator", "Role httpscale-system/httpscale-scaler",
 		"RoleBinding httpscale-system/httpscale-interceptor", "RoleBinding httpscale-system/httpscale-operator", "RoleBinding httpscale-system/httpscale-scaler",
-		"Secret httpscale-system/httpscale-operator-webhook-tls",
+		"Secret httpscale-system/httpscale-operator-webhook-tls", "Secret httpscale-system/httpscale-session-keys",
 		"Service httpscale-system/httpscale-interceptor", "Service httpscale-system/httpscale-interceptor-admin",
 		"Service httpscale-system/httpscale-operator-webhook", "Service httpscale-system/httpscale-scaler",
 		"ServiceAccount httpscale-system/httpscale-interceptor", "ServiceAccount httpscale-system/httpscale-operator", "ServiceAccount httpscale-system/httpscale-scaler",
@@ -161,8 +161,12 @@ func TestDefaults(t *testing.T) {
 	}
 
 	vwc := get[*admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "httpscale-operator-webhook")
-	if len(vwc.Webhooks) != 1 {
-		t.Fatalf("webhooks = %d, want 1", len(vwc.Webhooks))
+	if len(vwc.Webhooks) != 2 {
+		t.Fatalf("webhooks = %d, want 2 (HTTPScaledObjects, HTTPScalePolicies)", len(vwc.Webhooks))
+	}
+	if ph := vwc.Webhooks[1]; *ph.ClientConfig.Service.Path != "/validate-httpscale-dev-v1alpha1-httpscalepolicy" || *ph.FailurePolicy != admissionregistrationv1.Ignore ||
+		len(ph.Rules) != 1 || ph.Rules[0].Resources[0] != "httpscalepolicies" || *ph.Rules[0].Scope != admissionregistrationv1.ClusterScope {
+		t.Errorf("policy webhook = %+v", ph)
 	}
 	wh := vwc.Webhooks[0]
 	if got := *wh.ClientConfig.Service.Path; got != "/validate-httpscale-dev-v1alpha1-httpscaledobject" {

@@ -181,6 +181,13 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 				// Only its own webhook configurations: never another product's (a sidecar injector).
 				{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Name: "sidecar-injector"},
 				{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "policy"},
+				// Tenancy: it never writes an HTTPScaledObject's spec or a HostClaim's, nor the
+				// platform's policies, and of Roles and RoleBindings only its own grants by name.
+				{Verb: "update", Group: "httpscale.dev", Resource: "httpscaledobjects", Namespace: "default"},
+				{Verb: "update", Group: "httpscale.dev", Resource: "hostclaims", Name: "any"},
+				{Verb: "create", Group: "httpscale.dev", Resource: "httpscalepolicies"},
+				{Verb: "update", Group: "rbac.authorization.k8s.io", Resource: "roles", Namespace: "default", Name: "admin"},
+				{Verb: "delete", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: "default", Name: "admin"},
 			},
 			"interceptor": {
 				{Verb: "create", Resource: "configmaps", Namespace: ns},
@@ -190,6 +197,13 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 				{Verb: "get", Resource: "secrets", Namespace: ns},
 				{Verb: "get", Resource: "secrets", Namespace: "default", Name: "any"},
 				{Verb: "list", Resource: "secrets", Namespace: "default"},
+				// Pods: a starting pod is read by name (cold-start probes), never listed, watched,
+				// changed, exec'd into or its logs read.
+				{Verb: "watch", Resource: "pods"},
+				{Verb: "list", Resource: "pods", Namespace: "default"},
+				{Verb: "update", Resource: "pods", Namespace: "default"},
+				{Verb: "create", Resource: "pods", Subresource: "exec", Namespace: "default"},
+				{Verb: "get", Resource: "pods", Subresource: "log", Namespace: "default"},
 			},
 			"scaler": {
 				{Verb: "update", Group: "httpscale.dev", Resource: "httpscaledobjects", Namespace: "default"},

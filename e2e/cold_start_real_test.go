@@ -17,10 +17,7 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -67,24 +64,6 @@ var _ = Describe("Cold starts on real pods", Ordered, func() {
 		url = fmt.Sprintf("http://%s:%d/hello", h.InterceptorService, localcluster.ProxyPort)
 	})
 
-	// atZero waits until the app has no pods and no ready endpoints, so the next request is a cold one.
-	atZero := func(ctx context.Context, within time.Duration) {
-		GinkgoHelper()
-		Eventually(func(g Gomega) {
-			g.Expect(replicas(ctx, ns, "app")).To(BeEquivalentTo(0))
-			var pods corev1.PodList
-			g.Expect(f.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": "app"})).To(Succeed())
-			g.Expect(pods.Items).To(BeEmpty())
-			var eps discoveryv1.EndpointSliceList
-			g.Expect(f.Client.List(ctx, &eps, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "app"})).To(Succeed())
-			for _, s := range eps.Items {
-				for _, e := range s.Endpoints {
-					g.Expect(ptr.Deref(e.Conditions.Ready, true)).To(BeFalse())
-				}
-			}
-		}).WithContext(ctx).WithTimeout(within).WithPolling(200 * time.Millisecond).Should(Succeed())
-	}
-
 	// cold sends one request while the app has no pods and checks it was held until a real pod was
 	// Ready and answered; it returns the time to the answer.
 	cold := func(ctx context.Context) time.Duration {
@@ -122,30 +101,16 @@ var _ = Describe("Cold starts on real pods", Ordered, func() {
 		Expect(string(queries)).To(MatchRegexp(`"A IN %s\. udp [^"]*" NOERROR`, regexp.QuoteMeta(scalerName)),
 			"CoreDNS's log has no answered UDP query for %s", scalerName)
 		t0 := time.Now()
-		atZero(ctx, 2*time.Minute)
+		atZero(ctx, ns, "app", 2*time.Minute)
 		toZero := time.Since(t0)
 		AddReportEntry("real cold start: first request -> answered", first.String())
 		AddReportEntry("real cold start: KEDA back to zero after", toZero.String())
 	})
 
 	It("wakes the app from zero again and again", func(ctx SpecContext) {
-		n := 5
-		if v := os.Getenv(EnvWakes); v != "" {
-			var err error
-			n, err = strconv.Atoi(v)
-			Expect(err).NotTo(HaveOccurred(), EnvWakes)
-		}
 		var wakes []time.Duration
-		for range n {
-			// Back to zero the quick way: once KEDA reports the ScaledObject inactive (nothing in flight
-			// or held), scale the Deployment to 0 instead of waiting for KEDA's polling and cooldown.
-			Eventually(func(g Gomega) {
-				var so kedav1alpha1.ScaledObject
-				g.Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, &so)).To(Succeed())
-				g.Expect(so.Status.Conditions.GetActiveCondition().Status).To(Equal(metav1.ConditionFalse))
-			}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
-			updateDeployment(ctx, ns, "app", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) })
-			atZero(ctx, time.Minute)
+		for range wakesFromEnv() {
+			backToZero(ctx, ns, "app")
 			wakes = append(wakes, cold(ctx))
 		}
 		rep := fmt.Sprintf("%d wakes from zero, request -> answered: p50 %s, p99 %s, max %s", len(wakes),
@@ -154,6 +119,18 @@ var _ = Describe("Cold starts on real pods", Ordered, func() {
 		fmt.Fprintln(GinkgoWriter, rep)
 	})
 })
+
+// wakesFromEnv is how many timed wakes a cold-start spec measures: EnvWakes, default 5.
+func wakesFromEnv() int {
+	GinkgoHelper()
+	n := 5
+	if v := os.Getenv(EnvWakes); v != "" {
+		var err error
+		n, err = strconv.Atoi(v)
+		Expect(err).NotTo(HaveOccurred(), EnvWakes)
+	}
+	return n
+}
 
 // percentile returns the nearest-rank percentile p (0-100] of ds.
 func percentile(ds []time.Duration, p float64) time.Duration {

@@ -34,7 +34,7 @@ import (
 var _ = Describe("Fault: a node lost", Label("fault"), Ordered, func() {
 	const toleration = 10
 	sc := setUpScenario("nodeloss", func(ctx SpecContext, e *scenarioEnv) {
-		routedAppWith(ctx, e.ns, "app", 1, func(d *appsv1.Deployment) {
+		routedAppOf(ctx, e.ns, "app", 1, func(d *appsv1.Deployment) {
 			d.Spec.Template.Spec.TopologySpreadConstraints = nil
 			for _, taint := range []string{"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"} {
 				d.Spec.Template.Spec.Tolerations = append(d.Spec.Template.Spec.Tolerations, corev1.Toleration{
@@ -93,7 +93,7 @@ var _ = Describe("Fault: a node lost", Label("fault"), Ordered, func() {
 			var pods corev1.PodList
 			g.Expect(f.Client.List(ctx, &pods, client.InNamespace(sc.ns), client.MatchingLabels{"app": "app"})).To(Succeed())
 			g.Expect(slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool {
-				return p.Spec.NodeName == survivor.Node && p.DeletionTimestamp == nil && podReady(&p)
+				return p.Spec.NodeName == survivor.Node && p.DeletionTimestamp == nil && podIsReady(&p)
 			})).To(BeTrue())
 		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 		back = time.Now()
@@ -138,8 +138,8 @@ func proxyURLOf(ic framework.Interceptor, path string) string {
 	return fmt.Sprintf("http://%s:%d%s", ic.IP, localcluster.ProxyPort, path)
 }
 
-// podReady reports whether the pod's Ready condition is True.
-func podReady(p *corev1.Pod) bool {
+// podIsReady reports whether the pod's Ready condition is True.
+func podIsReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue

@@ -14,10 +14,12 @@ import (
 	"path/filepath"
 	"time"
 
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -76,16 +78,18 @@ func scaledApp(ctx context.Context, ns, name, host string, scaledown int32) *htt
 // HTTPScaledObject for it (min 0, max 4 unless spec changes them), and waits until every interceptor
 // routes it.
 func routedApp(ctx context.Context, ns, name string, replicas int32, spec func(*httpscalev1alpha1.HTTPScaledObjectSpec)) *httpscalev1alpha1.HTTPScaledObject {
-	return routedAppWith(ctx, ns, name, replicas, nil, spec)
+	GinkgoHelper()
+	return routedAppOf(ctx, ns, name, replicas, nil, spec)
 }
 
-// routedAppWith is routedApp with the sample app's Deployment changed by dep (nil: as it is).
-func routedAppWith(ctx context.Context, ns, name string, replicas int32, dep func(*appsv1.Deployment), spec func(*httpscalev1alpha1.HTTPScaledObjectSpec)) *httpscalev1alpha1.HTTPScaledObject {
-	d, svc := f.SampleApp(ns, name, replicas)
-	if dep != nil {
-		dep(d)
+// routedAppOf is routedApp with the sample app's Deployment changed by dep (nil: as it is).
+func routedAppOf(ctx context.Context, ns, name string, replicas int32, change func(*appsv1.Deployment), spec func(*httpscalev1alpha1.HTTPScaledObjectSpec)) *httpscalev1alpha1.HTTPScaledObject {
+	GinkgoHelper()
+	dep, svc := f.SampleApp(ns, name, replicas)
+	if change != nil {
+		change(dep)
 	}
-	Expect(f.Client.Create(ctx, d)).To(Succeed())
+	Expect(f.Client.Create(ctx, dep)).To(Succeed())
 	Expect(f.Client.Create(ctx, svc)).To(Succeed())
 	hso := &httpscalev1alpha1.HTTPScaledObject{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -116,11 +120,19 @@ type answer struct {
 	Headers map[string]string `json:"headers"`
 	Host    string            `json:"host"`
 	Path    string            `json:"path"`
+	// StartedAt and ListeningAt are when the app's process started and began to listen (RFC 3339).
+	StartedAt   string `json:"startedAt"`
+	ListeningAt string `json:"listeningAt"`
 }
 
 // ask sends one GET through an interceptor (zone index) with the given Host and headers.
 func ask(ctx context.Context, h *framework.HTTPScale, zone int, host, path string, headers map[string]string) (answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, proxyURL(h, zone, path), nil)
+	return askURL(ctx, proxyURL(h, zone, path), host, headers)
+}
+
+// askURL sends one GET to url with the given Host and headers and reads the sample app's answer.
+func askURL(ctx context.Context, url, host string, headers map[string]string) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return answer{}, err
 	}
@@ -259,4 +271,37 @@ func runProbe(ctx context.Context, ns, name string, limit time.Duration, args ..
 	out, err := f.Cluster.KubectlRun(ctx, "", "-n", ns, "logs", name)
 	Expect(err).NotTo(HaveOccurred())
 	return parseProbe(out)
+}
+
+// atZero waits until app name of ns has no pods and no ready endpoints, so that the next request is
+// a cold one.
+func atZero(ctx context.Context, ns, name string, within time.Duration) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		g.Expect(replicas(ctx, ns, name)).To(BeEquivalentTo(0))
+		var pods corev1.PodList
+		g.Expect(f.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": name})).To(Succeed())
+		g.Expect(pods.Items).To(BeEmpty())
+		var eps discoveryv1.EndpointSliceList
+		g.Expect(f.Client.List(ctx, &eps, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name})).To(Succeed())
+		for _, s := range eps.Items {
+			for _, e := range s.Endpoints {
+				g.Expect(ptr.Deref(e.Conditions.Ready, true)).To(BeFalse())
+			}
+		}
+	}).WithContext(ctx).WithTimeout(within).WithPolling(200 * time.Millisecond).Should(Succeed())
+}
+
+// backToZero takes app name of ns back to zero the quick way: once KEDA reports its ScaledObject
+// inactive (nothing in flight or held), the Deployment is scaled to 0 instead of waiting for KEDA's
+// polling and cooldown.
+func backToZero(ctx context.Context, ns, name string) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		var so kedav1alpha1.ScaledObject
+		g.Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &so)).To(Succeed())
+		g.Expect(so.Status.Conditions.GetActiveCondition().Status).To(Equal(metav1.ConditionFalse))
+	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+	updateDeployment(ctx, ns, name, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) })
+	atZero(ctx, ns, name, time.Minute)
 }

@@ -7,7 +7,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/e2e/framework"
@@ -47,6 +49,17 @@ var _ = Describe("Routing", Ordered, func() {
 			one(s)
 			s.Hosts = hosts("exact." + suffix)
 		})
+		// Wildcard hosts need the platform team's grant (docs/security.md).
+		grant := &httpscalev1alpha1.HTTPScalePolicy{ObjectMeta: metav1.ObjectMeta{Name: "routing-" + ns1}, Spec: httpscalev1alpha1.HTTPScalePolicySpec{
+			Hosts: []httpscalev1alpha1.HostRule{{Pattern: httpscalev1alpha1.Host("*.wild." + suffix), Wildcards: true,
+				Namespaces: httpscalev1alpha1.NamespaceSelection{Names: []httpscalev1alpha1.NamespaceName{httpscalev1alpha1.NamespaceName(ns1)}}}}}}
+		Expect(f.Client.Create(ctx, grant)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(f.Client.Delete(ctx, grant))).To(Succeed()) })
+		Eventually(func() error { // the webhook's cache has the policy
+			probe := &httpscalev1alpha1.HTTPScaledObject{ObjectMeta: metav1.ObjectMeta{Name: "wild", Namespace: ns1}, Spec: httpscalev1alpha1.HTTPScaledObjectSpec{
+				Hosts: hosts("*.wild." + suffix), ScaleTargetRef: httpscalev1alpha1.ScaleTargetRef{Name: "wild", Service: "wild", Port: ptr.To[int32](80)}}}
+			return f.Client.Create(ctx, probe, client.DryRunAll)
+		}).WithContext(ctx).Should(Succeed())
 		routedApp(ctx, ns1, "wild", 1, func(s *httpscalev1alpha1.HTTPScaledObjectSpec) {
 			one(s)
 			s.Hosts = hosts("*.wild." + suffix)

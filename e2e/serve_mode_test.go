@@ -164,10 +164,11 @@ var _ = Describe("Serve mode", Ordered, func() {
 		return false
 	}
 	// kubeProxyRedirects reports whether kube-proxy's rules send the Service's port to an interceptor
-	// (an endpoint on the interceptors' proxy port; the app's pods listen on another).
+	// (an endpoint on the app's Serve port on the interceptors, in the chart's default range
+	// 20000-29999; the app's pods listen on another).
 	kubeProxyRedirects := func(ctx context.Context) bool {
 		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", f.Cluster.NetNS, "iptables-save", "-t", "nat").Output()
-		return err == nil && regexp.MustCompile(regexp.QuoteMeta(ns+"/app:http -> ")+fmt.Sprintf(`[0-9.]+:%d"`, localcluster.ProxyPort)).Match(out)
+		return err == nil && regexp.MustCompile(regexp.QuoteMeta(ns+"/app:http -> ")+`[0-9.]+:2[0-9]{4}"`).Match(out)
 	}
 	// probeService sends GET /ready to the Service's cluster IP every 100 ms, each on a new connection
 	// with a 2 s timeout, until the returned stop is called, which returns the number of probes and

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/proxy"
@@ -33,18 +34,8 @@ const installNS = "httpscale-system"
 // over the app's queue limit, times out held requests, and keeps serving its last good table when the
 // stored one is corrupted.
 func TestInterceptorAgainstAPIServer(t *testing.T) {
-	env, cfg, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	env, cs := apiServer(t)
 	ctx := context.Background()
-	for _, ns := range []string{installNS, "shop"} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 
 	// One real backend answers for the pod IP 198.18.0.10:8080.
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -174,6 +165,23 @@ func TestInterceptorAgainstAPIServer(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// apiServer starts an API server for the test with the install namespace and "shop".
+func apiServer(t *testing.T) (*envtest.Environment, kubernetes.Interface) {
+	t.Helper()
+	env, cfg, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	for _, ns := range []string{installNS, "shop"} {
+		if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return env, cs
 }
 
 func writeTable(t *testing.T, cs kubernetes.Interface, entries []routing.Entry) {

@@ -21,10 +21,13 @@ import (
 	"github.com/httpscale/httpscale/pkg/config"
 )
 
-// The routing table, ready endpoints of routed Services, and this replica's node (for its zone).
+// The routing table, ready endpoints of routed Services, and this replica's node (for its zone). Pods
+// are read one at a time by name, never listed or watched: a starting pod that an EndpointSlice of a
+// routed Service names, for its readiness probe and its start times (pkg/coldstart).
 // +kubebuilder:rbac:groups="",namespace=httpscale-system,resources=configmaps,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get
 
 func main() {
 	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], runOptions{}); err != nil {

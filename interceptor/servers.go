@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -13,9 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/httpscale/httpscale/pkg/admin"
+	"github.com/httpscale/httpscale/pkg/coldstart"
 	"github.com/httpscale/httpscale/pkg/config"
 	"github.com/httpscale/httpscale/pkg/proxy"
 	"github.com/httpscale/httpscale/pkg/queue"
+	"github.com/httpscale/httpscale/pkg/sessioncookie"
 	"github.com/httpscale/httpscale/pkg/tlsterm"
 	"github.com/httpscale/httpscale/pkg/tracing"
 	"github.com/httpscale/httpscale/pkg/version"
@@ -75,12 +78,26 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 	if err != nil {
 		return servers{}, err
 	}
+	var sessionKeys func() *sessioncookie.Keys
+	var keysFile manager.Runnable
+	if cfg.SessionKeysFile != "" {
+		src := sessioncookie.NewFileSource(cfg.SessionKeysFile, 0, log.WithName("session"))
+		sessionKeys, keysFile = src.Keys, src
+	} else {
+		log.Info("no --session-keys-file: session cookies are signed with a random key of this replica, which other replicas do not accept")
+	}
 	trusted, err := proxy.ParseTrustedProxies(cfg.TrustedProxies)
 	if err != nil {
 		return servers{}, fmt.Errorf("--trusted-proxies: %w", err)
 	}
+	coldStarts, err := newColdStarts(cfg, kube, metricsReg, dial, log)
+	if err != nil {
+		return servers{}, err
+	}
 	p, err := proxy.New(proxy.Options{
 		Tracer:                tp.Tracer("github.com/httpscale/httpscale/pkg/proxy"),
+		SessionKeys:           sessionKeys,
+		ColdStarts:            coldStarts,
 		Tables:                kube.tables,
 		Endpoints:             kube.endpoints,
 		Registry:              reg,
@@ -119,6 +136,9 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		Log:          log.WithName("proxy"),
 	}
 	runnables := []manager.Runnable{afterFirstTable{Runnable: proxySrv, tables: kube.tables}}
+	if keysFile != nil {
+		runnables = append(runnables, keysFile)
+	}
 	var tlsSrv *tlsterm.Server
 	if cfg.TLSAddr != "" {
 		if kube.certs == nil {
@@ -136,11 +156,23 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		}
 		runnables = append(runnables, afterFirstTable{Runnable: tlsSrv, tables: kube.tables})
 	}
+	// Serve mode: a listener per app Serve port the routing table names (serveports.go).
+	var serve *servePorts
+	if kube.onTableChange != nil {
+		host, _, _ := net.SplitHostPort(cfg.ProxyAddr) // Validate checked it
+		serve = newServePorts(servePortsConfig{Host: host, Proxy: p, FastHTTP1: cfg.HTTP1FastPath,
+			DrainDelay: cfg.DrainDelay, DrainTimeout: cfg.DrainTimeout, Log: log.WithName("serve-ports")})
+		kube.onTableChange(serve.TableChanged)
+		runnables = append(runnables, serve)
+	}
 	// The admin port answers, and tracing waits to flush, until every proxy port has drained.
 	go func() {
 		<-proxySrv.Drained
 		if tlsSrv != nil {
 			<-tlsSrv.Drained
+		}
+		if serve != nil {
+			<-serve.Drained
 		}
 		close(drained)
 	}()
@@ -165,13 +197,16 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		Handler: admin.NewHandler(admin.HandlerOptions{
 			Status: func() admin.Status {
 				t := kube.tables.Table()
-				return admin.Status{TableVersion: t.Version(), TableEntries: t.Len(), Draining: proxySrv.Draining()}
+				epoch, seq := coldStarts.Seq()
+				return admin.Status{TableVersion: t.Version(), TableEntries: t.Len(), Draining: proxySrv.Draining(),
+					ColdStartEpoch: epoch, ColdStartSeq: seq}
 			},
-			Counts:  reg,
-			Wake:    reg,
-			Ready:   ready,
-			Metrics: promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{}),
-			Stop:    stopStreams,
+			Counts:     reg,
+			Wake:       reg,
+			ColdStarts: coldStarts,
+			Ready:      ready,
+			Metrics:    promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{}),
+			Stop:       stopStreams,
 		}),
 		After:        drained,
 		OnShutdown:   func() { close(stopStreams) },
@@ -179,10 +214,13 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		Log:          log.WithName("admin"),
 	}
 	runnables = append(runnables, adminSrv)
-	if kube.endpointWatch != nil {
-		runnables = append(runnables, keepUntilDrained{
-			Runnable: kube.endpointWatch, drained: drained, limit: cfg.DrainDelay + cfg.DrainTimeout + adminDrainTimeout,
-		})
+	// The endpoint cache and the cold-start probes serve requests held during the drain.
+	for _, r := range []manager.Runnable{kube.endpointWatch, coldStarts} {
+		if r != nil {
+			runnables = append(runnables, keepUntilDrained{
+				Runnable: r, drained: drained, limit: cfg.DrainDelay + cfg.DrainTimeout + adminDrainTimeout,
+			})
+		}
 	}
 	if tp != nil {
 		runnables = append(runnables, tp)
@@ -213,6 +251,31 @@ func (a afterFirstTable) Start(ctx context.Context) error {
 		}
 	}
 	return a.Runnable.Start(ctx)
+}
+
+// newColdStarts returns the tracker of the replica's cold starts: it probes starting pods (unless
+// --cold-start-max-probes is 0, or without Kubernetes) and records every cold start.
+func newColdStarts(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.Registry, dial dialFunc, log logr.Logger) (*coldstart.Tracker, error) {
+	name, _ := os.Hostname() // the pod's name
+	o := coldstart.Options{
+		Endpoints:   kube.endpoints,
+		Interval:    cfg.ColdStartProbeInterval,
+		Timeout:     cfg.ColdStartProbeTimeout,
+		MaxProbes:   cfg.ColdStartMaxProbes,
+		Name:        name,
+		AppLabel:    proxy.PerApp(cfg.PerAppMetrics) == proxy.PerAppHistograms, // a histogram per app and step only when asked
+		DialContext: dial,
+		Log:         log.WithName("coldstart"),
+		Registerer:  metricsReg,
+	}
+	if cfg.ColdStartMaxProbes > 0 {
+		o.Pods = kube.pods
+	}
+	t, err := coldstart.New(o)
+	if err != nil {
+		return nil, fmt.Errorf("creating the cold-start tracker: %w", err)
+	}
+	return t, nil
 }
 
 // keepUntilDrained runs the endpoint cache past the manager's stop until the proxy has drained (at

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/httpscale/httpscale/pkg/coldstart"
 	"github.com/httpscale/httpscale/pkg/config"
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/gcheadroom"
@@ -25,6 +26,8 @@ type kubeParts struct {
 	tables proxy.TableSource
 	// endpoints is the EndpointSlice cache of routed Services (pkg/endpoints).
 	endpoints endpoints.Source
+	// pods reads the starting pods of cold starts; nil without Kubernetes.
+	pods coldstart.PodReader
 	// onTableChange registers a callback for every new table, called before the table is served.
 	onTableChange func(func(*routing.Table))
 	// ready fails until a routing table is loaded and the endpoint watches have synced.
@@ -55,7 +58,14 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating endpoint cache: %w", err)
 	}
-	table, err := tablewatch.NewForClient(cs, tablewatch.Options{Namespace: cfg.Namespace, Base: cfg.TableName, Resync: cfg.TableResync, Log: log.WithName("routing"), Registerer: metrics})
+	var probe kubernetes.Interface
+	if cfg.TableStaleAfter > 0 {
+		if probe, err = tablewatch.ProbeClient(mgr.GetConfig()); err != nil {
+			return kubeParts{}, err
+		}
+	}
+	table, err := tablewatch.NewForClient(cs, tablewatch.Options{Namespace: cfg.Namespace, Base: cfg.TableName, Resync: cfg.TableResync,
+		StaleAfter: cfg.TableStaleAfter, Probe: probe, Log: log.WithName("routing"), Registerer: metrics})
 	if err != nil {
 		return kubeParts{}, fmt.Errorf("creating routing-table watch: %w", err)
 	}
@@ -80,6 +90,7 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 	return kubeParts{
 		tables:        table,
 		endpoints:     cache,
+		pods:          coldstart.PodsFrom(cs),
 		endpointWatch: cache,
 		onTableChange: table.OnChange,
 		zone:          zone,

@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -20,6 +21,7 @@ import (
 	"github.com/httpscale/httpscale/operator/webhook"
 	"github.com/httpscale/httpscale/pkg/component"
 	"github.com/httpscale/httpscale/pkg/config"
+	"github.com/httpscale/httpscale/pkg/sessioncookie"
 )
 
 // Leader election: client-go's Lease lock only gets, creates and updates its Lease (releasing it on
@@ -64,8 +66,14 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
 			wo := webhook.OptionsFrom(cfg.Webhook, cfg.Namespace)
 			wo.Finalizer, wo.Fleet, wo.WatchNamespaces = controller.FinalizerFor(cfg.Fleet), cfg.Fleet, cfg.WatchNamespaces
+			wo.ClusterDomain, wo.MaxEntryBytes = cfg.ClusterDomain, cfg.MaxEntryBytes
 			if _, err := webhook.Setup(mgr, wo, log.WithName("webhook")); err != nil {
 				return err
+			}
+			if cfg.SessionKeysSecret != "" {
+				if err := addSessionKeeper(mgr, cfg, log); err != nil {
+					return err
+				}
 			}
 			opts := options(cfg)
 			opts.Schedules = scheduler.New(mgr.GetClient(), cfg.Schedules, mgr.GetEventRecorder("httpscale-operator"), log)
@@ -73,6 +81,20 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 			return err
 		},
 	}, args)
+}
+
+// addSessionKeeper adds the runnable that fills the interceptors' session-keys Secret.
+// +kubebuilder:rbac:groups="",namespace=httpscale-system,resources=secrets,verbs=get;create;update
+func addSessionKeeper(mgr manager.Manager, cfg *config.Operator, log logr.Logger) error {
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("creating Kubernetes client for the session keys: %w", err)
+	}
+	k := &sessioncookie.SecretKeeper{Client: cs, Namespace: cfg.Namespace, Name: cfg.SessionKeysSecret, Log: log.WithName("session-keys")}
+	if err := mgr.Add(k); err != nil {
+		return fmt.Errorf("adding the session keys keeper: %w", err)
+	}
+	return nil
 }
 
 // options translates the validated configuration into the controllers' options.
@@ -93,7 +115,10 @@ func options(cfg *config.Operator) controller.Options {
 		MaxConcurrentReconciles:   cfg.MaxConcurrentReconciles,
 		InterceptorServiceAccount: cfg.InterceptorServiceAccount,
 		ClusterDomain:             cfg.ClusterDomain,
-		InterceptorProxyPort:      int32(cfg.InterceptorProxyPort),
+		ServePortMin:              int32(cfg.ServePortMin),
+		ServePortMax:              int32(cfg.ServePortMax),
+		HostClaimRetention:        cfg.HostClaimRetention,
+		MaxEntryBytes:             cfg.MaxEntryBytes,
 		KEDACheckInterval:         cfg.KEDACheckInterval,
 	}
 }

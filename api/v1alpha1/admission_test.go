@@ -134,6 +134,16 @@ var _ = Describe("HTTPScaledObject admission", func() {
 		Entry("the same static route twice", func(o *v1.HTTPScaledObject) {
 			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Response: &v1.StaticResponse{}}, {PathPrefix: "/ping", Response: &v1.StaticResponse{}}}
 		}, "spec.staticRoutes[1]", "Duplicate value"),
+		// Every free-form field has a length limit (docs/security.md: one object cannot hurt the others).
+		Entry("static response header value too long", func(o *v1.HTTPScaledObject) {
+			o.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/ping", Response: &v1.StaticResponse{Headers: map[string]string{"X-A": strings.Repeat("a", 4097)}}}}
+		}, "spec.staticRoutes[0].response.headers", "static response header values are at most 4096 characters"),
+		Entry("placeholder header value too long", func(o *v1.HTTPScaledObject) {
+			o.Spec.ColdStart = &v1.ColdStart{Placeholder: &v1.Placeholder{Headers: map[string]string{"X-A": strings.Repeat("a", 4097)}}}
+		}, "spec.coldStart.placeholder.headers", "placeholder header values are at most 4096 characters"),
+		Entry("trigger metadata value too long", func(o *v1.HTTPScaledObject) {
+			o.Spec.Scaling = &v1.Scaling{Triggers: []v1.ScalingTrigger{{Type: "prometheus", Metadata: map[string]string{"query": strings.Repeat("a", 4097)}}}}
+		}, "spec.scaling.triggers[0].metadata", "trigger metadata keys are at most 253 characters and values at most 4096"),
 		Entry("fleet that is not a DNS label", func(o *v1.HTTPScaledObject) { o.Spec.Fleet = "Team_A" },
 			"spec.fleet", "should match"),
 		Entry("fleet longer than a release's names allow", func(o *v1.HTTPScaledObject) { o.Spec.Fleet = strings.Repeat("a", 31) },

@@ -20,6 +20,11 @@ const (
 	// exists, is of type kubernetes.io/tls and holds a certificate and key that belong together. It
 	// does not change Ready: plain HTTP routing works whatever the Secret holds.
 	ConditionTLSReady = "TLSReady"
+	// ConditionHostsAccepted is False when some of the object's hosts are refused to its namespace:
+	// another namespace owns them (reason HostClaimed) or the cluster's HTTPScalePolicies do not let
+	// the namespace claim them (reason HostNotAllowed). The object is routed on its other hosts only;
+	// the message lists the refused hosts and why, never another tenant's objects.
+	ConditionHostsAccepted = "HostsAccepted"
 	// ConditionServing is reported in Serve mode only. True (reason Direct): the app's Service sends
 	// traffic straight to the app's pods. False with reason Proxying: the Service's port is redirected
 	// to the interceptors (the app is at or going to zero, or its pods are not ready yet). False with
@@ -27,6 +32,13 @@ const (
 	// SelectorMismatch), the Service is left as it is and the app is reachable through the interceptor
 	// Service only.
 	ConditionServing = "Serving"
+)
+
+// Reasons of ConditionHostsAccepted.
+const (
+	HostsReasonAccepted   = "Accepted"
+	HostsReasonClaimed    = "HostClaimed"
+	HostsReasonNotAllowed = "HostNotAllowed"
 )
 
 // Reasons of ConditionServing.

@@ -29,6 +29,10 @@ type Duration string
 // +kubebuilder:validation:XValidation:rule=`!has(self.replicas) || !has(self.replicas.min) || !has(self.replicas.max) || self.replicas.min <= self.replicas.max`,message="replicas.min must not be greater than replicas.max"
 // +kubebuilder:validation:XValidation:rule=`!has(self.mode) || self.mode != 'Serve' || !has(self.forwarding) || !has(self.forwarding.viaService) || !self.forwarding.viaService`,message="mode Serve cannot be combined with forwarding.viaService: while the app is at zero its Service leads back to the interceptors; remove forwarding.viaService"
 // +kubebuilder:validation:XValidation:rule=`!has(self.mode) || self.mode != 'Serve' || (has(self.scaling) && has(self.scaling.triggers) && size(self.scaling.triggers) > 0) || (has(self.replicas) && has(self.replicas.min) && self.replicas.min >= 1)`,message="mode Serve takes the interceptor out of the path while the app is warm, so the interceptor's counts cannot keep it up: add spec.scaling.triggers that measure the app's traffic (for example prometheus or metrics-api), or set replicas.min to at least 1"
+// +kubebuilder:validation:XValidation:rule=`!has(self.pathRewrites) || self.pathRewrites.all(r, (has(self.pathPrefixes) && size(self.pathPrefixes) > 0) ? r.pathPrefix in self.pathPrefixes : r.pathPrefix == '/')`,fieldPath=".pathRewrites",message="each pathRewrites[].pathPrefix must be one of spec.pathPrefixes, written the same way (an object without pathPrefixes can only rewrite /)"
+// +kubebuilder:validation:XValidation:rule=`!has(self.pathRewrites) || size(self.pathRewrites) == 0 || !has(self.mode) || self.mode != 'Serve'`,fieldPath=".pathRewrites",message="pathRewrites need mode Proxy: in Serve mode warm traffic reaches the app's pods without the interceptor, so it would arrive unrewritten; rewrite in the ingress in front, or use mode Proxy"
+// +kubebuilder:validation:XValidation:rule=`!has(self.sessionPersistence) || !has(self.mode) || self.mode != 'Serve'`,fieldPath=".sessionPersistence",message="sessionPersistence needs mode Proxy: in Serve mode warm traffic reaches the app's pods without the interceptor, which could not keep a client on one pod"
+// +kubebuilder:validation:XValidation:rule=`!has(self.sessionPersistence) || !has(self.forwarding) || !has(self.forwarding.viaService) || !self.forwarding.viaService`,fieldPath=".sessionPersistence",message="sessionPersistence cannot be combined with forwarding.viaService: through the Service's address the interceptor cannot choose the pod; remove forwarding.viaService"
 type HTTPScaledObjectSpec struct {
 	// Hosts whose requests are routed to this app. Exact hosts win over wildcards, more specific wildcards
 	// over less specific ones, and * catches whatever no other object claims.
@@ -136,6 +140,18 @@ type HTTPScaledObjectSpec struct {
 	// +optional
 	Forwarding *Forwarding `json:"forwarding,omitempty"`
 
+	// PathRewrites replace the matched path prefix before a request is forwarded (Gateway API's
+	// URLRewrite ReplacePrefixMatch), per path prefix. See PathRewrite.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=pathPrefix
+	PathRewrites []PathRewrite `json:"pathRewrites,omitempty"`
+
+	// SessionPersistence keeps a client on one pod of the app with a cookie. See SessionPersistence.
+	// +optional
+	SessionPersistence *SessionPersistence `json:"sessionPersistence,omitempty"`
+
 	// TLS makes the interceptors terminate TLS for this object's hosts on their TLS port, with the
 	// certificate of a Secret in this object's namespace. See TLS.
 	// +optional
@@ -190,9 +206,11 @@ type ScalingTrigger struct {
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name,omitempty"`
 
-	// Metadata is the scaler's configuration.
+	// Metadata is the scaler's configuration: at most 64 entries, keys of at most 253 characters,
+	// values of at most 4096.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.size() <= 253 && self[k].size() <= 4096)`,message="trigger metadata keys are at most 253 characters and values at most 4096"
 	Metadata map[string]string `json:"metadata,omitempty"`
 
 	// MetricType is how the HPA reads the metric: AverageValue (the default), Value or Utilization.
@@ -200,8 +218,9 @@ type ScalingTrigger struct {
 	// +kubebuilder:validation:Enum=AverageValue;Value;Utilization
 	MetricType string `json:"metricType,omitempty"`
 
-	// AuthenticationRef names a KEDA TriggerAuthentication (or ClusterTriggerAuthentication) holding the
-	// trigger's secrets.
+	// AuthenticationRef names a KEDA TriggerAuthentication in the object's namespace holding the
+	// trigger's secrets, or a ClusterTriggerAuthentication where an HTTPScalePolicy allows the
+	// namespace to use one (spec.clusterTriggerAuthentication).
 	// +optional
 	AuthenticationRef *TriggerAuthenticationRef `json:"authenticationRef,omitempty"`
 }
@@ -432,6 +451,12 @@ type ColdStart struct {
 	// still wakes the app. Other requests are held as usual.
 	// +optional
 	WaitingPage *WaitingPage `json:"waitingPage,omitempty"`
+
+	// Probe says how interceptors find out that a starting pod can serve, so that held requests are
+	// forwarded the moment it can rather than at the kubelet's next readiness probe. Unset runs the
+	// pods' own readiness probes. See ColdStartProbe.
+	// +optional
+	Probe *ColdStartProbe `json:"probe,omitempty"`
 }
 
 // WaitingPage is the page browsers get while the app wakes: status 503 with Retry-After and a
@@ -485,10 +510,11 @@ type Placeholder struct {
 	// +kubebuilder:validation:Maximum=599
 	StatusCode int32 `json:"statusCode,omitempty"`
 
-	// Headers added to the response.
+	// Headers added to the response (values of at most 4096 characters).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.matches(r'^[A-Za-z0-9!#$%&*+.^_|~-]+$') && k.size() <= 256)`,message="placeholder header names must be HTTP tokens such as Content-Type"
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, self[k].size() <= 4096)`,message="placeholder header values are at most 4096 characters"
 	Headers map[string]string `json:"headers,omitempty"`
 
 	// Body of the response.
@@ -521,10 +547,11 @@ type StaticResponse struct {
 	// +kubebuilder:validation:Maximum=599
 	StatusCode int32 `json:"statusCode,omitempty"`
 
-	// Headers added to the response.
+	// Headers added to the response (values of at most 4096 characters).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=16
 	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.matches(r'^[A-Za-z0-9!#$%&*+.^_|~-]+$') && k.size() <= 256)`,message="static response header names must be HTTP tokens such as Content-Type"
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, self[k].size() <= 4096)`,message="static response header values are at most 4096 characters"
 	Headers map[string]string `json:"headers,omitempty"`
 
 	// Body of the response.
@@ -576,6 +603,10 @@ type HTTPScaledObjectStatus struct {
 	// +listType=map
 	// +listMapKey=ruleName
 	Schedules []ScheduleStatus `json:"schedules,omitempty"`
+
+	// LastColdStart breaks the app's latest cold start down step by step (see ColdStartStatus).
+	// +optional
+	LastColdStart *ColdStartStatus `json:"lastColdStart,omitempty"`
 }
 
 // RoutingStatus proves (or disproves) that the interceptor fleet routes this object's current spec.

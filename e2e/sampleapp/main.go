@@ -6,6 +6,10 @@
 //
 //	GET /anything?sleep=200ms&status=503 -> waits, then answers with that status and a JSON report
 //
+// With --listen-delay the process waits that long after it started before it listens, as an app that
+// loads before it serves; every answer says when the process started and when it began to listen
+// (startedAt, listeningAt), so a test can tell the app's own start from the time around it.
+//
 // With --admin, requests carrying ?rid=<id> are counted per id; GET <admin>/requests returns the counts
 // of this process as JSON (so a test can prove no request was lost or answered twice, summing over
 // pods) and DELETE resets them. GET <admin>/stats returns {"recent": N}, the requests this process
@@ -42,6 +46,9 @@ type Report struct {
 	Path   string `json:"path"`
 	// Headers are the request headers (first value each), for routing checks.
 	Headers map[string]string `json:"headers"`
+	// StartedAt is when the process started, ListeningAt when it began to listen (RFC 3339, ns).
+	StartedAt   string `json:"startedAt"`
+	ListeningAt string `json:"listeningAt"`
 }
 
 type zones []struct {
@@ -124,12 +131,15 @@ func main() {
 }
 
 func run() error {
+	started := time.Now()
 	var z zones
 	var ls listens
 	flag.Var(&ls, "listen", "Address to listen on (repeatable; default 0.0.0.0:8000).")
 	flag.Var(&z, "zone", "CIDR=zone: the zone reported for pod IPs in CIDR (repeatable).")
 	admin := flag.String("admin", "", "Address serving /requests (counts of requests per ?rid=); empty disables it.")
+	listenDelay := flag.Duration("listen-delay", 0, "How long after the process started it begins to listen.")
 	flag.Parse()
+	var listening time.Time
 	var counts sync.Map // rid -> *atomic.Int64
 	var last recent
 	if len(ls) == 0 {
@@ -144,6 +154,7 @@ func run() error {
 		rep := Report{
 			PodIP: ap.Addr().Unmap().String(), Zone: z.lookup(ap.Addr().Unmap()), Port: int(ap.Port()),
 			Host: r.Host, Method: r.Method, Path: r.URL.Path, Headers: map[string]string{},
+			StartedAt: started.Format(time.RFC3339Nano), ListeningAt: listening.Format(time.RFC3339Nano),
 		}
 		for k := range r.Header {
 			rep.Headers[k] = r.Header.Get(k)
@@ -203,6 +214,12 @@ func run() error {
 		})
 	}
 
+	select {
+	case <-time.After(time.Until(started.Add(*listenDelay))):
+	case <-ctx.Done():
+		return nil
+	}
+	listening = time.Now()
 	var wg sync.WaitGroup
 	errc := make(chan error, len(ls))
 	var servers []*http.Server

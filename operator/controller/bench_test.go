@@ -59,7 +59,7 @@ func fill(b *testing.B, cands []candidate) *tableState {
 	}
 	for i := range cands {
 		c := cands[i]
-		if err := c.prepare(); err != nil {
+		if err := c.prepare(routing.DefaultMaxEntryBytes); err != nil {
 			b.Fatal(err)
 		}
 		s.set(c.entry.Key(), &c)
@@ -114,7 +114,7 @@ func BenchmarkOneChange(b *testing.B) {
 			for b.Loop() {
 				c := cands[i%len(cands)]
 				i++
-				if err := c.prepare(); err != nil {
+				if err := c.prepare(routing.DefaultMaxEntryBytes); err != nil {
 					b.Fatal(err)
 				}
 				s.set(c.entry.Key(), &c)

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 var _ = Describe("Objects deleted during a burst", func() {
@@ -21,7 +23,7 @@ var _ = Describe("Objects deleted during a burst", func() {
 	// the stored table still routes it, and must leave the table in the end.
 	It("leave the API only after they left the routing table", func() {
 		const n = 200
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		deleteObjectsAfterSpec(ns)
 		createService(ns, "burst")
 		createDeployment(ns, "burst")

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 // burstEnv sets the size of the burst; the default keeps `make test` fast, the benchmark in
@@ -24,7 +27,7 @@ var _ = Describe("A burst of new objects", func() {
 			n, err = strconv.Atoi(v)
 			Expect(err).NotTo(HaveOccurred(), burstEnv)
 		}
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		deleteObjectsAfterSpec(ns)
 		createService(ns, "burst")
 		createDeployment(ns, "burst")

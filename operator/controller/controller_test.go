@@ -17,6 +17,7 @@ import (
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/controller"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 	"github.com/httpscale/httpscale/pkg/trigger"
 )
 
@@ -84,10 +85,10 @@ func update(h *v1.HTTPScaledObject, mutate func(*v1.HTTPScaledObject)) {
 
 var _ = Describe("An HTTPScaledObject", func() {
 	var ns string
-	BeforeEach(func() { ns = newNamespace() })
+	BeforeEach(func() { ns = ginkgoenv.NewNamespace(context.Background(), k8s, "app-") })
 
 	It("is routed with everything the interceptor needs and gets a ScaledObject, a finalizer and status", func() {
-		createService(ns, "shop", corev1.ServicePort{Name: "web", Port: 80, TargetPort: intstr.FromInt32(8080), AppProtocol: ptr.To("kubernetes.io/h2c")})
+		svc := createService(ns, "shop", corev1.ServicePort{Name: "web", Port: 80, TargetPort: intstr.FromInt32(8080), AppProtocol: ptr.To("kubernetes.io/h2c")})
 		createDeployment(ns, "shop")
 		h := hso(ns, "shop", "shop.example.com")
 		h.Spec.ScaleTargetRef.Port = nil
@@ -113,7 +114,8 @@ var _ = Describe("An HTTPScaledObject", func() {
 			Hosts: []string{"shop.example.com"}, PathPrefixes: []string{"/api"},
 			Headers: []routing.HeaderMatch{{Name: "X-Tenant", Value: ptr.To("blue")}},
 			Service: "shop", Port: 80, PortName: "web", TargetPort: 8080, Protocol: routing.ProtocolH2C,
-			Timeouts: routing.Timeouts{Readiness: 20 * time.Second, ResponseHeader: 1500 * time.Millisecond},
+			ClusterIP: svc.Spec.ClusterIP, // read from the API: the interceptors never resolve a tenant's name
+			Timeouts:  routing.Timeouts{Readiness: 20 * time.Second, ResponseHeader: 1500 * time.Millisecond},
 			ColdStart: routing.ColdStart{QueueLimit: 50, Placeholder: &routing.Placeholder{StatusCode: 503, Body: "warming up"},
 				WaitingPage: &routing.WaitingPage{Refresh: 2, HTML: "<p>opening</p>"}}, // refresh defaulted by the API server
 		}))

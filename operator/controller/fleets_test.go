@@ -19,6 +19,7 @@ import (
 	"github.com/httpscale/httpscale/operator/controller"
 	"github.com/httpscale/httpscale/pkg/routing"
 	"github.com/httpscale/httpscale/pkg/testenv"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 // A second installation in the same API server: fleet "blue" in its own namespace, with its own table
@@ -49,7 +50,7 @@ var _ = Describe("Two fleets in one cluster", Ordered, func() {
 	})
 
 	It("lets each fleet's interceptors read only the TLS Secrets of that fleet's objects", func() {
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		red, bl := app(ns, "red", "red."+ns+".example.com"), app(ns, "bl", "bl."+ns+".example.com")
 		red.Spec.TLS = &v1.TLS{SecretName: "red-tls"}
 		bl.Spec.TLS = &v1.TLS{SecretName: "blue-tls"}
@@ -91,7 +92,7 @@ var _ = Describe("Two fleets in one cluster", Ordered, func() {
 	})
 
 	It("routes and scales each object only by the fleet it names, and moves it when the fleet changes", func() {
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		red := app(ns, "red", "red.example.com") // no fleet: the default one
 		Expect(k8s.Create(ctx, red)).To(Succeed())
 		bl := app(ns, "bl", "bl.example.com")
@@ -140,7 +141,7 @@ var _ = Describe("Two fleets in one cluster", Ordered, func() {
 		serveFleet(def)
 		bl := newFakeInterceptor("198.19.9.2")
 		publishBlueFleet(bl)
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		DeferCleanup(func() { Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed()) })
 		h := serveApp(ns, "tide")
 		h.Spec.Fleet = "blue"
@@ -148,14 +149,16 @@ var _ = Describe("Two fleets in one cluster", Ordered, func() {
 		key := ns + "/tide"
 
 		// No ready pod yet: blue's interceptor gets the Service's traffic, not the default fleet's.
-		Eventually(redirectTargets(ns, "tide"), timeout).Should(Equal([]string{"198.19.9.2:8080 http"}))
+		Eventually(blueEntryOf(key), timeout).Should(HaveField("ServePort", Not(BeZero())), "blue's table gives the app its Serve port")
+		Eventually(redirectTargets(ns, "tide"), timeout).Should(Equal(targetsAt(blueEntryOf(key)().ServePort)("198.19.9.2")))
 		Eventually(condition(h, v1.ConditionServing), timeout).Should(haveCondition(False, v1.ServingReasonProxying))
 		Eventually(blueEntryOf(key), timeout).Should(HaveField("Hosts", ContainElement("tide."+ns+".svc")))
 		Consistently(func() *routing.Entry { return tableEntry(key) }).Should(BeNil(), "the default fleet does not route it")
 
 		By("moving it to the default fleet")
 		update(h, func(o *v1.HTTPScaledObject) { o.Spec.Fleet = "" })
-		Eventually(redirectTargets(ns, "tide"), timeout).Should(Equal([]string{"198.19.9.1:8080 http"}))
+		Eventually(servePortOf(key), timeout).ShouldNot(BeZero())
+		Eventually(redirectTargets(ns, "tide"), timeout).Should(Equal(targetsAt(servePortOf(key)())("198.19.9.1")))
 		Eventually(entryOf(key), timeout).Should(HaveField("Hosts", ContainElement("tide."+ns+".svc")))
 		Eventually(blueEntryOf(key), timeout).Should(BeNil())
 
@@ -171,7 +174,7 @@ var _ = Describe("Two fleets in one cluster", Ordered, func() {
 	})
 
 	It("says in the status of an object whose fleet no operator serves why nothing routes it, until one does", func() {
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		lost := app(ns, "lost", "lost.example.com")
 		lost.Spec.Fleet = "green"
 		Expect(k8s.Create(ctx, lost)).To(Succeed())

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,7 +22,6 @@ import (
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/scheduler"
 	"github.com/httpscale/httpscale/pkg/appkey"
-	"github.com/httpscale/httpscale/pkg/routing"
 )
 
 // Finalizer keeps an HTTPScaledObject until its entry has left the written routing table.
@@ -37,10 +35,13 @@ const invalidRecheck = 30 * time.Second
 // controller has not routed yet, should no table write bring it back first.
 const notRoutedRecheck = 5 * time.Second
 
-// +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/status,verbs=get;update;patch
+// The operator writes HTTPScaledObjects only through merge patches (finalizers; status), and never
+// their spec; /finalizers update lets it set owner references that block the owner's deletion (the
+// ScaledObject, a redirect EndpointSlice).
+// +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/status,verbs=patch
 // +kubebuilder:rbac:groups=httpscale.dev,resources=httpscaledobjects/finalizers,verbs=update
-// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=*,resources=*/scale,verbs=get
@@ -76,9 +77,18 @@ type Reconciler struct {
 	Secrets client.Reader
 	// KEDA tells whether KEDA's ScaledObjects are served; nil means they are.
 	KEDA *KEDA
-	Log  logr.Logger
+	// ColdStarts has the apps' latest cold starts for status.lastColdStart; nil shows none.
+	ColdStarts *ColdStarts
+	Log        logr.Logger
 	// Now is the clock of the wait for routing (routingWait); nil means time.Now.
 	Now func() time.Time
+
+	// own decides which hosts each object's namespace may route (hosts.go).
+	own *ownership
+	// requeue asks for a reconcile of key ("namespace/name") by the main controller.
+	requeue func(key string)
+	// maxEntryBytes is the per-object budget of a routing entry's stored form.
+	maxEntryBytes int
 }
 
 // routingWait bounds how long a new object that already carries its finalizer (from the mutating
@@ -115,7 +125,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	entry, err := r.resolve(ctx, hso)
 	var inv *invalidError
-	if written := r.Table.Written(); !errors.As(err, &inv) && err == nil && !written.Contains(key) && !written.Lost(key) &&
+	refusedAll := false
+	if v, ok := r.own.verdict(key, hso.UID, hso.Generation); ok && len(v.granted) == 0 {
+		refusedAll = true // left out of the table for good: nothing to wait for
+	}
+	if written := r.Table.Written(); !errors.As(err, &inv) && err == nil && !written.Contains(key) && !written.Lost(key) && !refusedAll &&
 		(!controllerutil.ContainsFinalizer(hso, r.finalizer()) || r.now().Sub(hso.CreationTimestamp.Time) < routingWait) {
 		// Not settled in a written table yet: neither routed nor reported as the loser of a route
 		// conflict. The table writer's Notify brings the object back here once it is; until then this
@@ -170,11 +184,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// The Serving condition (and the redirect it describes) is the Serve controller's
 	// (serve_controller.go); Ready reads it below.
-	r.setRoutingStatus(hso, key, inv == nil)
+	r.setHostsStatus(hso, key)
+	r.setRoutingStatus(hso, key, inv == nil, refusedAll)
 	if err := r.setTLSStatus(ctx, hso); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.setReady(hso)
+	r.setColdStartStatus(hso, key)
 	hso.Status.ObservedGeneration = hso.Generation
 
 	if !equality.Semantic.DeepEqual(orig.Status, hso.Status) {
@@ -209,62 +225,15 @@ func (r *Reconciler) finalize(ctx context.Context, hso *v1.HTTPScaledObject, key
 	if !r.Table.Released(key, hso.UID) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	if r.ColdStarts != nil {
+		r.ColdStarts.Forget(key)
+	}
 	orig := hso.DeepCopy()
 	controllerutil.RemoveFinalizer(hso, r.finalizer())
 	if err := r.Client.Patch(ctx, hso, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer from %s: %w", key, err)
 	}
 	return ctrl.Result{}, nil
-}
-
-// resolve validates everything CEL cannot (the Service and port, the fallback, the scale target) and
-// builds the routing entry. Problems the user must fix come back as *invalidError.
-func (r *Reconciler) resolve(ctx context.Context, hso *v1.HTTPScaledObject) (routing.Entry, error) {
-	ref := hso.Spec.ScaleTargetRef
-	svc, err := r.service(ctx, hso.Namespace, ref.Service, "scaleTargetRef.service", "ServiceNotFound")
-	if err != nil {
-		return routing.Entry{}, err
-	}
-	target, err := resolvePort(svc, ref.Port, ref.PortName, "scaleTargetRef")
-	if err != nil {
-		return routing.Entry{}, err
-	}
-	var fallback *routing.Backend
-	if cs := hso.Spec.ColdStart; cs != nil && cs.Fallback != nil {
-		fsvc, err := r.service(ctx, hso.Namespace, cs.Fallback.Service, "coldStart.fallback.service", "FallbackServiceNotFound")
-		if err != nil {
-			return routing.Entry{}, err
-		}
-		fb, err := resolvePort(fsvc, cs.Fallback.Port, cs.Fallback.PortName, "coldStart.fallback")
-		if err != nil {
-			return routing.Entry{}, err
-		}
-		fallback = &fb
-	}
-	if err := r.Targets.Check(ctx, hso); err != nil {
-		return routing.Entry{}, err
-	}
-	entry := buildEntry(hso, target, fallback)
-	if err := r.serveHosts(ctx, hso, svc, &entry); err != nil {
-		return routing.Entry{}, err
-	}
-	// CEL admits nothing the table rejects today; this keeps it that way if the two ever drift apart.
-	if err := entry.Validate(); err != nil {
-		return routing.Entry{}, invalid("InvalidRoute", "the routing table cannot hold this object: %v", err)
-	}
-	return entry, nil
-}
-
-func (r *Reconciler) service(ctx context.Context, namespace, name, field, reason string) (*corev1.Service, error) {
-	svc := &corev1.Service{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, svc)
-	if apierrors.IsNotFound(err) {
-		return nil, invalid(reason, "%s: Service %s/%s does not exist; create it or correct the name", field, namespace, name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading Service %s/%s: %w", namespace, name, err)
-	}
-	return svc, nil
 }
 
 // syncScaledObject creates or updates the KEDA ScaledObject, or removes ours when the user owns it.
@@ -330,7 +299,7 @@ func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObj
 }
 
 // setRoutingStatus reports conflicts and which interceptors route this generation.
-func (r *Reconciler) setRoutingStatus(hso *v1.HTTPScaledObject, key string, valid bool) {
+func (r *Reconciler) setRoutingStatus(hso *v1.HTTPScaledObject, key string, valid, refusedAll bool) {
 	// The fleet first: every version it reports was known to the writer before it could be served
 	// (TableWriter.announce), so the view read after it knows them all. Read the other way round, a
 	// view older than the fleet counts a replica on a newer table as serving nothing.
@@ -365,6 +334,9 @@ func (r *Reconciler) setRoutingStatus(hso *v1.HTTPScaledObject, key string, vali
 	case lost:
 		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, "Conflict",
 			"another object holds this route (see condition Conflict), so this one is left out of the routing table")
+	case refusedAll:
+		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, ReasonHostsRefused,
+			"none of the object's hosts is its namespace's to route (see condition HostsAccepted), so it is left out of the routing table")
 	case !routed:
 		r.setCondition(hso, v1.ConditionRoutingPropagated, metav1.ConditionFalse, "Pending",
 			"the routing table holding this generation is not written yet")
@@ -408,6 +380,7 @@ func readyBlocker(conds []metav1.Condition) (reason, msg string, blocked bool) {
 		want metav1.ConditionStatus
 	}{
 		{v1.ConditionValid, metav1.ConditionTrue},
+		{v1.ConditionHostsAccepted, metav1.ConditionTrue},
 		{v1.ConditionConflict, metav1.ConditionFalse},
 		{v1.ConditionScaledObjectReady, metav1.ConditionTrue},
 	} {
@@ -438,6 +411,7 @@ func (r *Reconciler) setCondition(hso *v1.HTTPScaledObject, typ string, status m
 	// Warnings are problems the user must fix; everything else is progress.
 	warning := typ == v1.ConditionConflict && status == metav1.ConditionTrue ||
 		typ == v1.ConditionValid && status == metav1.ConditionFalse ||
+		typ == v1.ConditionHostsAccepted && status == metav1.ConditionFalse ||
 		typ == v1.ConditionTLSReady && status == metav1.ConditionFalse ||
 		typ == v1.ConditionScaledObjectReady && status == metav1.ConditionFalse && reason != "NotValid" ||
 		typ == v1.ConditionServing && status == metav1.ConditionFalse && reason != v1.ServingReasonProxying

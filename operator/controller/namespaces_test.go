@@ -1,15 +1,18 @@
 package controller_test
 
 import (
+	"context"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 var _ = Describe("An operator limited to some namespaces", func() {
 	It("routes and scales only the objects in those namespaces", func() {
-		watched, other := newNamespace(), newNamespace()
+		watched, other := ginkgoenv.NewNamespace(context.Background(), k8s, "app-"), ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		// One writer of the table at a time: the suite's operator steps aside for this spec.
 		op.stop()
 		DeferCleanup(func() { op = startOperator(defaultOptions()) })

@@ -62,6 +62,9 @@ type Prober struct {
 	// Written, when set, is the table writer's view; each round then also measures how far behind the
 	// tables written the replicas are (the operator's propagation metrics, metrics.go).
 	Written func() *Written
+	// ColdStarts, when set, fetches the cold starts a replica recorded since the last round, when
+	// its status says it has new ones (within the same timeout as its status).
+	ColdStarts *ColdStarts
 
 	lag   lagTracker
 	fleet atomic.Pointer[Fleet]
@@ -132,6 +135,9 @@ func (p *Prober) probe(ctx context.Context) {
 				return
 			}
 			replicas[i].Version = st.TableVersion
+			if p.ColdStarts != nil {
+				p.ColdStarts.Fetch(cctx, "http://"+addr, st)
+			}
 		}()
 	}
 	wg.Wait()

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -15,11 +16,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 var _ = Describe("Routing propagation", func() {
 	It("counts the ready interceptors that serve the object's current generation", func() {
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		// Documentation addresses (TEST-NET-1): EndpointSlice validation rejects loopback, so the
 		// slices carry these and the operator's probe transport dials each fake on loopback instead.
 		a, b := newFakeInterceptor("192.0.2.10"), newFakeInterceptor("192.0.2.11")
@@ -73,7 +75,7 @@ var _ = Describe("Routing propagation", func() {
 	})
 
 	It("counts hung, endless and non-JSON interceptors as not serving without delaying the others", func() {
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		a, b := newFakeInterceptor("192.0.2.20"), newFakeInterceptor("192.0.2.21")
 		hostile := []*fakeInterceptor{
 			// Accepts the connection and never answers.
@@ -120,7 +122,7 @@ var _ = Describe("Routing propagation", func() {
 	// latest table before the operator's first probe or after it.
 	DescribeTable("reports every object of a burst propagated to interceptors that serve only the latest table",
 		func(ipA, ipB string, pinFirst bool) {
-			ns := newNamespace()
+			ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 			a, b := newFakeInterceptor(ipA), newFakeInterceptor(ipB)
 			publishFleet("fleet", []*fakeInterceptor{a, b})
 			DeferCleanup(func() {

@@ -13,6 +13,7 @@ import (
 func TestReadyNamesAServeProblemBeforePropagation(t *testing.T) {
 	base := []metav1.Condition{
 		{Type: v1.ConditionValid, Status: metav1.ConditionTrue, Reason: "Valid"},
+		{Type: v1.ConditionHostsAccepted, Status: metav1.ConditionTrue, Reason: "Accepted"},
 		{Type: v1.ConditionConflict, Status: metav1.ConditionFalse, Reason: "NoConflict"},
 		{Type: v1.ConditionScaledObjectReady, Status: metav1.ConditionTrue, Reason: "Ready"},
 	}

@@ -38,18 +38,31 @@ func (rr *routeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	hso := &v1.HTTPScaledObject{}
 	if err := rr.r.Client.Get(ctx, req.NamespacedName, hso); err != nil {
 		if apierrors.IsNotFound(err) {
+			rr.r.own.record(key, nil)
 			rr.r.Table.Gone(key)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("reading HTTPScaledObject %s: %w", key, err)
 	}
 	if !hso.DeletionTimestamp.IsZero() {
+		rr.r.own.record(key, nil)
 		rr.r.Table.SetDeleting(key, hso.UID)
 		return ctrl.Result{}, nil
 	}
 	if !rr.r.serves(hso) {
+		rr.r.own.record(key, nil)
 		rr.r.Table.Set(key, nil) // another fleet's (or moved there): out of this fleet's table
 		return ctrl.Result{}, nil
+	}
+	// Hosts are decided (and new ones claimed) whether or not the rest of the object resolves: a
+	// host belongs to the namespace that claims it first, as OpenShift's routes do, not to the first
+	// one whose Service exists.
+	verdict, changed, err := rr.r.own.admit(ctx, hso)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if changed {
+		rr.r.requeue(key) // the main reconcile reports it (HostsAccepted)
 	}
 	entry, err := rr.r.resolve(ctx, hso)
 	var inv *invalidError
@@ -59,7 +72,11 @@ func (rr *routeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{RequeueAfter: invalidRecheck}, nil
 	case err != nil:
 		return ctrl.Result{}, err
+	case len(verdict.granted) == 0:
+		rr.r.Table.Set(key, nil) // no host of its own: left out, its status says why
+		return ctrl.Result{}, nil
 	}
+	entry.Hosts = grantedHosts(hso, entry.Hosts, verdict)
 	if !controllerutil.ContainsFinalizer(hso, rr.r.finalizer()) {
 		// The finalizer goes on before the object is routed, so that it cannot leave the API while an
 		// interceptor still routes it. The operator's mutating webhook normally puts it on in the
@@ -72,6 +89,7 @@ func (rr *routeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 		switch {
 		case gone:
+			rr.r.own.record(key, nil)
 			rr.r.Table.Gone(key)
 			return ctrl.Result{}, nil
 		case !hso.DeletionTimestamp.IsZero():
@@ -83,7 +101,13 @@ func (rr *routeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			return ctrl.Result{}, nil
 		}
 	}
-	rr.r.Table.Set(key, &candidate{entry: entry, created: hso.CreationTimestamp.Time, uid: hso.UID})
+	// A Serve-mode app that owns its Service's redirect and all its hosts gets a Serve port.
+	serve, err := rr.r.wantsServePort(ctx, hso)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	serve = serve && len(verdict.refused) == 0
+	rr.r.Table.Set(key, &candidate{entry: entry, created: hso.CreationTimestamp.Time, uid: hso.UID, serve: serve})
 	return ctrl.Result{}, nil
 }
 

@@ -38,9 +38,10 @@ import (
 // Serve mode (spec.mode: Serve). While the app has no ready endpoint, its workload is scaled to zero,
 // or KEDA has decided to scale it to zero (its ScaledObject turned inactive and counts down the
 // cooldown), the operator adds one EndpointSlice to the app's Service (the redirect) that lists the
-// ready interceptors on the scaleTargetRef port, so kube-proxy sends that port's traffic to them; the
-// interceptors find the app by the Service's host names in Host (routing.ServiceHosts, added to the
-// owner's routing entry), hold the request and wake the app as in Proxy mode. Once the app has ready
+// ready interceptors on the scaleTargetRef port, so kube-proxy sends that port's traffic to them, at
+// the app's own Serve port (serveports.go), where the interceptors route every request to this app
+// alone whatever its Host, hold it and wake the app as in Proxy mode. No redirect while the app does
+// not own its routes (a route conflict lost, a host refused) or has no Serve port. Once the app has ready
 // endpoints, KEDA finds it active and no interceptor holds a request for it, the redirect is deleted
 // and traffic goes straight to the pods. Other ports of the Service are never redirected.
 
@@ -62,8 +63,6 @@ const (
 
 // ServeOptions configure Serve mode.
 type ServeOptions struct {
-	// ProxyPort is the interceptors' proxy port on their pods.
-	ProxyPort int32
 	// ClusterDomain completes the Service's host names (<svc>.<ns>.svc.<domain>).
 	ClusterDomain string
 }
@@ -151,6 +150,12 @@ func (r *Reconciler) syncServe(ctx context.Context, hso *v1.HTTPScaledObject, ke
 			return 0, err
 		}
 		r.setCondition(hso, v1.ConditionServing, metav1.ConditionFalse, blockedReason, blockedMsg)
+		switch blockedReason {
+		case ServingReasonNoServePort:
+			return serveSwitchRecheck, nil // the table with its port is written within moments
+		case ServingReasonRoutesNotOwned:
+			return serveDirectRecheck, nil // a conflict or a refusal that ends is not watched here
+		}
 		return 0, nil
 	}
 	// A redirect of this object for another Service (scaleTargetRef.service was changed) goes first.
@@ -168,6 +173,7 @@ func (r *Reconciler) syncServe(ctx context.Context, hso *v1.HTTPScaledObject, ke
 type serveSwitch struct {
 	svc         *corev1.Service
 	portName    string
+	port        int32  // the app's Serve port on the interceptors
 	portDesc    string // "port 80" or "port http (80)", for messages
 	replicas    int32
 	ready       int
@@ -200,6 +206,10 @@ func (r *Reconciler) serveSwitch(ctx context.Context, hso *v1.HTTPScaledObject) 
 	if msg := serveUnsupported(svc); msg != "" {
 		return sw, v1.ServingReasonUnsupportedService, msg, nil
 	}
+	port, reason, msg := r.servePort(hso)
+	if reason != "" {
+		return sw, reason, msg, nil
+	}
 	replicas, podLabels, err := r.workload(ctx, hso)
 	if err != nil {
 		return sw, "", "", err
@@ -209,7 +219,7 @@ func (r *Reconciler) serveSwitch(ctx context.Context, hso *v1.HTTPScaledObject) 
 			"the selector of Service %s (%s) does not select the pods of %s %s (labels %s): redirecting it could never end; fix the selector or the pod template labels",
 			svc.Name, labels.SelectorFromSet(svc.Spec.Selector), ref.Kind, ref.Name, labels.Set(podLabels)), nil
 	}
-	sw = serveSwitch{svc: svc, portName: backend.PortName, portDesc: fmt.Sprintf("port %d", backend.Port), replicas: replicas}
+	sw = serveSwitch{svc: svc, portName: backend.PortName, port: port, portDesc: fmt.Sprintf("port %d", backend.Port), replicas: replicas}
 	if backend.PortName != "" {
 		sw.portDesc = fmt.Sprintf("port %s (%d)", backend.PortName, backend.Port)
 	}
@@ -254,7 +264,7 @@ func (r *Reconciler) redirect(ctx context.Context, hso *v1.HTTPScaledObject, sw 
 			return 0, fmt.Errorf("recording the coming redirect of Service %s in the status: %w", sw.svc.Name, err)
 		}
 	}
-	if err := r.putRedirect(ctx, hso, sw.svc, sw.portName, sw.ips, sw.existing, sw.redirected); err != nil {
+	if err := r.putRedirect(ctx, hso, sw.svc, sw.portName, sw.port, sw.ips, sw.existing, sw.redirected); err != nil {
 		return 0, err
 	}
 	var why string
@@ -282,7 +292,7 @@ func (r *Reconciler) serveDirect(ctx context.Context, hso *v1.HTTPScaledObject, 
 		if err != nil || held > 0 {
 			// Keep the interceptors in the Service until they have handed every held request over;
 			// keep the list current meanwhile.
-			if err := r.putRedirect(ctx, hso, sw.svc, sw.portName, sw.ips, sw.existing, true); err != nil {
+			if err := r.putRedirect(ctx, hso, sw.svc, sw.portName, sw.port, sw.ips, sw.existing, true); err != nil {
 				return 0, err
 			}
 			msg := fmt.Sprintf("%d endpoints are ready; the redirect of Service %s %s stays until the interceptors hold no request for the app (%d held)", sw.ready, sw.svc.Name, sw.portDesc, held)
@@ -334,9 +344,10 @@ func kedaActive(so *kedav1alpha1.ScaledObject) metav1.ConditionStatus {
 	return ""
 }
 
-// putRedirect creates or updates the redirect slice of svc so that it lists ips on portName.
-func (r *Reconciler) putRedirect(ctx context.Context, hso *v1.HTTPScaledObject, svc *corev1.Service, portName string, ips []string, existing *discoveryv1.EndpointSlice, found bool) error {
-	desired := redirectSlice(hso.Name, svc, portName, r.Serve.ProxyPort, ips)
+// putRedirect creates or updates the redirect slice of svc so that it lists ips on portName, at the
+// app's Serve port on the interceptors.
+func (r *Reconciler) putRedirect(ctx context.Context, hso *v1.HTTPScaledObject, svc *corev1.Service, portName string, port int32, ips []string, existing *discoveryv1.EndpointSlice, found bool) error {
+	desired := redirectSlice(hso.Name, svc, portName, port, ips)
 	if err := controllerutil.SetControllerReference(hso, desired, r.Client.Scheme()); err != nil {
 		return fmt.Errorf("owning redirect EndpointSlice: %w", err)
 	}
@@ -372,10 +383,11 @@ func (r *Reconciler) putRedirect(ctx context.Context, hso *v1.HTTPScaledObject, 
 	return nil
 }
 
-// redirectSlice is the slice that sends svc's port portName to the interceptors at ips on proxyPort.
+// redirectSlice is the slice that sends svc's port portName to the interceptors at ips on the app's
+// Serve port (servePort), where they route every request to this app alone.
 // Its port is named exactly as the Service port, which is how kube-proxy pairs them; the other ports
 // of the Service get no endpoint from it. IPv4 addresses are used when there are any (IPv6 otherwise).
-func redirectSlice(owner string, svc *corev1.Service, portName string, proxyPort int32, ips []string) *discoveryv1.EndpointSlice {
+func redirectSlice(owner string, svc *corev1.Service, portName string, servePort int32, ips []string) *discoveryv1.EndpointSlice {
 	var v4, v6 []string
 	for _, ip := range ips {
 		if strings.Contains(ip, ":") {
@@ -401,7 +413,7 @@ func redirectSlice(owner string, svc *corev1.Service, portName string, proxyPort
 		},
 		AddressType: addrType,
 		Ports: []discoveryv1.EndpointPort{{
-			Name: ptr.To(portName), Port: ptr.To(proxyPort), Protocol: ptr.To(corev1.ProtocolTCP),
+			Name: ptr.To(portName), Port: ptr.To(servePort), Protocol: ptr.To(corev1.ProtocolTCP),
 		}},
 		Endpoints: []discoveryv1.Endpoint{},
 	}

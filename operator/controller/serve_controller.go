@@ -100,3 +100,14 @@ var serveInputChanged = predicate.Or(predicate.GenerationChangedPredicate{}, pre
 		return e.ObjectOld != nil && e.ObjectNew != nil &&
 			e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
 	}})
+
+// servingChanged passes the updates that change the Serving condition, which the Serve controller
+// writes and Ready follows. The main reconcile must read the object once its cache holds that write:
+// queued at the moment of the write (before the cache saw it), it could compute Ready from the old
+// condition, find nothing to change, and never look again.
+var servingChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	o, ok1 := e.ObjectOld.(*v1.HTTPScaledObject)
+	n, ok2 := e.ObjectNew.(*v1.HTTPScaledObject)
+	return ok1 && ok2 && !equality.Semantic.DeepEqual(meta.FindStatusCondition(o.Status.Conditions, v1.ConditionServing),
+		meta.FindStatusCondition(n.Status.Conditions, v1.ConditionServing))
+}}

@@ -1,7 +1,9 @@
 package controller_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -23,7 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/operator/controller"
 	"github.com/httpscale/httpscale/pkg/endpoints"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 // serveApp returns a Serve-mode object for a new Service and Deployment named name, with an extra
@@ -96,6 +100,27 @@ func scaleDeployment(ns, name string, replicas int32) {
 	}).Should(Succeed())
 }
 
+// servePortOf returns the Serve port of key in the stored routing table (0 when none).
+func servePortOf(key string) func() int32 {
+	return func() int32 {
+		if e := tableEntry(key); e != nil {
+			return e.ServePort
+		}
+		return 0
+	}
+}
+
+// targetsAt returns what redirectTargets says of a redirect to ips at port.
+func targetsAt(port int32) func(ips ...string) []string {
+	return func(ips ...string) []string {
+		out := make([]string, len(ips))
+		for i, ip := range ips {
+			out[i] = fmt.Sprintf("%s:%d http", ip, port)
+		}
+		return out
+	}
+}
+
 // setKEDAActive sets the Active condition of h's ScaledObject, as KEDA does at each check.
 func setKEDAActive(h *v1.HTTPScaledObject, status metav1.ConditionStatus) {
 	GinkgoHelper()
@@ -123,14 +148,18 @@ var _ = Describe("Serve mode", func() {
 	It("redirects the app's Service to the ready interceptors while the app has no ready endpoint, and hands it back once the interceptors hold nothing", func() {
 		a, b := newFakeInterceptor("198.19.0.1"), newFakeInterceptor("198.19.0.2")
 		serveFleet(a, b)
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		h := serveApp(ns, "shop")
 		key := ns + "/shop"
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 
-		// Deployment at 1 replica, no ready pod yet: the http port goes to both interceptors' proxy
-		// port, named as the Service port.
-		Eventually(redirectTargets(ns, "shop"), timeout).Should(Equal([]string{"198.19.0.1:8080 http", "198.19.0.2:8080 http"}))
+		// The app gets a Serve port of its own on the interceptors, in the routing table.
+		Eventually(servePortOf(key), timeout).Should(And(BeNumerically(">=", controller.DefaultServePortMin), BeNumerically("<=", controller.DefaultServePortMax)))
+		at := targetsAt(servePortOf(key)())
+
+		// Deployment at 1 replica, no ready pod yet: the http port goes to both interceptors' Serve
+		// port of the app, named as the Service port.
+		Eventually(redirectTargets(ns, "shop"), timeout).Should(Equal(at("198.19.0.1", "198.19.0.2")))
 		s := redirect(ns, "shop")()
 		Expect(s.Labels).To(HaveKeyWithValue(serviceName, "shop"))
 		Expect(s.Labels).To(HaveKeyWithValue(discoveryv1.LabelManagedBy, endpoints.RedirectManagedBy))
@@ -151,7 +180,7 @@ var _ = Describe("Serve mode", func() {
 
 		// An interceptor leaves: the redirect follows.
 		publishFleet("serve-fleet", []*fakeInterceptor{a})
-		Eventually(redirectTargets(ns, "shop"), timeout).Should(Equal([]string{"198.19.0.1:8080 http"}))
+		Eventually(redirectTargets(ns, "shop"), timeout).Should(Equal(at("198.19.0.1")))
 
 		// The app gets a ready endpoint while an interceptor still holds two requests for it: the
 		// redirect stays until they are handed over.
@@ -169,7 +198,7 @@ var _ = Describe("Serve mode", func() {
 		// finds the app active.
 		Expect(scaledObject(h)().Spec.PollingInterval).To(BeNil(), "scaledownPeriod 300 s: KEDA's own polling")
 		setKEDAActive(h, metav1.ConditionFalse)
-		Eventually(redirectTargets(ns, "shop"), 5*time.Second).Should(Equal([]string{"198.19.0.1:8080 http"}))
+		Eventually(redirectTargets(ns, "shop"), 5*time.Second).Should(Equal(at("198.19.0.1")))
 		Eventually(condition(h, v1.ConditionServing), timeout).Should(And(haveCondition(False, v1.ServingReasonProxying),
 			HaveField("Message", ContainSubstring("KEDA finds every trigger"))))
 		setKEDAActive(h, metav1.ConditionTrue)
@@ -179,7 +208,7 @@ var _ = Describe("Serve mode", func() {
 		// KEDA scales the workload to zero: the redirect is back before the pods are gone (the pod
 		// is still ready in its slice).
 		scaleDeployment(ns, "shop", 0)
-		Eventually(redirectTargets(ns, "shop"), 5*time.Second).Should(Equal([]string{"198.19.0.1:8080 http"}))
+		Eventually(redirectTargets(ns, "shop"), 5*time.Second).Should(Equal(at("198.19.0.1")))
 		Eventually(condition(h, v1.ConditionServing), timeout).Should(And(haveCondition(False, v1.ServingReasonProxying),
 			HaveField("Message", ContainSubstring("scaled to zero"))))
 
@@ -210,11 +239,12 @@ var _ = Describe("Serve mode", func() {
 	It("restores the Service of an object switched to Proxy while the operator was down", func() {
 		a := newFakeInterceptor("198.19.1.1")
 		serveFleet(a)
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		DeferCleanup(func() { Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed()) })
 		h := serveApp(ns, "cart")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
-		Eventually(redirectTargets(ns, "cart"), timeout).Should(Equal([]string{"198.19.1.1:8080 http"}))
+		Eventually(servePortOf(ns+"/cart"), timeout).ShouldNot(BeZero())
+		Eventually(redirectTargets(ns, "cart"), timeout).Should(Equal(targetsAt(servePortOf(ns + "/cart")())("198.19.1.1")))
 
 		op.stop()
 		DeferCleanup(func() { op = startOperator(defaultOptions()) })
@@ -231,7 +261,7 @@ var _ = Describe("Serve mode", func() {
 	It("creates no redirect its object's status does not record, so a later reconcile always finds it", func() {
 		a := newFakeInterceptor("198.19.1.2")
 		serveFleet(a)
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		DeferCleanup(func() { Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed()) })
 
 		// An operator whose status writes for this namespace fail, as when it is stopped between
@@ -272,7 +302,7 @@ var _ = Describe("Serve mode", func() {
 	It("leaves a Service it cannot serve as it is and says why, and gives a claimed Service to the next object when the first goes", func() {
 		a := newFakeInterceptor("198.19.2.1")
 		serveFleet(a)
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		// Objects waiting for a ready endpoint are re-checked every second: do not leave them to the
 		// specs that follow.
 		DeferCleanup(func() { Expect(k8s.DeleteAllOf(ctx, &v1.HTTPScaledObject{}, client.InNamespace(ns))).To(Succeed()) })

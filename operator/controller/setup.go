@@ -29,12 +29,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/scheduler"
+	"github.com/httpscale/httpscale/operator/tenancy"
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/appkey"
 	"github.com/httpscale/httpscale/pkg/routing"
@@ -84,9 +86,9 @@ type Options struct {
 	Schedules *scheduler.Scheduler
 	// ClusterDomain is the cluster's DNS domain, for the Service host names Serve mode routes.
 	ClusterDomain string
-	// InterceptorProxyPort is the interceptors' proxy port, the target of Serve mode's redirects;
-	// 0 means 8080.
-	InterceptorProxyPort int32
+	// ServePortMin and ServePortMax bound the Serve ports given to Serve-mode apps (serveports.go);
+	// zero means DefaultServePortMin-DefaultServePortMax.
+	ServePortMin, ServePortMax int32
 	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace, which SecretGrants
 	// lets read the Secrets spec.tls names; empty grants nothing.
 	InterceptorServiceAccount string
@@ -97,6 +99,14 @@ type Options struct {
 	Identity string
 	// FleetLeaseInterval paces the fleet Lease's renewal and the list of every fleet's; zero means 15 s.
 	FleetLeaseInterval time.Duration
+	// HostClaimRetention is how long an unused HostClaim the operator created is kept; zero keeps it
+	// for good.
+	HostClaimRetention time.Duration
+	// ClaimSweepInterval paces the ClaimKeeper; zero means a minute.
+	ClaimSweepInterval time.Duration
+	// MaxEntryBytes is the per-object budget of a routing entry's stored form; zero means
+	// routing.DefaultMaxEntryBytes.
+	MaxEntryBytes int
 	// KEDACheckInterval paces the check for KEDA's CRDs while they are missing; zero means 20 s.
 	KEDACheckInterval time.Duration
 }
@@ -138,6 +148,11 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		if cs := hso.Spec.ColdStart; cs != nil && cs.Fallback != nil {
 			names = append(names, cs.Fallback.Service)
 		}
+		for _, sr := range hso.Spec.StaticRoutes {
+			if sr.Service != nil {
+				names = append(names, sr.Service.Name)
+			}
+		}
 		return names
 	}); err != nil {
 		return nil, fmt.Errorf("indexing HTTPScaledObjects by Service: %w", err)
@@ -164,6 +179,9 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	if err := idx.IndexField(ctx, &v1.HTTPScaledObject{}, indexTLSSecret, tlsSecretIndex); err != nil {
 		return nil, fmt.Errorf("indexing HTTPScaledObjects by TLS Secret: %w", err)
 	}
+	if err := tenancy.IndexFields(ctx, idx); err != nil {
+		return nil, err
+	}
 
 	disc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
 	if err != nil {
@@ -188,15 +206,21 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
 	var writer *TableWriter // the prober's callback reads it; set below
+	adminClient := admin.Client{HTTP: &http.Client{Timeout: o.ProbeTimeout, Transport: transport}}
+	coldStarts, err := NewColdStarts(adminClient, keys.Enqueue, ctrlmetrics.Registry, log.WithName("coldstarts"))
+	if err != nil {
+		return nil, fmt.Errorf("registering cold-start metrics: %w", err)
+	}
 	prober := &Prober{
-		Reader:    mgr.GetClient(),
-		Namespace: o.Namespace,
-		Selector:  o.InterceptorSelector,
-		PortName:  o.InterceptorAdminPort,
-		Interval:  o.ProbeInterval,
-		Timeout:   o.ProbeTimeout,
-		Admin:     admin.Client{HTTP: &http.Client{Timeout: o.ProbeTimeout, Transport: transport}},
-		Log:       log.WithName("propagation"),
+		Reader:     mgr.GetClient(),
+		Namespace:  o.Namespace,
+		Selector:   o.InterceptorSelector,
+		PortName:   o.InterceptorAdminPort,
+		Interval:   o.ProbeInterval,
+		Timeout:    o.ProbeTimeout,
+		Admin:      adminClient,
+		ColdStarts: coldStarts,
+		Log:        log.WithName("propagation"),
 		// A probe answer changes after every table write; re-evaluate the objects whose count can
 		// change, not all 10,000 (each a reconcile competing with the next change for the CPU).
 		OnChange: func(prev, next *Fleet) {
@@ -224,6 +248,8 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		StartupGrace:    30 * time.Second,
 		MaxShardBytes:   maxShard,
 		MaxShardEntries: o.MaxShardEntries,
+		ServePortMin:    o.ServePortMin,
+		ServePortMax:    o.ServePortMax,
 		Log:             log.WithName("table"),
 		Notify:          keys.Enqueue,
 		AfterWrite:      prober.Kick,
@@ -271,10 +297,28 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		ScalerAddress: o.ScalerAddress,
 		Schedules:     o.Schedules,
 		APIReader:     mgr.GetAPIReader(),
-		Serve:         ServeOptions{ProxyPort: cmp.Or(o.InterceptorProxyPort, 8080), ClusterDomain: o.ClusterDomain},
+		Serve:         ServeOptions{ClusterDomain: o.ClusterDomain},
 		Secrets:       mgr.GetAPIReader(),
 		KEDA:          keda,
+		ColdStarts:    coldStarts,
 		Log:           log,
+		maxEntryBytes: cmp.Or(o.MaxEntryBytes, routing.DefaultMaxEntryBytes),
+		requeue:       func(key string) { keys.Enqueue([]string{key}) },
+	}
+	r.own = newOwnership(mgr.GetClient(), mgr.GetAPIReader(), o.ClusterDomain, r.serves)
+	r.own.policies.OnErrors = func(errs []error) {
+		for _, err := range errs {
+			log.Error(err, "HTTPScalePolicy rule ignored: it selects no namespace")
+		}
+	}
+	writer.MaxEntryBytes = r.maxEntryBytes
+	keeper := &ClaimKeeper{
+		Client: mgr.GetClient(), Fleet: fleets.Fleet, Fleets: fleets, Retention: o.HostClaimRetention,
+		Interval: cmp.Or(o.ClaimSweepInterval, time.Minute), Uses: r.own.usedBy,
+		Ready: func() bool { return writer.Written().snap > 0 }, Now: time.Now, Log: log.WithName("claims"),
+	}
+	if err := mgr.Add(keeper); err != nil {
+		return nil, fmt.Errorf("adding HostClaim keeper: %w", err)
 	}
 	if err := mgr.Add(writer); err != nil {
 		return nil, fmt.Errorf("adding routing-table writer: %w", err)
@@ -314,7 +358,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		}
 		return b, nil
 	}
-	b, err := controllerFor("httpscaledobject", predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}),
+	b, err := controllerFor("httpscaledobject", predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, servingChanged),
 		max(1, o.MaxConcurrentReconciles))
 	if err != nil {
 		return nil, err
@@ -336,6 +380,20 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	// Serve mode: only the owner of a Service's redirect (the oldest Serve-mode object on it) has the
 	// Service's names in its routing entry, so a change of one Serve-mode object re-routes its peers.
 	rb.Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(servePeers(mgr.GetClient())))
+	// Host ownership: a claim created, released or deleted, a policy changed, a namespace's labels
+	// changed, or an object that claims an overlapping host changed its hosts or went away: the
+	// objects whose hosts it can decide are decided again.
+	hostChanged := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+		},
+	}))
+	rb = rb.Watches(&v1.HostClaim{}, handler.EnqueueRequestsFromMapFunc(byClaimHost(mgr.GetClient())),
+		builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1.HTTPScaledObject{}, handler.EnqueueRequestsFromMapFunc(byOverlappingHosts(mgr.GetClient())), hostChanged).
+		Watches(&v1.HTTPScalePolicy{}, handler.EnqueueRequestsFromMapFunc(allObjects(mgr.GetClient()))).
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(objectsInNamespace(mgr.GetClient())),
+			builder.WithPredicates(predicate.LabelChangedPredicate{}))
 	if err := rb.Complete(&routeReconciler{r: r}); err != nil {
 		return nil, fmt.Errorf("building HTTPScaledObject routing controller: %w", err)
 	}
@@ -345,19 +403,27 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 	}
 	// KEDA's ScaledObjects are watched now, or once KEDA's CRDs appear (keda.go): a watch of a kind the
 	// API server does not serve would keep the controllers from ever starting.
-	watchScaledObjects := func() error {
+	watchScaledObjects := func(ctx context.Context) error {
 		if err := ctl.Watch(ownedScaledObjects(mgr)); err != nil {
 			return err
 		}
-		return serveCtl.Watch(serveScaledObjectSource(mgr))
+		if err := serveCtl.Watch(serveScaledObjectSource(mgr)); err != nil {
+			return err
+		}
+		// The cold starts' Scaled step: KEDA's Active turning true.
+		soInformer, err := mgr.GetCache().GetInformer(ctx, &kedav1alpha1.ScaledObject{})
+		if err != nil {
+			return fmt.Errorf("watching ScaledObjects' activity: %w", err)
+		}
+		return coldStarts.watchScaledObjects(soInformer)
 	}
 	if kedaInstalled {
-		if err := watchScaledObjects(); err != nil {
+		if err := watchScaledObjects(ctx); err != nil {
 			return nil, fmt.Errorf("watching KEDA ScaledObjects: %w", err)
 		}
 	} else {
-		keda.OnInstalled = func(context.Context) error {
-			if err := watchScaledObjects(); err != nil {
+		keda.OnInstalled = func(ctx context.Context) error {
+			if err := watchScaledObjects(ctx); err != nil {
 				return err
 			}
 			enqueueAll()

@@ -18,6 +18,7 @@ import (
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/routing"
 	"github.com/httpscale/httpscale/pkg/tablewatch"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 // shardEntries is the shard size the spec forces, so that a few dozen objects span many shards.
@@ -40,7 +41,7 @@ var _ = Describe("A routing table of several shards", func() {
 	})
 
 	It("rewrites one shard per object change, and every reader serves the table a fresh read gives", func() {
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		createService(ns, "app")
 		createDeployment(ns, "app")
 		deleteObjectsAfterSpec(ns)

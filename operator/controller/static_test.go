@@ -1,20 +1,25 @@
 package controller_test
 
 import (
+	"context"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
 var _ = Describe("Ignored paths and static routes", func() {
 	var ns string
-	BeforeEach(func() { ns = newNamespace() })
+	BeforeEach(func() { ns = ginkgoenv.NewNamespace(context.Background(), k8s, "app-") })
 
 	It("are carried into the object's routing entry and routed by kind", func() {
+		status := createService(ns, "status", corev1.ServicePort{Name: "http", Port: 8080, AppProtocol: ptr.To("kubernetes.io/h2c")})
 		h := app(ns, "shop", "shop."+ns+".example.com")
 		h.Spec.IgnoredPaths = []v1.PathPrefix{"/healthz/"}
 		h.Spec.StaticRoutes = []v1.StaticRoute{
@@ -27,7 +32,9 @@ var _ = Describe("Ignored paths and static routes", func() {
 		Expect(e.Ignored).To(Equal([]string{"/healthz"}))
 		Expect(e.Static).To(Equal([]routing.StaticRoute{
 			{PathPrefix: "/ping", Response: &routing.Placeholder{StatusCode: 200, Headers: map[string]string{"Content-Type": "text/plain"}, Body: "pong"}},
-			{PathPrefix: "/status", Backend: &routing.Backend{Service: "status", Port: 8080, Protocol: routing.ProtocolHTTP}},
+			// Resolved like the target: port name, target port, protocol, and the cluster IP to dial.
+			{PathPrefix: "/status", Backend: &routing.Backend{Service: "status", Port: 8080, PortName: "http", TargetPort: 8080,
+				Protocol: routing.ProtocolH2C, ClusterIP: status.Spec.ClusterIP}},
 		}))
 		t, err := readTable(ctx)
 		Expect(err).NotTo(HaveOccurred())

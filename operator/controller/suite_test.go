@@ -109,8 +109,13 @@ func defaultOptions() controller.Options {
 		ClusterDomain:           "cluster.local",
 		// The chart's ServiceAccount; it need not exist for Roles to name it.
 		InterceptorServiceAccount: interceptorSA,
+		HostClaimRetention:        suiteClaimRetention,
+		ClaimSweepInterval:        250 * time.Millisecond,
 	}
 }
+
+// suiteClaimRetention is how long the suite's operator keeps a host nobody routes any more.
+const suiteClaimRetention = 10 * time.Second
 
 // reconcilers is the production default (4) unless HTTPSCALE_MAX_CONCURRENT_RECONCILES, the operator's
 // own environment variable, says otherwise (the burst benchmark compares settings).
@@ -203,6 +208,38 @@ type fakeInterceptor struct {
 	ip string
 	// heldFor is how many requests it says it holds per app key (nil: none).
 	heldFor atomic.Pointer[map[string]int64]
+	// coldStarts are the cold starts it says it recorded (nil: none).
+	coldStarts atomic.Pointer[[]admin.ColdStart]
+}
+
+// recordColdStarts adds recs to the cold starts the fake reports, numbered on from the last.
+func (f *fakeInterceptor) recordColdStarts(recs ...admin.ColdStart) {
+	var all []admin.ColdStart
+	if p := f.coldStarts.Load(); p != nil {
+		all = append(all, *p...)
+	}
+	for _, r := range recs {
+		r.Seq = uint64(len(all) + 1)
+		all = append(all, r)
+	}
+	f.coldStarts.Store(&all)
+}
+
+// ColdStartsSince implements admin.ColdStartSource.
+func (f *fakeInterceptor) ColdStartsSince(since uint64, epoch string) admin.ColdStarts {
+	out := admin.ColdStarts{Epoch: f.Epoch(), ColdStarts: []admin.ColdStart{}}
+	if epoch != f.Epoch() {
+		since = 0
+	}
+	if p := f.coldStarts.Load(); p != nil {
+		for _, c := range *p {
+			out.Seq = c.Seq
+			if c.Seq > since {
+				out.ColdStarts = append(out.ColdStarts, c)
+			}
+		}
+	}
+	return out
 }
 
 // hold makes the fake report n requests held for app key (0: none).
@@ -229,7 +266,7 @@ func (f *fakeInterceptor) CountsSince(uint64) admin.Counts {
 
 func newFakeInterceptor(ip string) *fakeInterceptor {
 	f := &fakeInterceptor{ip: ip}
-	f.srv = httptest.NewServer(admin.NewHandler(admin.HandlerOptions{Status: f.status, Counts: f}))
+	f.srv = httptest.NewServer(admin.NewHandler(admin.HandlerOptions{Status: f.status, Counts: f, ColdStarts: f}))
 	dialer.set(net.JoinHostPort(ip, fmt.Sprint(adminPort)), f.srv.Listener.Addr().String())
 	DeferCleanup(f.srv.Close)
 	return f
@@ -239,8 +276,9 @@ func (f *fakeInterceptor) pin(version string) { f.pinned.Store(&version) }
 func (f *fakeInterceptor) follow()            { f.pinned.Store(nil) }
 
 func (f *fakeInterceptor) status() admin.Status {
+	cs := f.ColdStartsSince(0, "")
 	if v := f.pinned.Load(); v != nil {
-		return admin.Status{TableVersion: *v}
+		return admin.Status{TableVersion: *v, ColdStartEpoch: cs.Epoch, ColdStartSeq: cs.Seq}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -248,7 +286,7 @@ func (f *fakeInterceptor) status() admin.Status {
 	if err != nil {
 		return admin.Status{}
 	}
-	return admin.Status{TableVersion: t.Version(), TableEntries: t.Len()}
+	return admin.Status{TableVersion: t.Version(), TableEntries: t.Len(), ColdStartEpoch: cs.Epoch, ColdStartSeq: cs.Seq}
 }
 
 // readTable decodes the routing table the operator stored, as an interceptor does.
@@ -300,14 +338,6 @@ func publishFleet(name string, fakes []*fakeInterceptor, notReady ...*fakeInterc
 		return nil
 	})
 	Expect(err).NotTo(HaveOccurred())
-}
-
-// newNamespace creates a namespace for one spec.
-func newNamespace() string {
-	GinkgoHelper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "app-"}}
-	Expect(k8s.Create(context.Background(), ns)).To(Succeed())
-	return ns.Name
 }
 
 func createService(ns, name string, ports ...corev1.ServicePort) *corev1.Service {

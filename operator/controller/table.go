@@ -40,13 +40,20 @@ type TableWriter struct {
 	MaxShardBytes int
 	// MaxShardEntries bounds the entries of one shard; zero means routing.DefaultMaxShardEntries.
 	MaxShardEntries int
-	Log             logr.Logger
+	// MaxEntryBytes bounds one entry's stored form; a larger entry is left out of the table (the
+	// reconciler reports it invalid), so it can never fail a shard's encoding and with it every
+	// write. Zero means routing.DefaultMaxEntryBytes.
+	MaxEntryBytes int
+	Log           logr.Logger
 	// Notify is called after each write with the keys whose routing or conflict state may have changed.
 	Notify func(keys []string)
 	// AfterWrite is called after each write that changed the table version (the prober re-asks then).
 	AfterWrite func()
 	// Clock paces the writes (tableloop.go); nil means the real clock.
 	Clock clock.Clock
+	// ServePortMin and ServePortMax bound the Serve ports given to apps (serveports.go); zero means
+	// DefaultServePortMin-DefaultServePortMax.
+	ServePortMin, ServePortMax int32
 
 	mu      sync.Mutex
 	state   *tableState
@@ -87,6 +94,9 @@ func (w *TableWriter) init() {
 			maxEntries = routing.DefaultMaxShardEntries
 		}
 		w.state, w.initErr = newTableState(maxBytes, maxEntries)
+		if w.state != nil {
+			w.state.ports = newPortAllocator(w.ServePortMin, w.ServePortMax)
+		}
 		w.store = tableStore{client: w.Client, reader: w.Reader, namespace: w.Namespace, base: w.Base, writes: &w.Writes}
 		w.touched = map[string]struct{}{}
 		w.dirty = make(chan struct{}, 1)
@@ -100,8 +110,8 @@ func (w *TableWriter) init() {
 func (w *TableWriter) Set(key string, c *candidate) {
 	w.init()
 	if c != nil {
-		c = &candidate{entry: c.entry, created: c.created, uid: c.uid}
-		if err := c.prepare(); err != nil {
+		c = &candidate{entry: c.entry, created: c.created, uid: c.uid, serve: c.serve}
+		if err := c.prepare(w.maxEntryBytes()); err != nil {
 			// The reconciler validates entries before handing them over; this guard keeps one bad
 			// entry from blocking every other app should the two ever disagree.
 			w.Log.Error(err, "leaving an invalid entry out of the routing table", "key", key)
@@ -217,7 +227,7 @@ func (w *TableWriter) seed(ctx context.Context) error {
 			continue
 		}
 		c := &candidate{entry: e.Clone(), created: o.CreationTimestamp.Time, uid: o.UID}
-		if err := c.prepare(); err != nil {
+		if err := c.prepare(w.maxEntryBytes()); err != nil {
 			continue
 		}
 		seeded[e.Key()] = c

@@ -45,7 +45,7 @@ func decideAll(t *testing.T, cands []candidate) (published []string, winners map
 	}
 	for i := range cands {
 		c := cands[i]
-		if err := c.prepare(); err != nil {
+		if err := c.prepare(routing.DefaultMaxEntryBytes); err != nil {
 			t.Fatal(err)
 		}
 		s.set(c.entry.Key(), &c)
@@ -122,7 +122,7 @@ func TestDecideIncrementallyEqualsFresh(t *testing.T) {
 				c.entry.Hosts = []string{fmt.Sprintf("h%d.example.com", r.IntN(3)), "two.example.com"}
 			}
 			p := c
-			if err := p.prepare(); err != nil {
+			if err := p.prepare(routing.DefaultMaxEntryBytes); err != nil {
 				t.Fatal(err)
 			}
 			s.set(key, &p)

@@ -30,7 +30,10 @@ import (
 // metadata only) and must hold what it grants the interceptor: get, list and watch on exactly those
 // Secrets, through a Role with resourceNames and a RoleBinding in each namespace that has them.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;create;update;delete
+// It creates those (RBAC cannot limit a create to a name) and reads, updates and deletes only its
+// own, by name (the default fleet's; chart-sync gives another fleet's its prefix).
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=create
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,resourceNames=httpscale-interceptor-tls-secrets,verbs=get;update;delete
 
 // indexTLSSecret indexes HTTPScaledObjects by the Secret their spec.tls names.
 const indexTLSSecret = "httpscale.dev/tls-secret"

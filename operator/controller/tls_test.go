@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 	"github.com/httpscale/httpscale/pkg/tlsterm/tlstermtest"
 )
 
@@ -53,7 +55,7 @@ func serviceAccountMay(saNS, sa, ns, verb, name string) func() bool {
 
 var _ = Describe("spec.tls", func() {
 	It("reports TLSReady from the Secret as it changes, for that object only", func() {
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		shop, blog := app(ns, "shop", "shop."+ns+".example.com"), app(ns, "blog", "blog."+ns+".example.com")
 		shop.Spec.TLS = &v1.TLS{SecretName: "shop-tls"}
 		blog.Spec.TLS = &v1.TLS{SecretName: "blog-tls"}
@@ -99,7 +101,7 @@ var _ = Describe("spec.tls", func() {
 	})
 
 	It("lets the interceptor read exactly the Secrets its namespace's objects name, and no more", func() {
-		ns := newNamespace()
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
 		a, b, plain := app(ns, "a", "a."+ns+".example.com"), app(ns, "b", "b."+ns+".example.com"), app(ns, "plain", "plain."+ns+".example.com")
 		a.Spec.TLS = &v1.TLS{SecretName: "a-tls"}
 		b.Spec.TLS = &v1.TLS{SecretName: "b-tls"}

@@ -26,7 +26,7 @@ var _ = Describe("Wake-up at the next execution", func() {
 		offset := start.Truncate(time.Minute).Add(time.Minute - 4*time.Second).Sub(start)
 		now := func() time.Time { return time.Now().Add(offset) }
 
-		ns := newNamespace(ctx)
+		ns := suite.NewNamespace(ctx, "schedule-")
 		hso := app(ns, "ticker", v1.ScheduleRule{Name: "every-minute", Schedule: "* * * * *", TargetMinReplicas: ptr.To[int32](6)})
 		key := client.ObjectKeyFromObject(hso)
 		s := &scheduler.Scheduler{Client: k8s, Now: now, Options: rules.Options{Location: time.UTC, StartingDeadline: time.Minute}, Log: logr.Discard()}

@@ -8,7 +8,6 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -28,12 +27,6 @@ func at(s string) time.Time {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	Expect(err).NotTo(HaveOccurred())
 	return t
-}
-
-func newNamespace(ctx context.Context) string {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "schedule-"}}
-	Expect(k8s.Create(ctx, ns)).To(Succeed())
-	return ns.Name
 }
 
 func app(ns, name string, rs ...v1.ScheduleRule) *v1.HTTPScaledObject {
@@ -104,7 +97,7 @@ var _ = Describe("Scheduled scaling", func() {
 	opts := rules.Options{Location: time.UTC, StartingDeadline: time.Hour}
 
 	It("sets the generated ScaledObject's bounds when a rule fires, records history, and wakes at the next execution", func() {
-		ns := newNamespace(ctx)
+		ns := suite.NewNamespace(ctx, "schedule-")
 		hso := app(ns, "shop",
 			v1.ScheduleRule{Name: "business", Schedule: "0 8 * * mon-fri", TimeZone: ptr.To("Europe/Berlin"), TargetMinReplicas: ptr.To[int32](4), TargetMaxReplicas: ptr.To[int32](20)},
 			v1.ScheduleRule{Name: "night", Schedule: "0 20 * * *", TimeZone: ptr.To("Europe/Berlin"), TargetMinReplicas: ptr.To[int32](0)},
@@ -164,7 +157,7 @@ var _ = Describe("Scheduled scaling", func() {
 	})
 
 	It("patches only min/max of the user's own ScaledObject", func() {
-		ns := newNamespace(ctx)
+		ns := suite.NewNamespace(ctx, "schedule-")
 		user := kedaObject(ns, "my-scaler", "shop", 1, 5)
 		Expect(k8s.Create(ctx, user)).To(Succeed())
 		hso := app(ns, "shop", v1.ScheduleRule{Name: "peak", Schedule: "30 8 * * *", TargetMinReplicas: ptr.To[int32](8)})
@@ -191,7 +184,7 @@ var _ = Describe("Scheduled scaling", func() {
 	})
 
 	It("records a failed execution when the user's ScaledObject does not exist", func() {
-		ns := newNamespace(ctx)
+		ns := suite.NewNamespace(ctx, "schedule-")
 		hso := app(ns, "ghost", v1.ScheduleRule{Name: "peak", Schedule: "30 8 * * *", TargetMinReplicas: ptr.To[int32](8)})
 		hso.Annotations = map[string]string{v1.AnnotationSkipScaledObject: "true"}
 		Expect(k8s.Create(ctx, hso)).To(Succeed())

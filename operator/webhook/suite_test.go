@@ -22,6 +22,7 @@ import (
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/operator/webhook"
+	"github.com/httpscale/httpscale/pkg/routing"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
@@ -88,6 +89,8 @@ var _ = BeforeSuite(func() {
 		Location:                 time.UTC,
 		Finalizer:                finalizer,
 		WatchNamespaces:          []string{watchedNS},
+		ClusterDomain:            "cluster.local",
+		MaxEntryBytes:            routing.DefaultMaxEntryBytes,
 	}, log)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(certs).NotTo(BeNil())

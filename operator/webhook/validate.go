@@ -30,22 +30,24 @@ const Path = "/validate-httpscale-dev-v1alpha1-httpscaledobject"
 type Validator struct {
 	// Location is the operator's zone, used for rules without a timeZone.
 	Location *time.Location
+	// Tenancy, when set, also refuses what one tenant may not do to another (tenancy.go).
+	Tenancy *Tenancy
 }
 
 var _ admission.Validator[*v1.HTTPScaledObject] = Validator{}
 
 // ValidateCreate implements admission.Validator.
-func (v Validator) ValidateCreate(_ context.Context, obj *v1.HTTPScaledObject) (admission.Warnings, error) {
-	return v.validate(obj)
+func (v Validator) ValidateCreate(ctx context.Context, obj *v1.HTTPScaledObject) (admission.Warnings, error) {
+	return v.validate(ctx, obj, nil)
 }
 
 // ValidateUpdate implements admission.Validator. Updates that leave the spec alone (finalizers,
 // annotations, deletion) are always allowed, so an object that became invalid can still be deleted.
-func (v Validator) ValidateUpdate(_ context.Context, oldObj, newObj *v1.HTTPScaledObject) (admission.Warnings, error) {
+func (v Validator) ValidateUpdate(ctx context.Context, oldObj, newObj *v1.HTTPScaledObject) (admission.Warnings, error) {
 	if !newObj.DeletionTimestamp.IsZero() || equality.Semantic.DeepEqual(oldObj.Spec, newObj.Spec) {
 		return nil, nil
 	}
-	return v.validate(newObj)
+	return v.validate(ctx, newObj, oldObj)
 }
 
 // ValidateDelete implements admission.Validator.
@@ -53,8 +55,11 @@ func (Validator) ValidateDelete(context.Context, *v1.HTTPScaledObject) (admissio
 	return nil, nil
 }
 
-func (v Validator) validate(obj *v1.HTTPScaledObject) (admission.Warnings, error) {
+func (v Validator) validate(ctx context.Context, obj, old *v1.HTTPScaledObject) (admission.Warnings, error) {
 	errs, warnings := Validate(&obj.Spec, v.Location)
+	if v.Tenancy != nil {
+		errs = append(errs, v.Tenancy.check(ctx, obj, old)...)
+	}
 	if len(errs) == 0 {
 		return warnings, nil
 	}
@@ -74,6 +79,7 @@ func Validate(spec *v1.HTTPScaledObjectSpec, loc *time.Location) (field.ErrorLis
 		errs = append(errs, uniqueHeaderKeys(path.Child("coldStart", "placeholder", "headers"), cs.Placeholder.Headers)...)
 	}
 	errs = append(errs, validateExtraRoutes(path, spec)...)
+	errs = append(errs, validatePathRewrites(path, spec)...)
 	e, w := validateSchedules(path.Child("schedules"), spec, loc)
 	return append(errs, e...), append(warnings, w...)
 }

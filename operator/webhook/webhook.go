@@ -5,6 +5,7 @@
 package webhook
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/operator/tenancy"
 	"github.com/httpscale/httpscale/pkg/config"
 )
 
@@ -46,6 +48,10 @@ type Options struct {
 	WatchNamespaces  []string
 	// Now is the certificate clock; nil means time.Now.
 	Now func() time.Time
+	// ClusterDomain completes the cluster DNS names only their namespace may claim.
+	ClusterDomain string
+	// MaxEntryBytes is the per-object budget of a routing entry's stored form; zero checks none.
+	MaxEntryBytes int
 }
 
 // OptionsFrom builds Options from the operator's configuration.
@@ -101,8 +107,20 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*CertManager, error
 		}
 	}
 	server := ctrlwebhook.NewServer(serverOpts)
-	hook := admission.WithValidator[*v1.HTTPScaledObject](mgr.GetScheme(), Validator{Location: o.Location})
+	// Host ownership reads the cache through tenancy's indexes (registered once per manager, by
+	// whichever of the webhook and the controller comes first).
+	if err := tenancy.IndexFields(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
+	fleet := o.Fleet
+	if fleet == "" {
+		fleet = v1.DefaultFleet
+	}
+	ten := &Tenancy{Client: mgr.GetClient(), Decider: tenancy.Decider{ClusterDomain: o.ClusterDomain}, Policies: &tenancy.PolicyCache{},
+		Fleet: fleet, MaxEntryBytes: o.MaxEntryBytes}
+	hook := admission.WithValidator[*v1.HTTPScaledObject](mgr.GetScheme(), Validator{Location: o.Location, Tenancy: ten})
 	server.Register(Path, hook)
+	server.Register(PolicyPath, admission.WithValidator[*v1.HTTPScalePolicy](mgr.GetScheme(), PolicyValidator{}))
 	if o.Finalizer != "" {
 		server.Register(MutatePath, &admission.Webhook{Handler: FinalizerOnCreate{Finalizer: o.Finalizer, Fleet: o.Fleet, Namespaces: o.WatchNamespaces}})
 	}

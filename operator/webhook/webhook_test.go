@@ -143,6 +143,8 @@ var _ = Describe("Admission webhooks", Ordered, func() {
 		create := func(ns, name, fleet string, finalizers ...string) []string {
 			obj := valid(name)
 			obj.Namespace, obj.Spec.Fleet, obj.Finalizers = ns, fleet, finalizers
+			// A host per namespace: an older object of another namespace would hold it (tenancy).
+			obj.Spec.Hosts = []v1.Host{v1.Host("finalizer." + ns + ".example.com")}
 			Expect(k8s.Create(ctx, obj)).To(Succeed())
 			DeferCleanup(func() {
 				// No operator runs here to take its finalizer away.

@@ -37,6 +37,10 @@ type Status struct {
 	TableEntries int `json:"tableEntries"`
 	// Draining is true once the replica received SIGTERM.
 	Draining bool `json:"draining"`
+	// ColdStartEpoch and ColdStartSeq say which cold starts the replica has recorded: a client that
+	// holds them all up to this sequence of this epoch need not ask PathColdStarts again.
+	ColdStartEpoch string `json:"coldStartEpoch,omitempty"`
+	ColdStartSeq   uint64 `json:"coldStartSeq,omitempty"`
 }
 
 // Counts is one replica's per-app traffic counts, the body of PathCounts.

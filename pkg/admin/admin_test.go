@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // fakeCounts answers a full snapshot for since 0 and a one-app delta otherwise.
@@ -53,19 +55,16 @@ func (f *fakeWake) Subscribe(buffer int) (<-chan WakeEvent, func()) {
 
 func (f *fakeWake) waitSub(t *testing.T) chan WakeEvent {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	var ch chan WakeEvent
+	testenv.Eventually(t, 5*time.Second, "a wake subscription arrived", func() bool {
 		f.mu.Lock()
+		defer f.mu.Unlock()
 		if len(f.subs) > 0 {
-			ch := f.subs[len(f.subs)-1]
-			f.mu.Unlock()
-			return ch
+			ch = f.subs[len(f.subs)-1]
 		}
-		f.mu.Unlock()
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("no wake subscription arrived")
-	return nil
+		return ch != nil
+	})
+	return ch
 }
 
 func TestStatusAndProbes(t *testing.T) {

@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 )
@@ -38,6 +39,8 @@ type HandlerOptions struct {
 	Counts CountsSource
 	// Wake feeds PathWake.
 	Wake WakeSource
+	// ColdStarts answers PathColdStarts.
+	ColdStarts ColdStartSource
 	// Ready answers PathReadyz: nil error is 200, an error is 503 with its text. Nil means always
 	// ready. The interceptor returns an error from the moment it starts draining.
 	Ready func() error
@@ -95,6 +98,9 @@ func NewHandler(opts HandlerOptions) http.Handler {
 	if opts.Counts != nil {
 		mux.HandleFunc("GET "+PathCounts, countsHandler(opts.Counts))
 	}
+	if opts.ColdStarts != nil {
+		mux.HandleFunc("GET "+PathColdStarts, coldStartsHandler(opts.ColdStarts))
+	}
 	if opts.Wake != nil {
 		mux.Handle("GET "+PathWake, &wakeHandler{
 			src: opts.Wake, heartbeat: opts.WakeHeartbeat, buffer: opts.WakeBuffer, stop: opts.Stop,
@@ -112,20 +118,29 @@ func NewHandler(opts HandlerOptions) http.Handler {
 func countsHandler(src CountsSource) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		var since uint64
-		if s := q.Get("since"); s != "" {
-			v, err := strconv.ParseUint(s, 10, 64)
-			if err != nil {
-				writeText(w, http.StatusBadRequest, "since must be an unsigned integer")
-				return
-			}
-			since = v
+		since, ok := sinceParam(w, q)
+		if !ok {
+			return
 		}
 		if q.Get("epoch") != src.Epoch() {
 			since = 0
 		}
 		writeJSON(w, src.CountsSince(since))
 	}
+}
+
+// sinceParam reads the query's since (0 when absent); a malformed one is answered 400 (ok false).
+func sinceParam(w http.ResponseWriter, q url.Values) (since uint64, ok bool) {
+	s := q.Get("since")
+	if s == "" {
+		return 0, true
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		writeText(w, http.StatusBadRequest, "since must be an unsigned integer")
+		return 0, false
+	}
+	return v, true
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

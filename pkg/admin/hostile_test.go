@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // rawReplica is a misbehaving replica on a loopback listener: it reads each request's header block
@@ -238,17 +240,6 @@ func (c *countingWake) Subscribe(buffer int) (<-chan WakeEvent, func()) {
 	return ch, func() { once.Do(func() { close(done); c.open.Add(-1) }) }
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // openWake opens a wake stream on a raw connection, reads the response head and returns the
 // status and the connection, which the caller never reads again.
 func openWake(t *testing.T, addr string) (int, http.Header, net.Conn) {
@@ -293,7 +284,7 @@ func TestWakeStreamsAreBoundedAgainstIdleSubscribers(t *testing.T) {
 	}
 	// A subscriber that goes away frees its slot.
 	conns[0].Close()
-	waitFor(t, "slot freed", func() bool { return src.open.Load() == 2 })
+	testenv.Eventually(t, 10*time.Second, "slot freed", func() bool { return src.open.Load() == 2 })
 	if code, _, _ := openWake(t, addr); code != http.StatusOK {
 		t.Fatalf("stream after one closed: status %d, want 200", code)
 	}
@@ -307,11 +298,11 @@ func TestWakeStreamCutsOffAReaderThatStopsReading(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
-	waitFor(t, "subscribed", func() bool { return src.open.Load() == 1 })
+	testenv.Eventually(t, 10*time.Second, "subscribed", func() bool { return src.open.Load() == 1 })
 	// The client never reads: once the socket buffers are full, a write misses its deadline and the
 	// handler ends the stream and its subscription although the connection is still open.
 	start := time.Now()
-	waitFor(t, "stalled stream ended", func() bool { return src.open.Load() == 0 })
+	testenv.Eventually(t, 10*time.Second, "stalled stream ended", func() bool { return src.open.Load() == 0 })
 	t.Logf("stream to a reader that stopped reading ended after %s", time.Since(start))
 }
 

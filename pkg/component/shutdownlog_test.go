@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // recordSink records each line as "error: msg" or "info: msg".
@@ -39,9 +41,7 @@ func TestShutdownLoggerTurnsOnlyTheStopsOwnErrorsIntoInfo(t *testing.T) {
 	logAll("running")
 	cancel()
 	// context.AfterFunc runs in its own goroutine: wait until the logger sees the stop.
-	for !log.GetSink().(shutdownSink).stopping.Load() {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the logger sees the stop", log.GetSink().(shutdownSink).stopping.Load)
 	logAll("stopping")
 	want := []string{
 		"error: running canceled", "error: running wrapped canceled", "error: running lease released",

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/httpscale/httpscale/pkg/coldstart"
 	"github.com/httpscale/httpscale/pkg/proxy"
 )
 
@@ -56,9 +57,22 @@ type Interceptor struct {
 	ClusterDomain string
 	// TableResync is the period of the routing table's full re-read.
 	TableResync time.Duration
+	// TableStaleAfter fails readiness while the API server has held a newer routing table than the
+	// watch delivered for longer than it (pkg/tablewatch); 0 turns the check off.
+	TableStaleAfter time.Duration
+	// SessionKeysFile holds the session cookies' keys, one per line, the signing key first (a
+	// mounted Secret, re-read as it changes); empty means a random key of this process.
+	SessionKeysFile string
 
 	// MaxConnsPerEndpoint bounds the connections open to one pod.
 	MaxConnsPerEndpoint int
+
+	// ColdStartProbeInterval is the least time between two cold-start probes of one starting pod,
+	// ColdStartProbeTimeout bounds one, and ColdStartMaxProbes bounds those running at once (0 turns
+	// cold-start probes off: held requests wait for the kubelet's readiness). See pkg/coldstart.
+	ColdStartProbeInterval time.Duration
+	ColdStartProbeTimeout  time.Duration
+	ColdStartMaxProbes     int
 	// GCPercent is the Go garbage collector's target (GOGC); the proxy's live heap is small, so a
 	// higher value trades a little memory for less CPU per request. GOGC in the environment wins.
 	GCPercent int
@@ -113,7 +127,12 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&i.DialTimeout, "dial-timeout", proxy.Defaults.DialTimeout, "Bound of one connection attempt to a pod.")
 	fs.StringVar(&i.ClusterDomain, "cluster-domain", proxy.Defaults.ClusterDomain, "Cluster DNS domain, for apps forwarded via their Service.")
 	fs.DurationVar(&i.TableResync, "table-resync", time.Minute, "Period of the routing table's full re-read.")
+	fs.DurationVar(&i.TableStaleAfter, "table-stale-after", 30*time.Second, "Fail readiness while the API server has had a newer routing table than this replica's watch delivered for longer than this; 0 turns the check off.")
+	fs.StringVar(&i.SessionKeysFile, "session-keys-file", "", "File of session-cookie keys, one per line, the signing key first (re-read as it changes); empty uses a random key of this process, which other replicas do not share.")
 	fs.IntVar(&i.MaxConnsPerEndpoint, "max-conns-per-endpoint", proxy.Defaults.MaxConnsPerEndpoint, "Connections open at once to one pod; more requests wait for one.")
+	fs.DurationVar(&i.ColdStartProbeInterval, "cold-start-probe-interval", coldstart.Defaults.Interval, "Least time between two probes of a starting pod while requests for its app are held.")
+	fs.DurationVar(&i.ColdStartProbeTimeout, "cold-start-probe-timeout", coldstart.Defaults.Timeout, "Bound of one cold-start probe (a readiness probe's timeoutSeconds lowers it).")
+	fs.IntVar(&i.ColdStartMaxProbes, "cold-start-max-probes", coldstart.Defaults.MaxProbes, "Cold-start probes running at once in the replica, shared out in turn between apps; 0 turns them off (held requests wait for the kubelet's readiness).")
 	fs.IntVar(&i.GCPercent, "gc-percent", 400, "Go GC target percentage (ignored when GOGC is set).")
 	fs.StringVar(&i.PerAppMetrics, "per-app-metrics", string(proxy.PerAppCounters), "Metrics with a series per app: none (the fleet's only), counters (per-app counters, read at scrape time; histograms are the fleet's) or histograms (counters plus request-duration and cold-start-wait histograms per app, about 5 KiB per app).")
 	fs.BoolVar(&i.HTTP1FastPath, "http1-fast-path", true, "Serve the proxy port's HTTP/1.1 on the event loops (what they do not parse goes to net/http); false: net/http serves everything.")
@@ -164,6 +183,15 @@ func (i *Interceptor) Validate() error {
 	if _, err := proxy.ParsePerApp(i.PerAppMetrics); err != nil {
 		errs = append(errs, fmt.Errorf("--per-app-metrics %w", err))
 	}
+	if i.ColdStartMaxProbes < 0 {
+		errs = append(errs, fmt.Errorf("--cold-start-max-probes %d: want 0 (off) or more", i.ColdStartMaxProbes))
+	}
+	if i.ColdStartProbeInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--cold-start-probe-interval %s: want at least 10ms", i.ColdStartProbeInterval))
+	}
+	if i.ColdStartProbeTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--cold-start-probe-timeout %s: want a positive duration", i.ColdStartProbeTimeout))
+	}
 	if i.QueueLimit < 1 {
 		errs = append(errs, fmt.Errorf("--queue-limit %d: want at least 1", i.QueueLimit))
 	}
@@ -177,7 +205,7 @@ func (i *Interceptor) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"request-timeout": i.RequestTimeout, "response-header-timeout": i.ResponseHeaderTimeout,
-		"drain-delay": i.DrainDelay, "readiness-grace": i.ReadinessGrace,
+		"drain-delay": i.DrainDelay, "readiness-grace": i.ReadinessGrace, "table-stale-after": i.TableStaleAfter,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("--%s %s: must not be negative", name, d))

@@ -5,8 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/httpscale/httpscale/pkg/routing"
 )
 
 // Operator configures the operator binary.
@@ -39,12 +42,18 @@ type Operator struct {
 	MaxConcurrentReconciles int
 	// ClusterDomain is the cluster's DNS domain; Serve mode routes <svc>.<ns>.svc.<ClusterDomain>.
 	ClusterDomain string
-	// InterceptorProxyPort is the interceptors' proxy port on their pods, the target of Serve mode's
-	// redirect slices.
-	InterceptorProxyPort int
+	// ServePortMin and ServePortMax bound the Serve ports: one per Serve-mode app, on which the
+	// interceptors listen for that app alone, the target of its Service's redirect slice.
+	ServePortMin, ServePortMax int
 	// InterceptorServiceAccount is the interceptor's ServiceAccount in Namespace; the operator lets it
 	// read exactly the Secrets HTTPScaledObjects name in spec.tls. Empty grants nothing.
 	InterceptorServiceAccount string
+	// HostClaimRetention is how long a host stays its namespace's after the last object of the
+	// namespace routing it is gone (HostClaims); zero keeps it until an admin deletes the claim.
+	HostClaimRetention time.Duration
+	// MaxEntryBytes is the per-object budget of a routing entry's stored form: a larger object is
+	// refused at admission and left out of the routing table.
+	MaxEntryBytes int
 	// Webhook configures the validating admission webhook and its certificate.
 	Webhook Webhook
 	// Schedules configures scheduled scaling.
@@ -52,6 +61,9 @@ type Operator struct {
 	// PprofAddr serves net/http/pprof (CPU and heap profiles of a large installation); "" or "0"
 	// disables it.
 	PprofAddr string
+	// SessionKeysSecret is the Secret in Namespace the interceptors read their session-cookie keys
+	// from; the elected operator writes a random key into it when it has none. Empty: none.
+	SessionKeysSecret string
 }
 
 // Bind registers the operator's flags on fs, then takes their values from the environment (see EnvName).
@@ -75,9 +87,22 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel reconciles.")
 	fs.DurationVar(&o.KEDACheckInterval, "keda-check-interval", 20*time.Second, "While KEDA's CRDs are missing, how often the operator looks for them (it routes without them, and starts scaling once they appear).")
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "The cluster's DNS domain; Serve mode routes <service>.<namespace>.svc.<domain>.")
-	fs.IntVar(&o.InterceptorProxyPort, "interceptor-proxy-port", 8080, "The interceptors' proxy port on their pods, where Serve mode redirects an app's Service while the app is at zero.")
+	o.ServePortMin, o.ServePortMax = 20000, 29999
+	fs.Func("serve-ports", "Range of the interceptors' Serve ports, min-max (default 20000-29999): each Serve-mode app gets one, on which the interceptors route every request to that app alone; its Service is redirected there while the app is at zero. Must not include a port the interceptors already use.", func(v string) error {
+		lo, hi, ok := strings.Cut(v, "-")
+		a, err1 := strconv.Atoi(strings.TrimSpace(lo))
+		b, err2 := strconv.Atoi(strings.TrimSpace(hi))
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("want min-max, such as 20000-29999")
+		}
+		o.ServePortMin, o.ServePortMax = a, b
+		return nil
+	})
 	fs.StringVar(&o.InterceptorServiceAccount, "interceptor-service-account", "httpscale-interceptor", "The interceptor's ServiceAccount in --namespace, granted get/list/watch on exactly the Secrets HTTPScaledObjects name in spec.tls (a Role per namespace); empty grants nothing.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "", `Address serving /debug/pprof/ (off when empty or "0"); for profiling, never expose it.`)
+	fs.StringVar(&o.SessionKeysSecret, "session-keys-secret", "", "Secret in --namespace holding the interceptors' session-cookie keys; the elected operator writes a random key into it when it has none (a key that is there is never changed). Empty: none.")
+	fs.DurationVar(&o.HostClaimRetention, "host-claim-retention", 24*time.Hour, "How long a host stays its namespace's after the last object of the namespace routing it is gone (a GitOps replace, a helm uninstall/install); 0 keeps it until an admin deletes its HostClaim.")
+	fs.IntVar(&o.MaxEntryBytes, "max-entry-bytes", routing.DefaultMaxEntryBytes, fmt.Sprintf("Per-object budget of a routing entry's stored form in bytes (at most %d): a larger HTTPScaledObject is refused at admission and left out of the routing table.", routing.MaxEntryBytesLimit))
 	o.Webhook.Bind(fs)
 	o.Schedules.Bind(fs)
 	o.loadEnv(fs)
@@ -109,11 +134,17 @@ func (o *Operator) Validate() error {
 	if o.MaxConcurrentReconciles < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.MaxConcurrentReconciles))
 	}
-	if o.InterceptorProxyPort < 1 || o.InterceptorProxyPort > 65535 {
-		errs = append(errs, fmt.Errorf("--interceptor-proxy-port must be a port number (1-65535), got %d", o.InterceptorProxyPort))
+	if o.ServePortMin < 1024 || o.ServePortMax > 65535 || o.ServePortMin > o.ServePortMax {
+		errs = append(errs, fmt.Errorf("--serve-ports %d-%d: want min-max within 1024-65535, min not above max", o.ServePortMin, o.ServePortMax))
 	}
 	if strings.Contains(o.ClusterDomain, "/") || strings.HasPrefix(o.ClusterDomain, ".") || strings.HasSuffix(o.ClusterDomain, ".") {
 		errs = append(errs, fmt.Errorf("--cluster-domain %q: want a DNS domain such as cluster.local, without leading or trailing dots", o.ClusterDomain))
+	}
+	if o.HostClaimRetention < 0 {
+		errs = append(errs, fmt.Errorf("--host-claim-retention must not be negative, got %s", o.HostClaimRetention))
+	}
+	if o.MaxEntryBytes < 1024 || o.MaxEntryBytes > routing.MaxEntryBytesLimit {
+		errs = append(errs, fmt.Errorf("--max-entry-bytes must be between 1024 and %d (a quarter of a routing-table shard), got %d", routing.MaxEntryBytesLimit, o.MaxEntryBytes))
 	}
 	errs = append(errs, o.Webhook.Validate(), o.Schedules.Validate())
 	return errors.Join(errs...)

@@ -29,10 +29,10 @@ type CacheOptions struct {
 	// Registerer receives the Cache's metrics; nil means controller-runtime's registry. Two Caches
 	// cannot share one Registerer.
 	Registerer prometheus.Registerer
-	// ReadinessGrace keeps a Service port's endpoints for this long when all of them turn not ready
-	// at once without terminating (zero: not at all). See unreadyGrace.
+	// ReadinessGrace keeps the endpoints a Service port had listed ready for this long when they all
+	// turn not ready without terminating (zero: not at all). See grace.go.
 	ReadinessGrace time.Duration
-	// Clock times ReadinessGrace; nil means the real clock.
+	// Clock times Listing's times and ReadinessGrace; nil means the real clock.
 	Clock clock.WithDelayedExecution
 }
 
@@ -51,6 +51,7 @@ type Cache struct {
 	log   logr.Logger
 	grace time.Duration
 	clock clock.WithDelayedExecution
+	now   func() time.Time // clock.Now
 
 	// keys maps every tracked key (and every key someone waits for) to its state. The map is never
 	// modified once published: Track, OnTable and stateFor publish a new one under mu, sharing the
@@ -90,6 +91,7 @@ func NewCache(cs kubernetes.Interface, opts CacheOptions) (*Cache, error) {
 		log:      opts.Log,
 		grace:    opts.ReadinessGrace,
 		clock:    opts.Clock,
+		now:      opts.Clock.Now,
 		ports:    map[serviceName][]string{},
 		active:   map[watchKey]*sliceWatch{},
 		pending:  map[watchKey]*sliceWatch{},
@@ -158,7 +160,7 @@ func (c *Cache) stateFor(k ServiceKey) *keyState {
 		return ks
 	}
 	next := cur.Edit()
-	ks := newKeyState()
+	ks := newKeyState(k)
 	next.Set(k, ks)
 	c.storeKeys(next)
 	return ks
@@ -195,7 +197,7 @@ func (c *Cache) track(keys []ServiceKey) {
 		if ks, _ := cur.Get(k); ks != nil {
 			next.Set(k, ks)
 		} else {
-			next.Set(k, newKeyState())
+			next.Set(k, newKeyState(k))
 		}
 		if !slices.Contains(c.ports[serviceName{k.Namespace, k.Service}], k.PortName) { // not tracked before this Track
 			added = append(added, k)
@@ -276,7 +278,7 @@ func (c *Cache) applyDiff(removed, added []*routing.Entry) {
 				if d < 0 {
 					continue
 				}
-				ks = newKeyState()
+				ks = newKeyState(k)
 				next.Set(k, ks)
 			}
 			ks.refs = max(0, ks.refs+d)
@@ -409,43 +411,123 @@ func (c *Cache) Start(ctx context.Context) error {
 
 // keyState is one key's readiness. Its state is replaced (under Cache.mu), never modified.
 type keyState struct {
+	key   ServiceKey
 	state atomic.Pointer[readyState]
 	// refs counts the entries of Cache.table that route to the key. Cache.mu held.
 	refs int
-	// unreadySince is when the key's endpoints all turned not ready without terminating, while
-	// they are kept for the readiness grace; zero otherwise. Cache.mu held.
+	// answered are the pending endpoints a cold-start probe found answering (Cache.Answered), by
+	// address; they are served while no endpoint is ready. Cache.mu held.
+	answered map[string]Endpoint
+	// kept are the endpoints last listed ready that are kept for the readiness grace while no
+	// endpoint is listed ready, since unreadySince; nil and zero otherwise. Cache.mu held.
+	kept         *Set
 	unreadySince time.Time
 }
 
 // readyState is an immutable snapshot: set is nil exactly while ready is open. When the key gets its
 // first ready endpoint, a snapshot with the set is published and then ready is closed, waking every
-// waiter; when it drops to none, a snapshot with a new open channel is published.
+// waiter; when it drops to none, a snapshot with a new open channel is published. Every replacement
+// closes changed.
 type readyState struct {
 	set     *Set
 	ready   chan struct{}
 	removed bool // the key is no longer tracked; look it up again
+	// listed are the endpoints ready by the EndpointSlices (the kubelet's readiness), nil when none;
+	// set is listed, or while listed is nil the answered pending endpoints, else those kept for the
+	// readiness grace.
+	listed *Set
+	// pending are the endpoints listed neither ready nor terminating.
+	pending []Endpoint
+	// listedAt is when the slices last went from listing nothing to listing an endpoint (ready or
+	// pending), readyAt when they last went from none ready to some; zero while they list none.
+	listedAt, readyAt time.Time
+	// changed is closed when this snapshot is replaced.
+	changed chan struct{}
 }
 
-func newKeyState() *keyState {
-	ks := &keyState{}
-	ks.state.Store(&readyState{ready: make(chan struct{})})
+func newKeyState(k ServiceKey) *keyState {
+	ks := &keyState{key: k}
+	ks.state.Store(&readyState{ready: make(chan struct{}), changed: make(chan struct{})})
 	return ks
 }
 
-// update publishes set (nil for none). The zone choice among set's endpoints is the proxy's (it
-// caches it with the dial addresses, see Candidates). Cache.mu held.
-func (ks *keyState) update(set *Set) {
+// update publishes the endpoints k's slices list now: listed ready (nil for none) and pending, with
+// the readiness grace's (see keep). The zone choice among the endpoints is the proxy's (it caches it
+// with the dial addresses, see Candidates). c.mu held.
+func (c *Cache) update(ks *keyState, listed *Set, pending []Endpoint) {
 	old := ks.state.Load()
-	switch {
-	case set == nil && old.set == nil:
-	case set == nil:
-		ks.state.Store(&readyState{ready: make(chan struct{})})
-	case old.set == nil:
-		ks.state.Store(&readyState{set: set, ready: old.ready})
-		close(old.ready)
-	case !sameEndpoints(old.set, set):
-		ks.state.Store(&readyState{set: set, ready: old.ready})
+	if old.removed {
+		return
 	}
+	now := c.now()
+	if c.keep(ks, old, listed, pending, now) {
+		c.graceBegan(ks)
+	}
+	ks.publish(old, listed, pending, now)
+}
+
+// publish replaces old with the state of listed and pending at now: the listed ready endpoints, else
+// the answered endpoints that are still pending, else those kept for the readiness grace (ks.kept,
+// see Cache.keep); it does nothing when nothing changed. Cache.mu held.
+func (ks *keyState) publish(old *readyState, listed *Set, pending []Endpoint, now time.Time) {
+	var set *Set
+	switch {
+	case listed != nil:
+		ks.answered = nil // the kubelet's readiness decides from now on
+		set = listed
+	case len(ks.answered) > 0:
+		var eps []Endpoint
+		for _, p := range pending {
+			if a, ok := ks.answered[p.Addr()]; ok && a.Pod == p.Pod && a.PodUID == p.PodUID {
+				eps = append(eps, p)
+			}
+		}
+		if len(eps) < len(ks.answered) {
+			// An answered endpoint left the slices, turned terminating or now names another pod.
+			kept := make(map[string]Endpoint, len(eps))
+			for _, e := range eps {
+				kept[e.Addr()] = e
+			}
+			ks.answered = kept
+		}
+		if len(eps) > 0 {
+			set = &Set{Key: ks.key, Endpoints: eps, Probed: true}
+		}
+	}
+	if set == nil && listed == nil {
+		set = ks.kept
+	}
+	if sameSet(old.set, set) && sameEndpoints(old.listed, listed) &&
+		slices.EqualFunc(old.pending, pending, sameEndpoint) {
+		return
+	}
+	next := &readyState{set: set, listed: listed, pending: pending, ready: old.ready, changed: make(chan struct{}),
+		listedAt: old.listedAt, readyAt: old.readyAt}
+	switch {
+	case listed == nil && len(pending) == 0:
+		next.listedAt = time.Time{}
+	case next.listedAt.IsZero():
+		next.listedAt = now
+	}
+	switch {
+	case listed == nil:
+		next.readyAt = time.Time{}
+	case next.readyAt.IsZero():
+		next.readyAt = now
+	}
+	if set == nil && old.set != nil {
+		next.ready = make(chan struct{})
+	}
+	ks.state.Store(next)
+	if set != nil && old.set == nil {
+		close(old.ready)
+	}
+	close(old.changed)
+}
+
+// sameSet reports whether a and b hold equal endpoints of the same origin.
+func sameSet(a, b *Set) bool {
+	return sameEndpoints(a, b) && (a == nil) == (b == nil) && (a == nil || a.Probed == b.Probed)
 }
 
 // remove marks the key untracked and wakes its waiters so that they look it up again. Cache.mu held.
@@ -453,8 +535,12 @@ func (ks *keyState) remove() {
 	old := ks.state.Load()
 	closed := make(chan struct{})
 	close(closed)
-	ks.state.Store(&readyState{ready: closed, removed: true})
+	ks.answered, ks.kept, ks.unreadySince = nil, nil, time.Time{}
+	ks.state.Store(&readyState{ready: closed, removed: true, changed: closed})
 	if old.set == nil && !old.removed {
 		close(old.ready)
+	}
+	if !old.removed {
+		close(old.changed)
 	}
 }

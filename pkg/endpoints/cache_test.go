@@ -30,7 +30,7 @@ var _ = Describe("Cache", func() {
 	)
 	BeforeEach(func() {
 		ctx = context.Background()
-		ns = newNamespace(ctx)
+		ns = suite.NewNamespace(ctx, "ep-")
 	})
 
 	It("follows a routed Service's ready endpoints on the named port, down to zero", func() {
@@ -139,7 +139,7 @@ var _ = Describe("Cache", func() {
 	})
 
 	It("holds only the slices of routed Services among 10,000 unrelated ones", func() {
-		noiseNS := newNamespace(ctx)
+		noiseNS := suite.NewNamespace(ctx, "ep-")
 		keys := []endpoints.ServiceKey{{Namespace: ns, Service: "a"}, {Namespace: ns, Service: "b"}, {Namespace: ns, Service: "c"}}
 		for i, k := range keys {
 			create(ctx, sliceFor(ns, k.Service+"-1", k.Service, "", 80, ready(fmt.Sprintf("198.18.0.%d", i+1))))
@@ -207,7 +207,7 @@ var _ = Describe("Cache", func() {
 		const namespaces = 100
 		keys := make([]endpoints.ServiceKey, namespaces)
 		for i := range keys {
-			n := newNamespace(ctx)
+			n := suite.NewNamespace(ctx, "ep-")
 			keys[i] = endpoints.ServiceKey{Namespace: n, Service: "app"}
 			create(ctx, sliceFor(n, "app-1", "app", "", 80, ready(fmt.Sprintf("198.18.2.%d", i+1))))
 		}

@@ -6,6 +6,8 @@ import (
 	"context"
 	"net"
 	"strconv"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // RedirectManagedBy is the endpointslice.kubernetes.io/managed-by value of the EndpointSlices the
@@ -27,7 +29,7 @@ type ServiceKey struct {
 // String returns "namespace/service:portName".
 func (k ServiceKey) String() string { return k.Namespace + "/" + k.Service + ":" + k.PortName }
 
-// Endpoint is one ready address of a Service port.
+// Endpoint is one address of a Service port.
 type Endpoint struct {
 	// IP is the pod IP.
 	IP string
@@ -37,6 +39,11 @@ type Endpoint struct {
 	Zone string
 	// ForZones are the EndpointSlice topology hints (hints.forZones); empty when the slice has none.
 	ForZones []string
+	// Pod and PodUID name the pod behind the address: the endpoint's targetRef when it is a Pod of
+	// the slice's own namespace, else empty. A cold-start probe goes to the address only once that
+	// pod is read and holds it (pkg/coldstart).
+	Pod    string
+	PodUID types.UID
 }
 
 // Addr returns "ip:port" for dialling.
@@ -46,6 +53,9 @@ func (e Endpoint) Addr() string { return net.JoinHostPort(e.IP, strconv.Itoa(int
 type Set struct {
 	Key       ServiceKey
 	Endpoints []Endpoint
+	// Probed is true when no endpoint is ready yet and these are the endpoints a cold-start probe
+	// found answering (Cache.Answered), until the kubelet's readiness reaches the EndpointSlice.
+	Probed bool
 }
 
 // Len returns the number of ready endpoints; a nil Set has none.

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -31,7 +32,7 @@ var (
 	cs      kubernetes.Interface
 )
 
-var _ = ginkgoenv.ForSuite(func(cfg *rest.Config) {
+var suite = ginkgoenv.ForSuite(func(cfg *rest.Config) {
 	// The test writes thousands of objects; lift client-go's default rate limit of 5/s.
 	cfg.QPS, cfg.Burst = 2000, 4000
 	restCfg = cfg
@@ -39,13 +40,6 @@ var _ = ginkgoenv.ForSuite(func(cfg *rest.Config) {
 	cs, err = kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
 })
-
-func newNamespace(ctx context.Context) string {
-	GinkgoHelper()
-	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ep-"}}, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	return ns.Name
-}
 
 // startCache runs a Cache until the spec ends and checks that it then stops cleanly.
 func startCache(opts endpoints.CacheOptions) (*endpoints.Cache, *prometheus.Registry) {
@@ -72,6 +66,7 @@ type epSpec struct {
 	terminating bool
 	zone        string
 	forZones    []string
+	pod         string // the targetRef's pod (UID "uid-" and the name); none when empty
 }
 
 func ready(ip string) epSpec    { return epSpec{ip: ip, ready: ptr.To(true)} }
@@ -106,6 +101,9 @@ func setEndpoints(s *discoveryv1.EndpointSlice, eps ...epSpec) {
 		}
 		if e.zone != "" {
 			ep.Zone = ptr.To(e.zone)
+		}
+		if e.pod != "" {
+			ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: s.Namespace, Name: e.pod, UID: types.UID("uid-" + e.pod)}
 		}
 		if len(e.forZones) > 0 {
 			ep.Hints = &discoveryv1.EndpointHints{}

@@ -21,16 +21,7 @@ func newTestCache(t *testing.T) *Cache {
 }
 
 // publish sets k's endpoints the way a watch event does.
-func publish(c *Cache, k ServiceKey, eps ...Endpoint) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var s *Set
-	if len(eps) > 0 {
-		s = &Set{Key: k, Endpoints: eps}
-	}
-	ks, _ := c.keys.Load().Get(k)
-	ks.update(s)
-}
+func publish(c *Cache, k ServiceKey, eps ...Endpoint) { list(c, k, eps) }
 
 type waitResult struct {
 	set *Set

@@ -236,7 +236,8 @@ func (c *Cache) recompute(w *sliceWatch, namespace, service string) {
 	for _, p := range ports {
 		k := ServiceKey{Namespace: namespace, Service: service, PortName: p}
 		if ks, _ := keys.Get(k); ks != nil {
-			c.publish(w, k, ks, buildSet(k, ss), ss)
+			ready, pending := listEndpoints(k, ss)
+			c.update(ks, ready, pending)
 		}
 	}
 }

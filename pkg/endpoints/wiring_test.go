@@ -17,7 +17,7 @@ import (
 var _ = Describe("Cache wired to the routing table", func() {
 	It("follows the Services the stored routing table routes to", func() {
 		ctx := context.Background()
-		install, apps := newNamespace(ctx), newNamespace(ctx)
+		install, apps := suite.NewNamespace(ctx, "ep-"), suite.NewNamespace(ctx, "ep-")
 		w, err := tablewatch.New(restCfg, tablewatch.Options{Namespace: install, Resync: time.Hour,
 			Registerer: prometheus.NewRegistry(), Log: GinkgoLogr})
 		Expect(err).NotTo(HaveOccurred())

@@ -2,10 +2,13 @@ package gcheadroom
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"testing"
 	"time"
+
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 func TestPercent(t *testing.T) {
@@ -120,14 +123,10 @@ func TestRunnableTunesWhileRunning(t *testing.T) {
 // waitGCPercent collects until the percentage in effect is want.
 func waitGCPercent(t *testing.T, want int) {
 	t.Helper()
-	got := 0
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	testenv.EventuallyDetail(t, 20*time.Second, fmt.Sprintf("the GC percent is %d", want), func() (bool, string) {
 		runtime.GC()
-		got = debug.SetGCPercent(-1)
+		got := debug.SetGCPercent(-1)
 		debug.SetGCPercent(got)
-		if got == want {
-			return
-		}
-	}
-	t.Fatalf("GC percent %d, want %d", got, want)
+		return got == want, fmt.Sprintf("GC percent %d", got)
+	})
 }

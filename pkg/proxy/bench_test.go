@@ -78,6 +78,11 @@ func benchProxy(b *testing.B, url string) *proxy.Proxy {
 // benchKeepAlive serves s's Engine on a Server (with loops event loops) and sends it GETs
 // over one keep-alive connection, checking each answer is 200 "ok".
 func benchKeepAlive(b *testing.B, s *proxy.Server, fast bool, loops int) {
+	benchKeepAliveReq(b, s, fast, loops, []byte("GET /x HTTP/1.1\r\nHost: app.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"))
+}
+
+// benchKeepAliveReq is benchKeepAlive sending req.
+func benchKeepAliveReq(b *testing.B, s *proxy.Server, fast bool, loops int, req []byte) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -93,7 +98,6 @@ func benchKeepAlive(b *testing.B, s *proxy.Server, fast bool, loops int) {
 	}
 	defer c.Close()
 	br := bufio.NewReader(c)
-	req := []byte("GET /x HTTP/1.1\r\nHost: app.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := c.Write(req); err != nil {

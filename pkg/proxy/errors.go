@@ -21,6 +21,9 @@ var (
 	// ErrIdle: a request to one of the app's ignored paths while the app has no ready endpoint; it
 	// is not held and does not wake the app.
 	ErrIdle = errors.New("app is idle and this path does not wake it")
+	// ErrBadPath: a request to a rewritten path prefix whose path has a "." or ".." segment, which
+	// the app would resolve outside the rewritten prefix; it is refused, never forwarded.
+	ErrBadPath = errors.New("dot segment in a rewritten path")
 )
 
 // Errors of the engine (see pkg/proxy/engine).
@@ -53,6 +56,8 @@ func statusFor(err error) (code int, reason string) {
 		return http.StatusServiceUnavailable, "queue_full"
 	case errors.Is(err, ErrIdle):
 		return http.StatusServiceUnavailable, "app_idle"
+	case errors.Is(err, ErrBadPath):
+		return http.StatusBadRequest, "bad_path"
 	case errors.Is(err, ErrReadinessTimeout):
 		return http.StatusGatewayTimeout, "readiness_timeout"
 	case errors.Is(err, ErrResponseHeaderTimeout):

@@ -9,11 +9,13 @@ import (
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/httpscale/httpscale/pkg/coldstart"
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/proxy/engine"
 	"github.com/httpscale/httpscale/pkg/proxy/engine/h1"
 	"github.com/httpscale/httpscale/pkg/queue"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/sessioncookie"
 )
 
 // TableSource yields the routing table to route with. pkg/tablewatch implements it; Table must be
@@ -40,6 +42,10 @@ type Options struct {
 	// Tracer, when not nil, traces every routed request (see trace.go); nil turns tracing off at
 	// no cost on the request path.
 	Tracer trace.Tracer
+	// ColdStarts, when not nil, follows every cold start: it probes the app's starting pods and
+	// records each cold start's steps (pkg/coldstart). Nil holds requests until the endpoint source
+	// reports an endpoint ready, and records nothing.
+	ColdStarts *coldstart.Tracker
 
 	// Zone is this replica's zone; "" disables zone preference.
 	Zone string
@@ -74,6 +80,11 @@ type Options struct {
 	// whose X-Forwarded-For/-Host/-Proto are passed on; from any other client they are set from
 	// what the interceptor saw. Empty (the default) trusts nobody. See ParseTrustedProxies.
 	TrustedProxies []netip.Prefix
+
+	// SessionKeys returns the keys of session cookies (the first signs, all are accepted); it is
+	// called per request of an app with session persistence and must be cheap (an atomic load).
+	// nil: one random key for the process's lifetime, which other replicas do not share.
+	SessionKeys func() *sessioncookie.Keys
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -111,6 +122,10 @@ func (o *Options) setDefaults() {
 	}
 	if o.Registry == nil {
 		o.Registry = queue.NewRegistry(o.Now)
+	}
+	if o.SessionKeys == nil {
+		k := sessioncookie.RandomKeys()
+		o.SessionKeys = func() *sessioncookie.Keys { return k }
 	}
 }
 

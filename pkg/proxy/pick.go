@@ -21,6 +21,8 @@ type zoneView struct {
 	zone  string
 	all   []candidate // every ready endpoint
 	cands []candidate // the zone's candidates (a subset of all, or all)
+
+	session atomic.Pointer[sessionIndex] // built on first use (session persistence, session.go)
 }
 
 // backend is the forwarding state of one Service port in one table: endpoint choice (round robin
@@ -93,6 +95,17 @@ func (b *backend) pick(cands []candidate, tried []string, now time.Time) (c *can
 		return &cands[fallback], true
 	}
 	return nil, false
+}
+
+// isBad reports whether addr carries a bad mark that has not expired at now (a time taken when
+// hasBad reported true).
+func (b *backend) isBad(addr string, now time.Time) bool {
+	bad := b.bad.Load()
+	if bad == nil {
+		return false
+	}
+	until, ok := (*bad)[addr]
+	return ok && now.Before(until)
 }
 
 // hasBad reports whether any endpoint carries a bad mark (expired or not).

@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/httpscale/httpscale/pkg/coldstart"
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/proxy/engine"
 	"github.com/httpscale/httpscale/pkg/queue"
@@ -59,15 +60,7 @@ func New(o Options) (*Proxy, error) {
 		o.Metrics = m
 	}
 	p := &Proxy{opts: o, log: o.Log}
-	p.eng = engine.New(p, engine.Options{
-		Log:                 o.Log,
-		DialContext:         o.DialContext,
-		DialTimeout:         o.DialTimeout,
-		MaxConnsPerEndpoint: o.MaxConnsPerEndpoint,
-		Now:                 o.Now,
-		Discarded:           o.Metrics.discarded,
-		TrustedProxies:      o.TrustedProxies,
-	})
+	p.eng = engine.New(p, p.engineOptions())
 	return p, nil
 }
 
@@ -91,11 +84,22 @@ func (p *Proxy) Route(host, path string, h engine.Header) engine.Exchange {
 	if !ok {
 		return nil
 	}
+	return p.exchange(rt, r, path, h)
+}
+
+// exchange starts the exchange of a request routed to r in rt.
+func (p *Proxy) exchange(rt *routes, r routing.Route, path string, h engine.Header) engine.Exchange {
 	x := exchangePool.Get().(*exchange)
 	a, _ := rt.apps.Get(r.Entry)
-	*x = exchange{p: p, app: a, backend: a.target, kind: r.Kind, static: r.Static}
+	*x = exchange{p: p, app: a, backend: a.target, kind: r.Kind, static: r.Static, rewrite: r.Rewrite}
 	if r.Kind == routing.RouteStatic && r.Static.Backend != nil {
 		x.backend = a.static[r.Static]
+	}
+	if r.Rewrite != nil && routing.HasDotSegment(path) {
+		x.badPath = true // see rewrite.go
+	}
+	if a.session != nil && r.Kind != routing.RouteStatic {
+		x.readSession(h)
 	}
 	if p.opts.Tracer != nil {
 		x.hdr = h // for Trace, which reads the caller's trace context
@@ -133,9 +137,17 @@ type exchange struct {
 	cold    bool
 	waited  time.Duration
 	code    int
-	done    func()        // ends the in-flight count; nil until Forwarding
-	hdr     engine.Header // the request's header view until Trace; nil when tracing is off
-	tr      *traced       // nil unless the request is traced (trace.go)
+	cs      *coldstart.ColdStart // the app's cold start while this request is held in it
+	done    func()               // ends the in-flight count; nil until Forwarding
+	hdr     engine.Header        // the request's header view until Trace; nil when tracing is off
+	tr      *traced              // nil unless the request is traced (trace.go)
+
+	rewrite *routing.PathRewrite // the matched route's path rewrite; nil: none (rewrite.go)
+	badPath bool                 // a rewritten route's path with a dot segment: refused
+
+	cookies [maxSessionValues]string // the request's session cookie values (session.go)
+	pinned  string                   // the endpoint its cookie named under the signing key
+	secure  bool                     // the client reached the fleet over HTTPS
 }
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
@@ -151,6 +163,9 @@ func (x *exchange) Plan() engine.Plan {
 }
 
 func (x *exchange) Ready() bool {
+	if x.badPath {
+		return false // Wait refuses it
+	}
 	if x.kind == routing.RouteStatic {
 		return x.static.Backend != nil // a Service's address is always there; a response is written by Fail
 	}
@@ -160,7 +175,7 @@ func (x *exchange) Ready() bool {
 
 func (x *exchange) Begin() {
 	x.start = x.p.opts.Now()
-	if x.kind == routing.RouteApp {
+	if x.kind == routing.RouteApp && !x.badPath {
 		x.app.counts.Received()
 	}
 }
@@ -174,10 +189,12 @@ var errStatic = errors.New("static response")
 // passes and the app has a fallback Service, the request goes there.
 func (x *exchange) Wait(ctx context.Context) error {
 	a, p := x.app, x.p
-	switch x.kind {
-	case routing.RouteStatic:
+	switch {
+	case x.badPath:
+		return fmt.Errorf("%s: %w", a.key, ErrBadPath) // neither held nor a wake
+	case x.kind == routing.RouteStatic:
 		return errStatic
-	case routing.RouteIgnored:
+	case x.kind == routing.RouteIgnored:
 		return fmt.Errorf("%s: %w", a.key, ErrIdle) // neither held nor a wake
 	}
 	x.cold = true
@@ -187,7 +204,13 @@ func (x *exchange) Wait(ctx context.Context) error {
 		return fmt.Errorf("%s: %w (limit %d)", a.key, ErrQueueFull, a.queueLimit)
 	}
 	x.holding = true
-	a.counts.Wake(p.opts.WakeEvery)
+	wakeAt, streams := a.counts.Wake(p.opts.WakeEvery)
+	if t := p.opts.ColdStarts; t != nil {
+		x.cs = t.Begin(a.coldApp, x.start)
+		if !wakeAt.IsZero() {
+			x.cs.WakeSent(wakeAt, streams)
+		}
+	}
 	wctx, cancel := context.WithTimeoutCause(ctx, a.readiness, ErrReadinessTimeout)
 	defer cancel()
 	set, err := p.opts.Endpoints.WaitReady(wctx, a.target.key)
@@ -200,6 +223,10 @@ func (x *exchange) Wait(ctx context.Context) error {
 		a.counts.Woke()
 		x.set = set
 		return nil
+	}
+	if x.cs != nil {
+		x.cs.Released(errors.Is(context.Cause(wctx), ErrReadinessTimeout))
+		x.cs = nil
 	}
 	a.counts.Unhold()
 	x.holding = false
@@ -255,6 +282,13 @@ func (x *exchange) Pick(attempt int) (string, bool) {
 	if attempt > 0 || b.hasBad() { // the clock is only needed to expire bad marks
 		now = x.p.opts.Now()
 	}
+	if attempt == 0 {
+		if c := x.sticky(view, now); c != nil { // the endpoint the session cookie names (session.go)
+			x.cand = c
+			x.tried[0] = c.addr
+			return c.addr, true
+		}
+	}
 	c, ok := b.pick(view.cands, tried, now)
 	if !ok && len(view.cands) < len(view.all) {
 		c, ok = b.pick(view.all, tried, now) // the zone's endpoints all failed: use every zone
@@ -288,6 +322,13 @@ func (x *exchange) Refused(addr string, attempt int, err error) bool {
 }
 
 func (x *exchange) Forwarded(addr string) {
+	if x.cs != nil {
+		x.cs.Forwarded(addr, x.p.opts.Now())
+		if x.tr != nil {
+			x.tr.coldStart(x.cs.Steps())
+		}
+		x.cs = nil
+	}
 	if x.tr != nil {
 		x.tr.forwarded(x, addr)
 	}
@@ -300,6 +341,7 @@ func (x *exchange) Responded(code int, h http.Header) {
 	x.code = code
 	if h != nil {
 		x.coldHeaders(h)
+		x.setSessionCookie(h)
 	}
 }
 
@@ -327,7 +369,7 @@ func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 		p.log.V(1).Info("client went away", "app", a.key, "status", code, "error", err.Error())
 		return engine.Reply{Code: code, Abort: true} // nobody to answer
 	}
-	expected := reason == "queue_full" || reason == "app_idle" // answers by design, not upstream failures
+	expected := reason == "queue_full" || reason == "app_idle" || reason == "bad_path" // answers by design, not upstream failures
 	if code >= 500 && !expected {
 		a.series().upstreamError(reason)
 	}
@@ -386,6 +428,9 @@ func (x *exchange) coldHeaders(h http.Header) {
 // End records the request's outcome.
 func (x *exchange) End() {
 	a := x.app
+	if x.cs != nil {
+		x.cs.Released(false) // held, then never forwarded (every endpoint refused, the client went away)
+	}
 	if x.holding {
 		a.counts.Unhold()
 	}

@@ -1,11 +1,11 @@
 package proxy
 
 import (
-	"net"
-	"strconv"
+	"net/http"
 	"sync/atomic"
 	"time"
 
+	"github.com/httpscale/httpscale/pkg/coldstart"
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/pmap"
 	"github.com/httpscale/httpscale/pkg/queue"
@@ -27,13 +27,16 @@ type app struct {
 	metrics        *Metrics
 	m              atomic.Pointer[appMetrics] // nil until the app's first request, see series
 	target         *backend
-	fallback       *backend                          // nil without a fallback
-	static         map[*routing.StaticRoute]*backend // the static routes forwarded to a Service
+	fallback       *backend                             // nil without a fallback
+	static         map[*routing.StaticRoute]*backend    // the static routes forwarded to a Service
+	session        *sessionCookie                       // nil without session persistence
+	prefixHeaders  map[*routing.PathRewrite]http.Header // X-Forwarded-Prefix of each path rewrite
 	zoneAware      bool
 	readiness      time.Duration
 	request        time.Duration
 	responseHeader time.Duration
 	queueLimit     int64
+	coldApp        coldstart.App // what the app's cold starts need to know
 }
 
 // current returns the routes of the table to serve with, building them when the table changed.
@@ -194,7 +197,7 @@ func (p *Proxy) publish(rt *routes) {
 			gone := p.gone(removed, rt, prep)
 			p.opts.Registry.Remove(gone)
 			for _, key := range gone {
-				p.opts.Metrics.forget(key)
+				p.forget(key)
 			}
 			return
 		}
@@ -209,8 +212,16 @@ func (p *Proxy) publish(rt *routes) {
 			_, kept = prep.byKey.Get(key)
 		}
 		if !kept {
-			p.opts.Metrics.forget(key)
+			p.forget(key)
 		}
+	}
+}
+
+// forget drops the metric series of an app that left the routing table.
+func (p *Proxy) forget(key string) {
+	p.opts.Metrics.forget(key)
+	if t := p.opts.ColdStarts; t != nil {
+		t.Forget(key)
 	}
 }
 
@@ -252,8 +263,20 @@ func (p *Proxy) newApp(e *routing.Entry, old *routes) *app {
 		prev, _ = old.byKey.Get(key)
 	}
 	a.target = p.newBackend(e.Namespace, e.Target(), prev, func(o *app) *backend { return o.target })
+	a.coldApp = coldstart.App{Key: key, Target: a.target.key, Probe: e.ColdStart.Probe, Hold: a.readiness}
+	if e.ViaService {
+		// The Service's address reaches only the pods the kubelet found ready: a pod that answered
+		// a probe would not get the requests sent there.
+		a.coldApp.NoProbe = "forwarding.viaService (the Service's address reaches only pods the kubelet found ready)"
+	}
 	if fb := e.ColdStart.Fallback; fb != nil {
 		a.fallback = p.newBackend(e.Namespace, *fb, prev, func(o *app) *backend { return o.fallback })
+	}
+	if e.Session != nil {
+		a.session = newSessionCookie(e)
+	}
+	if len(e.Rewrites) > 0 {
+		a.prefixHeaders = prefixHeaders(e.Rewrites)
 	}
 	for i := range e.Static {
 		if sr := &e.Static[i]; sr.Backend != nil {
@@ -273,7 +296,7 @@ func (p *Proxy) newBackend(ns string, b routing.Backend, prev *app, pick func(*a
 	nb := &backend{
 		key:         endpoints.ServiceKey{Namespace: ns, Service: b.Service, PortName: b.PortName},
 		protocol:    b.Protocol,
-		serviceAddr: net.JoinHostPort(b.Service+"."+ns+".svc."+p.opts.ClusterDomain, strconv.Itoa(int(b.Port))),
+		serviceAddr: b.Addr(ns, p.opts.ClusterDomain),
 	}
 	if prev != nil {
 		if ob := pick(prev); ob != nil && ob.key == nb.key && ob.protocol == nb.protocol && ob.serviceAddr == nb.serviceAddr {

@@ -13,6 +13,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/proxy/engine"
 )
 
@@ -32,6 +33,11 @@ const (
 	AttrAttemptOutcome = attribute.Key("httpscale.forward.outcome") // forwarded, refused or failed
 	// EventForward is the name of the span event recorded for each forward attempt.
 	EventForward = "forward"
+	// EventColdStartPrefix prefixes the span events of a held request's cold start, one per step
+	// (cold_start.WakeSent, cold_start.AppAnswered, ...), at the step's time.
+	EventColdStartPrefix = "cold_start."
+	// AttrCoarse marks a cold-start step whose time the API server keeps to the second.
+	AttrCoarse = attribute.Key("httpscale.cold_start.coarse")
 )
 
 // traceContext is the W3C trace context propagator (traceparent, tracestate).
@@ -105,6 +111,18 @@ func (t *traced) attempt(n int, addr, outcome string, err error) {
 	}
 	t.span.AddEvent(EventForward, trace.WithAttributes(attrs...))
 	t.reported = n + 1
+}
+
+// coldStart records the steps of the cold start the request was held in, up to its forward, as
+// events at the steps' times.
+func (t *traced) coldStart(steps []admin.ColdStartStep) {
+	for _, s := range steps {
+		opts := []trace.EventOption{trace.WithTimestamp(s.At)}
+		if s.Coarse {
+			opts = append(opts, trace.WithAttributes(AttrCoarse.Bool(true)))
+		}
+		t.span.AddEvent(EventColdStartPrefix+s.Name, opts...)
+	}
 }
 
 // forwarded records the attempt that reached addr.

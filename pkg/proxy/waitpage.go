@@ -21,12 +21,17 @@ var errWaitingPage = errors.New("answered with the waiting page while the app wa
 // and is answered at once; every other request is held (Wait).
 func (x *exchange) WaitRequest(ctx context.Context, method string, h engine.Header) error {
 	a := x.app
-	if a.entry.ColdStart.WaitingPage == nil || !wantsPage(method, h) {
+	if x.badPath || a.entry.ColdStart.WaitingPage == nil || !wantsPage(method, h) {
 		return x.Wait(ctx)
 	}
 	x.cold = true
 	a.series().coldStart()
-	a.counts.Wake(x.p.opts.WakeEvery)
+	wakeAt, streams := a.counts.Wake(x.p.opts.WakeEvery)
+	if t := x.p.opts.ColdStarts; t != nil {
+		if cs := t.Woken(a.coldApp, x.start); cs != nil && !wakeAt.IsZero() {
+			cs.WakeSent(wakeAt, streams)
+		}
+	}
 	return fmt.Errorf("%s: %w", a.key, errWaitingPage)
 }
 

@@ -299,18 +299,19 @@ func (a *App) touch() {
 	}
 }
 
-// Wake publishes a wake event for the app unless one was published less than every ago. It never
+// Wake publishes a wake event for the app unless one was published less than every ago, and returns
+// when it published it and to how many wake streams (zero time when it did not publish). It never
 // blocks: subscribers coalesce events behind a slow reader.
-func (a *App) Wake(every time.Duration) {
+func (a *App) Wake(every time.Duration) (at time.Time, streams int) {
 	now := a.reg.now()
 	last := a.lastWake.Load()
 	if last != 0 && now.UnixNano()-last < int64(every) {
-		return
+		return time.Time{}, 0
 	}
 	if !a.lastWake.CompareAndSwap(last, now.UnixNano()) {
-		return // a concurrent request publishes it
+		return time.Time{}, 0 // a concurrent request publishes it
 	}
-	a.reg.publish(admin.WakeEvent{Key: a.key, At: now})
+	return now, a.reg.publish(admin.WakeEvent{Key: a.key, At: now})
 }
 
 // Woke forgets the latest wake event, so that the next cold start of the app publishes at once; the

@@ -68,10 +68,13 @@ func (r *Registry) Subscribe(buffer int) (<-chan admin.WakeEvent, func()) {
 // Subscribers returns the number of open wake streams.
 func (r *Registry) Subscribers() int { return len(*r.subs.Load()) }
 
-func (r *Registry) publish(ev admin.WakeEvent) {
-	for _, s := range *r.subs.Load() {
+// publish hands ev to every wake stream and returns how many there are.
+func (r *Registry) publish(ev admin.WakeEvent) int {
+	subs := *r.subs.Load()
+	for _, s := range subs {
 		s.add(ev)
 	}
+	return len(subs)
 }
 
 func (s *subscriber) add(ev admin.WakeEvent) {

@@ -39,6 +39,13 @@ const (
 	// DefaultMaxShardEntries bounds the entries of one shard, so that the shard a change rewrites, and
 	// every reader decodes, stays small: about a millisecond of decoding.
 	DefaultMaxShardEntries = 128
+	// DefaultMaxEntryBytes is the per-object budget of an entry's stored form (EncodeEntry's line)
+	// the operator enforces, and MaxEntryBytesLimit the most it may be set to: an entry of that size
+	// fits a shard of DefaultMaxShardBytes four times over (gzip never grows data by more than a
+	// few bytes per 32 KiB), so one object can neither fail a shard's encoding (ErrEntryTooLarge,
+	// which would stop every table write) nor force the table into many more shards than its share.
+	DefaultMaxEntryBytes = 128 << 10
+	MaxEntryBytesLimit   = DefaultMaxShardBytes / 4
 
 	manifestFormat   = 2
 	manifestFormatV1 = 1

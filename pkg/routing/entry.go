@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/httpscale/httpscale/pkg/appkey"
@@ -60,6 +62,10 @@ type Entry struct {
 	TargetPort int32 `json:"tp,omitempty"`
 	// Protocol is ProtocolHTTP or ProtocolH2C; empty is stored as ProtocolHTTP.
 	Protocol string `json:"proto,omitempty"`
+	// ClusterIP is the Service's cluster IP as the operator read it from the API; forwarding through
+	// the Service's address (ViaService) dials it. Empty in tables of operators that predate it (the
+	// interceptor then dials the Service's cluster DNS name) and for a headless Service.
+	ClusterIP string `json:"ip,omitempty"`
 
 	// Timeouts override the interceptor's defaults; zero fields use the default.
 	Timeouts Timeouts `json:"to,omitzero"`
@@ -74,6 +80,18 @@ type Entry struct {
 	// TLSSecret names a kubernetes.io/tls Secret in Namespace whose certificate the interceptors
 	// present for Hosts on their TLS port; empty means none (spec.tls unset).
 	TLSSecret string `json:"tls,omitempty"`
+
+	// Rewrites replace the matched path prefix before a request is forwarded, one per path prefix
+	// at most (spec.pathRewrites). Readers that predate them ignore the key and forward unrewritten.
+	Rewrites []PathRewrite `json:"rw,omitempty"`
+	// Session keeps a client on one endpoint with a cookie (spec.sessionPersistence); nil: off.
+	// Readers that predate it ignore the key.
+	Session *Session `json:"ss,omitempty"`
+	// ServePort, when set, is the port the interceptors listen on for this app alone (Serve mode):
+	// the operator points the app's own Service at it while the app is at zero, and every request
+	// arriving there is routed to this entry, whatever its Host (MatchPath). Zero: none. Readers that
+	// predate it ignore the key and serve no such port.
+	ServePort int32 `json:"sp,omitempty"`
 }
 
 // HeaderMatch matches one request header.
@@ -99,6 +117,21 @@ type Backend struct {
 	PortName   string `json:"pn,omitempty"`
 	TargetPort int32  `json:"tp,omitempty"`
 	Protocol   string `json:"proto,omitempty"`
+	// ClusterIP is the Service's cluster IP, read from the API by the operator: the address the
+	// interceptor dials when it forwards through the Service (a static route, a fallback without
+	// ready endpoints, ViaService), so it never resolves a name a tenant chose. Empty in tables of
+	// operators that predate it (the Service's cluster DNS name is dialled instead).
+	ClusterIP string `json:"ip,omitempty"`
+}
+
+// Addr returns the address forwarding through the Service dials: ClusterIP:Port, or, when the
+// operator recorded no cluster IP, the Service's cluster DNS name in namespace ns.
+func (b *Backend) Addr(ns, clusterDomain string) string {
+	port := strconv.Itoa(int(b.Port))
+	if b.ClusterIP != "" {
+		return net.JoinHostPort(b.ClusterIP, port)
+	}
+	return net.JoinHostPort(b.Service+"."+ns+".svc."+clusterDomain, port)
 }
 
 // Timeouts for one app. Zero means "use the interceptor's default". They are stored as Go duration
@@ -124,6 +157,19 @@ type ColdStart struct {
 	// WaitingPage, when set, answers browser navigations at once while the app is cold instead of
 	// holding them. Readers that predate it ignore the key and hold them.
 	WaitingPage *WaitingPage `json:"wp,omitempty"`
+	// Probe replaces the pods' own readiness probes as the interceptor's cold-start probe, or turns
+	// cold-start probes off; nil probes with the pods' readiness probes. Readers that predate it
+	// ignore the key.
+	Probe *Probe `json:"pr,omitempty"`
+}
+
+// Probe is how an interceptor holding requests asks a starting pod whether it can serve: a GET of
+// Path on Port (success: 200-399), or with TCP a connection to Port. Off turns probing off.
+type Probe struct {
+	Off  bool   `json:"off,omitempty"`
+	TCP  bool   `json:"tcp,omitempty"`
+	Port int32  `json:"port,omitempty"`
+	Path string `json:"path,omitempty"`
 }
 
 // WaitingPage is the self-refreshing page browsers get while the app wakes.
@@ -150,7 +196,7 @@ func (e *Entry) Key() string { return appkey.New(e.Namespace, e.Name).String() }
 
 // Target returns the entry's destination as a Backend, so callers can treat it and a fallback alike.
 func (e *Entry) Target() Backend {
-	return Backend{Service: e.Service, Port: e.Port, PortName: e.PortName, TargetPort: e.TargetPort, Protocol: e.Protocol}
+	return Backend{Service: e.Service, Port: e.Port, PortName: e.PortName, TargetPort: e.TargetPort, Protocol: e.Protocol, ClusterIP: e.ClusterIP}
 }
 
 // Clone returns a deep copy that shares no memory with e.
@@ -175,6 +221,9 @@ func (e *Entry) Clone() Entry {
 	c.ColdStart.Fallback = clonePtr(e.ColdStart.Fallback)
 	c.ColdStart.Placeholder = e.ColdStart.Placeholder.clone()
 	c.ColdStart.WaitingPage = clonePtr(e.ColdStart.WaitingPage)
+	c.Rewrites = slices.Clone(e.Rewrites)
+	c.Session = clonePtr(e.Session)
+	c.ColdStart.Probe = clonePtr(e.ColdStart.Probe)
 	return c
 }
 

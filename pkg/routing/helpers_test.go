@@ -2,6 +2,7 @@ package routing
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/textproto"
@@ -67,11 +68,11 @@ func fullEntry(key string) Entry {
 	return entry(key, []string{"*.shop.example.com", "shop.example.com"}, paths("/api", "/cart"), hdr("X-Tenant=acme"), hdr("X-Debug"),
 		func(e *Entry) {
 			e.Generation = 7
-			e.Port, e.PortName, e.TargetPort, e.Protocol = 8080, "http", 9090, ProtocolH2C
+			e.Port, e.PortName, e.TargetPort, e.Protocol, e.ClusterIP, e.ServePort = 8080, "http", 9090, ProtocolH2C, "10.96.0.10", 20001
 			e.Timeouts = Timeouts{Readiness: 1500 * time.Millisecond, Request: 2*time.Minute + 1, ResponseHeader: 10 * time.Second}
 			e.ColdStart = ColdStart{
 				QueueLimit: 50,
-				Fallback:   &Backend{Service: "fallback", Port: 80, PortName: "web", TargetPort: 8000, Protocol: ProtocolHTTP},
+				Fallback:   &Backend{Service: "fallback", Port: 80, PortName: "web", TargetPort: 8000, Protocol: ProtocolHTTP, ClusterIP: "fd00::11"},
 				Placeholder: &Placeholder{StatusCode: 503, Headers: map[string]string{"Retry-After": "5", "Content-Type": "text/html"},
 					Body: "<h1>Waking up… ☕</h1>"},
 				WaitingPage: &WaitingPage{Refresh: 3, HTML: "<p>Starting… ☕</p>"},
@@ -144,6 +145,43 @@ func referenceMatch(tbl *Table, host, path string, header http.Header) string {
 		path = "/"
 	}
 	name, ipLiteral := normalizeHost(host)
+	levelOf := func(h string) int {
+		switch {
+		case h == "*":
+			return 0
+		case ipLiteral:
+		case strings.HasPrefix(h, "*."):
+			base := h[1:] // ".example.com"
+			if strings.HasSuffix(name, base) && len(name) > len(base) && name[0] != '.' {
+				return len(base)
+			}
+		case h == name:
+			return 1 << 20
+		}
+		return -1
+	}
+	// The namespaces routing each level the name matches; the most specific level owns the name, and
+	// a less specific level serves only when all its entries are of the owner's namespace (or the
+	// owning level mixes namespaces, as only old tables do).
+	levelNS := map[int]map[string]bool{}
+	top := -1
+	for _, e := range tbl.entries() {
+		for _, h := range e.Hosts {
+			if l := levelOf(h); l >= 0 {
+				if levelNS[l] == nil {
+					levelNS[l] = map[string]bool{}
+				}
+				levelNS[l][e.Namespace] = true
+				top = max(top, l)
+			}
+		}
+	}
+	serves := func(level int) bool {
+		if level == top || len(levelNS[top]) != 1 {
+			return true
+		}
+		return len(levelNS[level]) == 1 && maps.Equal(levelNS[level], levelNS[top])
+	}
 	best, bestScore := "", [3]int{-1}
 	for i := range tbl.entries() {
 		e := tbl.entries()[i]
@@ -151,20 +189,8 @@ func referenceMatch(tbl *Table, host, path string, header http.Header) string {
 			continue
 		}
 		for _, h := range e.Hosts {
-			level := -1
-			switch {
-			case h == "*":
-				level = 0
-			case ipLiteral:
-			case strings.HasPrefix(h, "*."):
-				base := h[1:] // ".example.com"
-				if strings.HasSuffix(name, base) && len(name) > len(base) && name[0] != '.' {
-					level = len(base)
-				}
-			case h == name:
-				level = 1 << 20
-			}
-			if level < 0 {
+			level := levelOf(h)
+			if level < 0 || !serves(level) {
 				continue
 			}
 			// Ignored paths and static routes are prefixes like the others.

@@ -14,6 +14,9 @@ const linearPrefixLimit = 8
 
 // hostRoutes are the routes of one host level ("shop.example.com", "*.example.com" or "*").
 type hostRoutes struct {
+	// ns is the namespace of every entry routing this host, "" when they are of several (only in
+	// tables written before hosts belonged to one namespace).
+	ns       string
 	root     *prefixRoutes            // routes for "/" (and entries without path prefixes)
 	linear   []prefixRoutes           // non-root prefixes, longest first; set when few
 	byPrefix map[string]*prefixRoutes // non-root prefixes; set when many
@@ -31,6 +34,7 @@ type rule struct {
 	entry   *Entry
 	kind    RouteKind
 	static  *StaticRoute // for RouteStatic
+	rewrite *PathRewrite // nil: forwarded unrewritten
 }
 
 // Header is what Match reads of a request's headers: the values of one header, looked up by its
@@ -99,7 +103,10 @@ func newHostRoutes(byPrefix map[string][]rule) *hostRoutes {
 // Precedence: the exact host, then wildcards from the most specific (*.b.example.com before
 // *.example.com for a.b.example.com), then "*". Within one host level the longest matching path prefix
 // wins, then the route with the most header matches, then the entry first in namespace/name order. If
-// nothing on a level matches the path and headers, the next less specific level is tried. An
+// nothing on a level matches the path and headers, the next less specific level is tried, but only a
+// level of the same namespace as the most specific level that routes the host: a request for a host
+// one namespace routes never reaches another namespace's wildcard or catch-all because of a path or
+// header that namespace does not route (the host is one namespace's, see docs/security.md). An
 // entry's ignored paths and static routes are path prefixes like the others (see MatchRoute).
 //
 // Cost: independent of the number of entries — one map lookup for the exact host, one per remaining
@@ -122,7 +129,7 @@ func (t *Table) MatchRoute(host, path string, header Header) (Route, bool) {
 	if r == nil {
 		return Route{}, false
 	}
-	return Route{Entry: r.entry, Kind: r.kind, Static: r.static}, true
+	return Route{Entry: r.entry, Kind: r.kind, Static: r.static, Rewrite: r.rewrite}, true
 }
 
 func (t *Table) match(host, path string, header Header) *rule {
@@ -133,8 +140,13 @@ func (t *Table) match(host, path string, header Header) *rule {
 		path = "/"
 	}
 	name, ipLiteral := normalizeHost(host)
+	// The first level that exists owns the host: a less specific level is tried only when it is of
+	// the same namespace (or the owner's level is of several, in an old table).
+	owner, owned := "", false
+	serves := func(hr *hostRoutes) bool { return !owned || owner == "" || hr.ns == owner }
 	if !ipLiteral {
 		if hr, _ := t.exact.Get(name); hr != nil {
+			owner, owned = hr.ns, true
 			if r := hr.match(path, header); r != nil {
 				return r
 			}
@@ -143,7 +155,10 @@ func (t *Table) match(host, path string, header Header) *rule {
 			// Each suffix after a dot is a wildcard's base; the first one is the most specific. The
 			// leftmost label must be non-empty: "*.example.com" does not match ".example.com".
 			for i := strings.IndexByte(name, '.'); i > 0; {
-				if hr, _ := t.wildcard.Get(name[i+1:]); hr != nil {
+				if hr, _ := t.wildcard.Get(name[i+1:]); hr != nil && serves(hr) {
+					if !owned {
+						owner, owned = hr.ns, true
+					}
 					if r := hr.match(path, header); r != nil {
 						return r
 					}
@@ -156,12 +171,37 @@ func (t *Table) match(host, path string, header Header) *rule {
 			}
 		}
 	}
-	if t.any != nil {
+	if t.any != nil && serves(t.any) {
 		if r := t.any.match(path, header); r != nil {
 			return r
 		}
 	}
 	return nil
+}
+
+// HostNamespace returns the namespace of the entries that route host (its most specific level:
+// exact, wildcard or "*"), whatever the path and headers; ok is false when no entry routes it.
+// Namespace is "" when entries of several namespaces route it (tables written before hosts belonged
+// to one namespace). host is normalized as in Match. Cost: as Match's host lookup.
+func (t *Table) HostNamespace(host string) (namespace string, ok bool) {
+	if t == nil {
+		return "", false
+	}
+	name, ipLiteral := normalizeHost(host)
+	if !ipLiteral {
+		if hr, _ := t.exact.Get(name); hr != nil {
+			return hr.ns, true
+		}
+		for _, base := range parentDomains(name) {
+			if hr, _ := t.wildcard.Get(base); hr != nil {
+				return hr.ns, true
+			}
+		}
+	}
+	if t.any != nil {
+		return t.any.ns, true
+	}
+	return "", false
 }
 
 func (hr *hostRoutes) match(path string, header Header) *rule {

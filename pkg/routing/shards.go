@@ -29,6 +29,16 @@ func EncodeEntry(e Entry) (Entry, []byte, error) {
 	return c, line, nil
 }
 
+// EncodedSize returns the length of e's stored form (EncodeEntry's line); for an entry EncodeEntry
+// rejects, the length of its JSON encoding as given. Not for the hot path.
+func EncodedSize(e Entry) int {
+	if _, line, err := EncodeEntry(e); err == nil {
+		return len(line)
+	}
+	b, _ := json.Marshal(&e)
+	return len(b)
+}
+
 // Encoder keeps a stored table's shards between versions, so that a change re-encodes only the
 // buckets it touches (see the storage format). It is the writer's side of Reader.
 //

@@ -2,13 +2,15 @@ package routing
 
 import (
 	"strings"
+	"time"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
 )
 
 // EntryFromSpec turns an HTTPScaledObject and its resolved backends into the Entry the interceptors
 // route with. It copies the routing fields (hosts, path prefixes, headers, ignored paths, static
-// routes, timeouts, cold start, forwarding) and shares no memory with hso. Durations are expected to
+// routes, timeouts, cold start, forwarding, path rewrites, session persistence) and shares no memory
+// with hso. Durations are expected to
 // be valid (the API server validated them); an unparsable one is left zero, which means the
 // interceptor's default. The result is not validated: NewTable does that.
 func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) Entry {
@@ -21,6 +23,7 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 		PortName:   target.PortName,
 		TargetPort: target.TargetPort,
 		Protocol:   target.Protocol,
+		ClusterIP:  target.ClusterIP,
 	}
 	for _, h := range hso.Spec.Hosts {
 		e.Hosts = append(e.Hosts, string(h))
@@ -66,6 +69,7 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 		if w := cs.WaitingPage; w != nil && w.Enabled {
 			e.ColdStart.WaitingPage = &WaitingPage{Refresh: w.RefreshSeconds, HTML: w.HTML}
 		}
+		e.ColdStart.Probe = probeFromSpec(cs.Probe)
 	}
 	if t := hso.Spec.TLS; t != nil {
 		e.TLSSecret = t.SecretName
@@ -73,6 +77,12 @@ func EntryFromSpec(hso *v1.HTTPScaledObject, target Backend, fallback *Backend) 
 	if f := hso.Spec.Forwarding; f != nil {
 		e.ZoneAware = clonePtr(f.ZoneAware)
 		e.ViaService = f.ViaService
+	}
+	for _, rw := range hso.Spec.PathRewrites {
+		e.Rewrites = append(e.Rewrites, PathRewrite{Prefix: string(rw.PathPrefix), Replace: rw.ReplacePrefixMatch})
+	}
+	if sp := hso.Spec.SessionPersistence; sp != nil {
+		e.Session = &Session{Cookie: sp.SessionCookieName(), MaxAge: int64(sp.Lifetime.Parsed() / time.Second)}
 	}
 	return e
 }
@@ -96,4 +106,24 @@ func ServiceHosts(service, namespace, clusterDomain string, clusterIPs []string)
 		}
 	}
 	return hosts
+}
+
+// probeFromSpec returns the routing form of a cold-start probe; nil (the pods' own readiness probes)
+// for none or one that sets nothing.
+func probeFromSpec(p *v1.ColdStartProbe) *Probe {
+	switch {
+	case p == nil:
+		return nil
+	case p.Disabled:
+		return &Probe{Off: true}
+	case p.HTTPGet != nil:
+		path := p.HTTPGet.Path
+		if path == "" {
+			path = "/" // the API's default, for objects read without defaulting
+		}
+		return &Probe{Port: p.HTTPGet.Port, Path: path}
+	case p.TCPSocket != nil:
+		return &Probe{TCP: true, Port: p.TCPSocket.Port}
+	}
+	return nil
 }

@@ -28,13 +28,16 @@ type Route struct {
 	Entry  *Entry
 	Kind   RouteKind
 	Static *StaticRoute
+	// Rewrite is the path rewrite the request is forwarded with (shared with the table); nil: none.
+	Rewrite *PathRewrite
 }
 
 // entryRoute is one path prefix an entry claims on each of its hosts.
 type entryRoute struct {
-	prefix string
-	kind   RouteKind
-	static *StaticRoute
+	prefix  string
+	kind    RouteKind
+	static  *StaticRoute
+	rewrite *PathRewrite
 }
 
 // entryRoutes yields every path prefix the canonical entry e claims: its path prefixes ("/" when it
@@ -46,12 +49,12 @@ func entryRoutes(e *Entry) iter.Seq[entryRoute] {
 			if len(e.Ignored) > 0 && slices.Contains(e.Ignored, p) {
 				continue // the ignored route takes the prefix
 			}
-			if !yield(entryRoute{prefix: p, kind: RouteApp}) {
+			if !yield(entryRoute{prefix: p, kind: RouteApp, rewrite: rewriteFor(e, p, RouteApp)}) {
 				return
 			}
 		}
 		for _, p := range e.Ignored {
-			if !yield(entryRoute{prefix: p, kind: RouteIgnored}) {
+			if !yield(entryRoute{prefix: p, kind: RouteIgnored, rewrite: rewriteFor(e, p, RouteIgnored)}) {
 				return
 			}
 		}
@@ -126,4 +129,35 @@ func insidePrefixes(p string, prefixes []string) bool {
 		}
 	}
 	return false
+}
+
+// MatchPath returns the route of the canonical entry e (one from a Table) that serves a request to
+// path with header, whatever its host: the entry's header matches must all hold, then its longest
+// matching path prefix wins, of whatever kind (path prefix, ignored path, static route). It is how a
+// request arriving on the entry's ServePort is routed. Cost: linear in the entry's prefixes and
+// header matches. Safe for concurrent use.
+func (e *Entry) MatchPath(path string, header Header) (Route, bool) {
+	if e == nil {
+		return Route{}, false
+	}
+	for _, h := range e.Headers {
+		if header == nil {
+			return Route{}, false
+		}
+		values := header.Values(h.Name)
+		if len(values) == 0 || h.Value != nil && !slices.Contains(values, *h.Value) {
+			return Route{}, false
+		}
+	}
+	if path == "" {
+		path = "/"
+	}
+	best := Route{}
+	bestLen := -1
+	for r := range entryRoutes(e) {
+		if (r.prefix == "/" || prefixMatches(r.prefix, path)) && len(r.prefix) > bestLen {
+			best, bestLen = Route{Entry: e, Kind: r.kind, Static: r.static, Rewrite: r.rewrite}, len(r.prefix)
+		}
+	}
+	return best, bestLen >= 0
 }

@@ -278,10 +278,19 @@ func newHostRoutesFor(host string, entries []*Entry) *hostRoutes {
 				}
 				claimed[rk] = struct{}{}
 			}
-			byPrefix[r.prefix] = append(byPrefix[r.prefix], rule{headers: headers, entry: e, kind: r.kind, static: r.static})
+			byPrefix[r.prefix] = append(byPrefix[r.prefix], rule{headers: headers, entry: e, kind: r.kind, static: r.static, rewrite: r.rewrite})
 		}
 	}
-	return newHostRoutes(byPrefix)
+	hr := newHostRoutes(byPrefix)
+	for i, e := range entries {
+		if i == 0 {
+			hr.ns = e.Namespace
+		} else if e.Namespace != hr.ns {
+			hr.ns = ""
+			break
+		}
+	}
+	return hr
 }
 
 // withChanges returns a table with version holding t's entries minus removed (entries of t, compared

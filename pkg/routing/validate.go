@@ -3,6 +3,7 @@ package routing
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
 	"net/textproto"
 	"slices"
 	"strings"
@@ -61,6 +62,17 @@ func (e *Entry) canonicalize() error {
 	if err := e.canonicalizeExtraRoutes(); err != nil {
 		return err
 	}
+	if err := e.canonicalizeRewrites(); err != nil {
+		return err
+	}
+	if s := e.Session; s != nil {
+		if err := s.validate(); err != nil {
+			return err
+		}
+		if e.ViaService {
+			return fmt.Errorf("session persistence needs forwarding to pods, not via the Service")
+		}
+	}
 	for i := range e.Headers {
 		h := &e.Headers[i]
 		if err := validateHeaderName(h.Name); err != nil {
@@ -86,9 +98,12 @@ func (e *Entry) canonicalize() error {
 	if err := target.canonicalize(); err != nil {
 		return err
 	}
-	e.Protocol = target.Protocol
+	e.Protocol, e.ClusterIP = target.Protocol, target.ClusterIP
 	if e.Timeouts.Readiness < 0 || e.Timeouts.Request < 0 || e.Timeouts.ResponseHeader < 0 {
 		return fmt.Errorf("timeouts must not be negative")
+	}
+	if e.ServePort < 0 || e.ServePort > 65535 {
+		return fmt.Errorf("serve port %d is not in 1-65535", e.ServePort)
 	}
 	if e.TLSSecret != "" && !isDNSSubdomain(e.TLSSecret) {
 		return fmt.Errorf("TLS Secret name %q is not a DNS subdomain", e.TLSSecret)
@@ -111,6 +126,31 @@ func (e *Entry) canonicalize() error {
 		if err := w.validate(); err != nil {
 			return fmt.Errorf("waiting page: %w", err)
 		}
+	}
+	if p := cs.Probe; p != nil {
+		if err := p.validate(); err != nil {
+			return fmt.Errorf("cold-start probe: %w", err)
+		}
+	}
+	return nil
+}
+
+// maxProbePath bounds a probe's path (the API allows 1024 characters).
+const maxProbePath = 4096
+
+func (p *Probe) validate() error {
+	switch {
+	case p.Off:
+		if p.TCP || p.Port != 0 || p.Path != "" {
+			return fmt.Errorf("a probe that is off sets nothing else")
+		}
+		return nil
+	case p.Port < 1 || p.Port > 65535:
+		return fmt.Errorf("port %d is not in 1-65535", p.Port)
+	case p.TCP && p.Path != "":
+		return fmt.Errorf("a TCP probe has no path")
+	case !p.TCP && (!strings.HasPrefix(p.Path, "/") || len(p.Path) > maxProbePath || strings.ContainsAny(p.Path, " \t\r\n?#")):
+		return fmt.Errorf("path %q must start with / and hold no whitespace, query or fragment", p.Path)
 	}
 	return nil
 }
@@ -146,6 +186,13 @@ func (b *Backend) canonicalize() error {
 	}
 	if b.TargetPort < 0 || b.TargetPort > 65535 {
 		return fmt.Errorf("target port %d is not in 0-65535", b.TargetPort)
+	}
+	if b.ClusterIP != "" {
+		ip, err := netip.ParseAddr(b.ClusterIP)
+		if err != nil || ip.Zone() != "" || ip.IsUnspecified() {
+			return fmt.Errorf("cluster IP %q is not an IP address", b.ClusterIP)
+		}
+		b.ClusterIP = ip.String()
 	}
 	switch b.Protocol {
 	case "":

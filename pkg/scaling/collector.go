@@ -304,6 +304,9 @@ func (c *Collector) followWake(ctx context.Context, rep Replica) {
 			}
 			metricWakes.Inc()
 			c.state.Wake(ev.Key, now)
+			if !ev.At.IsZero() {
+				metricWakeDelay.Observe(max(clk.Since(ev.At).Seconds(), 0))
+			}
 		})
 		if ctx.Err() != nil {
 			return

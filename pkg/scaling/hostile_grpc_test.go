@@ -14,13 +14,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/httpscale/httpscale/pkg/testenv"
 	"github.com/httpscale/httpscale/pkg/trigger"
 )
 
 func TestGRPCRejectsMalformedAndHugeMetadataAndAnswersUnknownApps(t *testing.T) {
 	h := startHarness(t, harnessOptions{replicas: 1})
 	h.ics[0].Counts().Set("ns/app", 2, 0)
-	eventually(t, "counted", metricIs(h, appMD, trigger.MetricConcurrency, 2))
+	testenv.EventuallyDetail(t, 10*time.Second, "counted", metricIs(h, appMD, trigger.MetricConcurrency, 2))
 	ctx := context.Background()
 
 	for name, tc := range map[string]struct {
@@ -105,7 +106,7 @@ func TestGRPCManyStreamsAndOneThatNeverReads(t *testing.T) {
 	if _, err := externalscaler.NewExternalScalerClient(stuckConn).StreamIsActive(context.Background(), ref(stuckMD)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "stuck stream subscribed", func() (bool, string) {
+	testenv.EventuallyDetail(t, 10*time.Second, "stuck stream subscribed", func() (bool, string) {
 		h.state.mu.Lock()
 		defer h.state.mu.Unlock()
 		return len(h.state.subs["ns/stuck"]) == 1, "not yet"
@@ -155,7 +156,7 @@ func TestGRPCManyStreamsAndOneThatNeverReads(t *testing.T) {
 	}
 
 	cancel()
-	eventually(t, "closed streams unsubscribed", func() (bool, string) {
+	testenv.EventuallyDetail(t, 10*time.Second, "closed streams unsubscribed", func() (bool, string) {
 		h.state.mu.Lock()
 		defer h.state.mu.Unlock()
 		return len(h.state.subs) == 1, fmt.Sprintf("%d apps with subscribers", len(h.state.subs))

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/httpscale/httpscale/pkg/admin"
+	"github.com/httpscale/httpscale/pkg/testenv"
 	"github.com/httpscale/httpscale/pkg/trigger"
 )
 
@@ -115,7 +116,7 @@ func TestHostileReplicasDoNotPoisonOtherReplicasOrApps(t *testing.T) {
 	h.ics[1].Counts().Set("ns/other", 5, 0)
 	otherMD := trigger.Metadata{App: "ns/other", ConcurrencyTarget: 10}.Encode("s:1")
 	fleet := trigger.Metadata{Fleet: true, ConcurrencyTarget: 100}.Encode("s:1")
-	eventually(t, "well-behaved replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 3))
+	testenv.EventuallyDetail(t, 10*time.Second, "well-behaved replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 3))
 
 	invalidBefore := testutil.ToFloat64(metricPollErrors.WithLabelValues("invalid"))
 	hostile := map[string]struct {
@@ -155,7 +156,7 @@ func TestHostileReplicasDoNotPoisonOtherReplicasOrApps(t *testing.T) {
 	}
 	h.reps.Store(&reps)
 
-	eventually(t, "every hostile replica polled", func() (bool, string) {
+	testenv.EventuallyDetail(t, 10*time.Second, "every hostile replica polled", func() (bool, string) {
 		polled := 0
 		for _, rs := range h.state.Snapshot().Replicas {
 			if _, bad := hostile[rs.Key]; bad && (rs.Err != "" || !rs.LastSuccess.IsZero()) {
@@ -167,7 +168,7 @@ func TestHostileReplicasDoNotPoisonOtherReplicasOrApps(t *testing.T) {
 	// What KEDA reads is exactly the well-behaved replicas' sums, and the healthy ones keep being
 	// polled next to the hostile ones.
 	h.ics[0].Counts().Set("ns/app", 4, 0)
-	eventually(t, "healthy replica still polled next to hostile ones", metricIs(h, appMD, trigger.MetricConcurrency, 5))
+	testenv.EventuallyDetail(t, 10*time.Second, "healthy replica still polled next to hostile ones", metricIs(h, appMD, trigger.MetricConcurrency, 5))
 	for range 10 {
 		if got := h.metric(appMD, trigger.MetricConcurrency); got != 5 {
 			t.Fatalf("ns/app concurrency = %v, want 5 from the well-behaved replicas", got)
@@ -192,7 +193,7 @@ func TestHostileReplicasDoNotPoisonOtherReplicasOrApps(t *testing.T) {
 		}
 	}
 	for key, hr := range hostile {
-		eventually(t, "log names replica "+key, func() (bool, string) {
+		testenv.EventuallyDetail(t, 10*time.Second, "log names replica "+key, func() (bool, string) {
 			return book.has("polling interceptor counts failed", fmt.Sprintf(`"replica"=%q`, key), fmt.Sprintf(`"reason"=%q`, hr.reason)),
 				"no log line yet"
 		})
@@ -218,7 +219,7 @@ func TestReplicaTurningHostileKeepsItsLastGoodCountsThenExpires(t *testing.T) {
 	h.ics[0].Counts().Set("ns/app", 1, 0)
 	reps := append(*h.reps.Load(), Replica{Key: "turncoat", URL: url})
 	h.reps.Store(&reps)
-	eventually(t, "both replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 5))
+	testenv.EventuallyDetail(t, 10*time.Second, "both replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 5))
 
 	mu.Lock()
 	body = `{"epoch":"e","seq":2,"full":true,"apps":[{"k":"ns/app","i":-100}]}`
@@ -230,7 +231,7 @@ func TestReplicaTurningHostileKeepsItsLastGoodCountsThenExpires(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	eventually(t, "turncoat's counts dropped after the grace period", metricIs(h, appMD, trigger.MetricConcurrency, 1))
+	testenv.EventuallyDetail(t, 10*time.Second, "turncoat's counts dropped after the grace period", metricIs(h, appMD, trigger.MetricConcurrency, 1))
 }
 
 // floodingReplica answers /counts with an empty snapshot and, on /wake, writes the given lines as fast
@@ -301,7 +302,7 @@ func TestWakeFloodIsBoundedPerReplica(t *testing.T) {
 	start := time.Now()
 	reps := append(*h.reps.Load(), Replica{Key: "flooder", URL: url})
 	h.reps.Store(&reps)
-	eventually(t, "the whole flood read", func() (bool, string) {
+	testenv.EventuallyDetail(t, 10*time.Second, "the whole flood read", func() (bool, string) {
 		n := seen() - before
 		return n >= float64(flood+len(malformed)), fmt.Sprintf("%v notices read", n)
 	})
@@ -354,13 +355,13 @@ func TestFlappingEpochDoesNotInventRequests(t *testing.T) {
 	reps := append(*h.reps.Load(), Replica{Key: "flapper", URL: url})
 	h.reps.Store(&reps)
 	polls := func() int { mu.Lock(); defer mu.Unlock(); return n }
-	eventually(t, "flapping replica polled many times", func() (bool, string) {
+	testenv.EventuallyDetail(t, 10*time.Second, "flapping replica polled many times", func() (bool, string) {
 		return polls() >= 30, fmt.Sprintf("%d polls", polls())
 	})
 	h.ics[0].Counts().AddRequests("ns/app", 10)
 	// appMD's window is 10s: the well-behaved 10 requests are 1/s, the flapping replica's one counted
 	// restart adds at most 100/s; each further poll would add another 100/s.
-	eventually(t, "well-behaved requests counted", func() (bool, string) {
+	testenv.EventuallyDetail(t, 10*time.Second, "well-behaved requests counted", func() (bool, string) {
 		got := h.metric(appMD, trigger.MetricRequestRate)
 		return got >= 1, "got " + formatFloat(got)
 	})
@@ -383,7 +384,7 @@ func TestAbsurdRequestCounterIsCut(t *testing.T) {
 	h := startHarness(t, harnessOptions{replicas: 1})
 	reps := append(*h.reps.Load(), Replica{Key: "jumper", URL: url})
 	h.reps.Store(&reps)
-	eventually(t, "baseline from the jumping replica", func() (bool, string) {
+	testenv.EventuallyDetail(t, 10*time.Second, "baseline from the jumping replica", func() (bool, string) {
 		for _, rs := range h.state.Snapshot().Replicas {
 			if rs.Key == "jumper" && !rs.LastSuccess.IsZero() {
 				return true, ""
@@ -394,7 +395,7 @@ func TestAbsurdRequestCounterIsCut(t *testing.T) {
 	mu.Lock()
 	requests = 1 << 52
 	mu.Unlock()
-	eventually(t, "jump observed", func() (bool, string) {
+	testenv.EventuallyDetail(t, 10*time.Second, "jump observed", func() (bool, string) {
 		got := h.metric(appMD, trigger.MetricRequestRate)
 		return got > 0, "got " + formatFloat(got)
 	})

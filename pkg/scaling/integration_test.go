@@ -2,6 +2,7 @@ package scaling
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -9,12 +10,14 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/scaling/scalingtest"
+	"github.com/httpscale/httpscale/pkg/testenv"
 	"github.com/httpscale/httpscale/pkg/trigger"
 )
 
@@ -119,21 +122,6 @@ func startHarness(t *testing.T, o harnessOptions) *harness {
 	return h
 }
 
-// eventually polls cond every 10ms for up to 10s (generous: the machine is shared and busy).
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		var ok bool
-		if ok, last = cond(); ok {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s: not reached within 10s; last: %s", what, last)
-}
-
 func (h *harness) metric(md map[string]string, name string) float64 {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -175,17 +163,17 @@ func TestGRPCServesCountsSummedOverRealInterceptors(t *testing.T) {
 	h.ics[0].Counts().Set("ns/app", 2, 0)
 	h.ics[1].Counts().Set("ns/app", 1, 3)
 	h.ics[2].Counts().Set("ns/other", 7, 0)
-	eventually(t, "concurrency is the sum over replicas", metricIs(h, appMD, trigger.MetricConcurrency, 6))
+	testenv.EventuallyDetail(t, 10*time.Second, "concurrency is the sum over replicas", metricIs(h, appMD, trigger.MetricConcurrency, 6))
 	if !h.isActive(appMD) {
 		t.Error("not active with 6 requests in flight or held")
 	}
 	fleet := trigger.Metadata{Fleet: true, ConcurrencyTarget: 100}.Encode("s:1")
-	eventually(t, "fleet concurrency", metricIs(h, fleet, trigger.MetricFleet, 13))
+	testenv.EventuallyDetail(t, 10*time.Second, "fleet concurrency", metricIs(h, fleet, trigger.MetricFleet, 13))
 
 	for _, ic := range h.ics {
 		ic.Counts().AddRequests("ns/app", 10)
 	}
-	eventually(t, "request rate over the 10s window", metricIs(h, appMD, trigger.MetricRequestRate, 3))
+	testenv.EventuallyDetail(t, 10*time.Second, "request rate over the 10s window", metricIs(h, appMD, trigger.MetricRequestRate, 3))
 
 	health := healthpb.NewHealthClient(h.conn)
 	resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: externalscaler.ExternalScaler_ServiceDesc.ServiceName})
@@ -198,14 +186,14 @@ func TestHungReplicaKeepsItsLastCountsForTheGracePeriodWithoutBlockingReads(t *t
 	h := startHarness(t, harnessOptions{replicas: 2, grace: 1500 * time.Millisecond})
 	h.ics[0].Counts().Set("ns/app", 4, 0)
 	h.ics[1].Counts().Set("ns/app", 1, 0)
-	eventually(t, "both replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 5))
+	testenv.EventuallyDetail(t, 10*time.Second, "both replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 5))
 
 	h.ics[0].Hang()
 	hungAt := time.Now()
 	h.ics[1].Counts().Set("ns/app", 2, 0)
 	// The healthy replica's change shows while the hung one's last counts are kept.
-	eventually(t, "healthy replica still polled while the other hangs", metricIs(h, appMD, trigger.MetricConcurrency, 6))
-	eventually(t, "hung replica marked stale", func() (bool, string) {
+	testenv.EventuallyDetail(t, 10*time.Second, "healthy replica still polled while the other hangs", metricIs(h, appMD, trigger.MetricConcurrency, 6))
+	testenv.EventuallyDetail(t, 10*time.Second, "hung replica marked stale", func() (bool, string) {
 		s := h.state.Snapshot()
 		return s.Apps["ns/app"].Stale && s.Replicas[0].Stale, "not stale yet"
 	})
@@ -220,13 +208,13 @@ func TestHungReplicaKeepsItsLastCountsForTheGracePeriodWithoutBlockingReads(t *t
 			t.Fatalf("GetMetrics took %s while a replica hangs", d)
 		}
 	}
-	eventually(t, "hung replica ignored after the grace period", metricIs(h, appMD, trigger.MetricConcurrency, 2))
+	testenv.EventuallyDetail(t, 10*time.Second, "hung replica ignored after the grace period", metricIs(h, appMD, trigger.MetricConcurrency, 2))
 	// The grace period runs from the last good answer, up to one 20ms interval before Hang.
 	if d := time.Since(hungAt); d < 1400*time.Millisecond {
 		t.Errorf("hung replica dropped after %s, before the 1.5s grace period", d)
 	}
 	h.ics[0].Unhang()
-	eventually(t, "replica back after it answers again", metricIs(h, appMD, trigger.MetricConcurrency, 6))
+	testenv.EventuallyDetail(t, 10*time.Second, "replica back after it answers again", metricIs(h, appMD, trigger.MetricConcurrency, 6))
 }
 
 func TestRestartedReplicaCountsFromZeroWithoutSpikeOrDrop(t *testing.T) {
@@ -234,7 +222,7 @@ func TestRestartedReplicaCountsFromZeroWithoutSpikeOrDrop(t *testing.T) {
 		ics[0].Counts().AddRequests("ns/app", 1000) // before the first poll: a baseline, not traffic
 		ics[1].Counts().AddRequests("ns/app", 500)
 	}})
-	eventually(t, "baseline", func() (bool, string) {
+	testenv.EventuallyDetail(t, 10*time.Second, "baseline", func() (bool, string) {
 		s := h.state.Snapshot()
 		return len(s.Replicas) == 2 && s.Replicas[0].Epoch != "" && s.Replicas[1].Epoch != "", "replicas not polled yet"
 	})
@@ -245,7 +233,7 @@ func TestRestartedReplicaCountsFromZeroWithoutSpikeOrDrop(t *testing.T) {
 	h.ics[0].Restart()
 	h.ics[0].Counts().AddRequests("ns/app", 20)
 	h.ics[1].Counts().AddRequests("ns/app", 10)
-	eventually(t, "rate counts the restarted replica from zero", metricIs(h, appMD, trigger.MetricRequestRate, 3))
+	testenv.EventuallyDetail(t, 10*time.Second, "rate counts the restarted replica from zero", metricIs(h, appMD, trigger.MetricRequestRate, 3))
 	if s := h.state.Snapshot(); s.Replicas[0].Epoch == oldEpoch {
 		t.Errorf("replica epoch still %q after restart", oldEpoch)
 	}
@@ -255,11 +243,11 @@ func TestReplicaLeavingDiscoveryIsDroppedAtOnce(t *testing.T) {
 	h := startHarness(t, harnessOptions{replicas: 2})
 	h.ics[0].Counts().Set("ns/app", 4, 0)
 	h.ics[1].Counts().Set("ns/app", 1, 0)
-	eventually(t, "both replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 5))
+	testenv.EventuallyDetail(t, 10*time.Second, "both replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 5))
 	reps := *h.reps.Load()
 	rest := reps[1:]
 	h.reps.Store(&rest)
-	eventually(t, "removed replica no longer counted", metricIs(h, appMD, trigger.MetricConcurrency, 1))
+	testenv.EventuallyDetail(t, 10*time.Second, "removed replica no longer counted", metricIs(h, appMD, trigger.MetricConcurrency, 1))
 }
 
 func recvWithin(t *testing.T, stream externalscaler.ExternalScaler_StreamIsActiveClient, d time.Duration) (bool, time.Duration) {
@@ -298,14 +286,24 @@ func TestStreamIsActivePushesWakeNoticesAndSurvivesBrokenWakeStreams(t *testing.
 	if v, _ := recvWithin(t, stream, 5*time.Second); v {
 		t.Fatal("first message true before any traffic")
 	}
-	eventually(t, "wake streams open", func() (bool, string) {
+	testenv.EventuallyDetail(t, 10*time.Second, "wake streams open", func() (bool, string) {
 		return h.ics[0].WakeStreams() == 1 && h.ics[1].WakeStreams() == 1, "not subscribed yet"
 	})
+	count0, sum0 := wakeDelays(t)
+	woke := time.Now()
 	h.ics[1].Wake("ns/app")
 	if v, d := recvWithin(t, stream, 5*time.Second); !v {
 		t.Fatal("message after a wake notice is false")
 	} else {
 		t.Logf("wake notice reached the StreamIsActive client in %s", d)
+	}
+	// The wake's path to KEDA is measured: one sample, from the notice's time to the push.
+	testenv.EventuallyDetail(t, 10*time.Second, "the wake notice's delay observed", func() (bool, string) {
+		count, _ := wakeDelays(t)
+		return count == count0+1, fmt.Sprintf("%d samples, want %d", count, count0+1)
+	})
+	if _, sum := wakeDelays(t); sum-sum0 <= 0 || sum-sum0 > time.Since(woke).Seconds() {
+		t.Errorf("wake notice delay %.6fs, want within the %s since the notice", sum-sum0, time.Since(woke))
 	}
 	if !h.isActive(md) {
 		t.Error("IsActive disagrees with the stream after a wake notice")
@@ -313,13 +311,23 @@ func TestStreamIsActivePushesWakeNoticesAndSurvivesBrokenWakeStreams(t *testing.
 
 	// The replica breaks its stream; the collector reconnects and the next wake still arrives.
 	h.ics[1].DropWakeStreams()
-	eventually(t, "wake stream reconnected", func() (bool, string) {
+	testenv.EventuallyDetail(t, 10*time.Second, "wake stream reconnected", func() (bool, string) {
 		return h.ics[1].WakeStreams() == 1, "not reconnected"
 	})
 	h.ics[1].Wake("ns/app")
 	if v, _ := recvWithin(t, stream, 5*time.Second); !v {
 		t.Fatal("message after the second wake notice is false")
 	}
+}
+
+// wakeDelays reads httpscale_scaler_wake_notice_delay_seconds: its sample count and sum.
+func wakeDelays(t *testing.T) (uint64, float64) {
+	t.Helper()
+	var m dto.Metric
+	if err := metricWakeDelay.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
 func TestStreamIsActivePushesActivityChanges(t *testing.T) {

@@ -38,6 +38,11 @@ var (
 		Name: "httpscale_scaler_wake_notices_dropped_total",
 		Help: "Wake notices dropped, by reason: malformed (not a namespace/name app key) or rate (a replica sent more than its limit). The log names the replica.",
 	}, []string{"reason"})
+	metricWakeDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "httpscale_scaler_wake_notice_delay_seconds",
+		Help:    "Time from an interceptor replica's wake notice (its time, at the held request) to the scaler pushing it to KEDA's streams (the scaler's time; the two clocks may differ by their skew).",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	})
 	metricWakeReconnects = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "httpscale_scaler_wake_stream_reconnects_total",
 		Help: "Wake streams that broke and were reopened.",
@@ -45,7 +50,7 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(metricReplicas, metricPollErrors, metricCycleSeconds, metricApps, metricWakes, metricWakesDropped, metricWakeReconnects)
+	ctrlmetrics.Registry.MustRegister(metricReplicas, metricPollErrors, metricCycleSeconds, metricApps, metricWakes, metricWakesDropped, metricWakeDelay, metricWakeReconnects)
 }
 
 func recordSnapshot(s *Snapshot) {

@@ -34,6 +34,13 @@ const (
 	MetricEntries = "httpscale_interceptor_routing_table_entries"
 	// MetricLoadTimestamp is the Unix time of the last successful load.
 	MetricLoadTimestamp = "httpscale_interceptor_routing_table_last_load_timestamp_seconds"
+	// MetricStale is 1 while readiness fails because the table is stale (see stale.go).
+	MetricStale = "httpscale_interceptor_routing_table_stale"
+	// MetricBehind is how long the API server has held a newer head than the watch delivered, as
+	// the last probe saw it; 0 when it has not.
+	MetricBehind = "httpscale_interceptor_routing_table_behind_seconds"
+	// MetricProbeErrors counts staleness probes the API server did not answer.
+	MetricProbeErrors = "httpscale_interceptor_routing_table_probe_errors_total"
 )
 
 type metrics struct {
@@ -42,6 +49,10 @@ type metrics struct {
 	info       *prometheus.GaugeVec
 	entries    prometheus.Gauge
 	loadedAt   prometheus.Gauge
+
+	stale       prometheus.Gauge
+	behind      prometheus.Gauge
+	probeErrors prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -67,7 +78,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Unix time of the last successful routing table load.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.loadErrors, m.failing, m.info, m.entries, m.loadedAt} {
+	m.stale = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: MetricStale,
+		Help: "1 while readiness fails because the API server has held a newer routing table than the watch delivered for longer than the bound.",
+	})
+	m.behind = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: MetricBehind,
+		Help: "Seconds the API server has held a newer routing table head than the watch delivered, at the last probe; 0 when current.",
+	})
+	m.probeErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: MetricProbeErrors,
+		Help: "Routing table staleness probes the API server did not answer.",
+	})
+	for _, c := range []prometheus.Collector{m.loadErrors, m.failing, m.info, m.entries, m.loadedAt, m.stale, m.behind, m.probeErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering routing table metrics: %w", err)
 		}

@@ -29,19 +29,12 @@ var (
 	cs      kubernetes.Interface
 )
 
-var _ = ginkgoenv.ForSuite(func(cfg *rest.Config) {
+var suite = ginkgoenv.ForSuite(func(cfg *rest.Config) {
 	restCfg = cfg
 	var err error
 	cs, err = kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
 })
-
-// newNamespace creates a namespace of its own for one spec.
-func newNamespace(ctx context.Context) string {
-	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tw-"}}, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	return ns.Name
-}
 
 // table builds a table of n apps whose hosts carry tag, so tables with different tags differ.
 func table(tag string, n int) *routing.Table {

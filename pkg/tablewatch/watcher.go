@@ -50,6 +50,13 @@ type Options struct {
 	// Registerer receives the Watcher's metrics; nil means controller-runtime's registry (served on
 	// the manager's metrics endpoint). Two Watchers cannot share one Registerer.
 	Registerer prometheus.Registerer
+
+	// StaleAfter, when positive, makes Ready fail while the API server has held a newer table head
+	// than the watch delivered for longer than it (see stale.go); zero turns the probe off.
+	StaleAfter time.Duration
+	// Probe is the client of the staleness probe: it should have a connection of its own
+	// (ProbeClient). Nil: New builds one, NewForClient uses the watch's client.
+	Probe kubernetes.Interface
 }
 
 // Status describes the table a Watcher serves and how the last load went.
@@ -90,6 +97,12 @@ type Watcher struct {
 	mu        sync.Mutex
 	callbacks []func(*routing.Table)
 
+	// stale is nil unless Options.StaleAfter is set; probe asks the API server for it.
+	stale      *staleness
+	staleAfter time.Duration
+	probe      kubernetes.Interface
+	now        func() time.Time
+
 	// Owned by the Start goroutine.
 	goodHeadRV string
 	// reader decodes only the shards that changed since the table served and shares the rest.
@@ -102,6 +115,11 @@ func New(cfg *rest.Config, opts Options) (*Watcher, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building Kubernetes client for the routing table: %w", err)
+	}
+	if opts.StaleAfter > 0 && opts.Probe == nil {
+		if opts.Probe, err = ProbeClient(cfg); err != nil {
+			return nil, err
+		}
 	}
 	return NewForClient(cs, opts)
 }
@@ -137,6 +155,13 @@ func NewForClient(cs kubernetes.Interface, opts Options) (*Watcher, error) {
 		log:         opts.Log,
 		metrics:     m,
 		kick:        make(chan struct{}, 1),
+		now:         time.Now,
+	}
+	if opts.StaleAfter > 0 {
+		w.stale, w.staleAfter, w.probe = &staleness{bound: opts.StaleAfter}, opts.StaleAfter, opts.Probe
+		if w.probe == nil {
+			w.probe = cs
+		}
 	}
 	w.status.Store(&Status{})
 	return w, nil
@@ -152,10 +177,14 @@ func (w *Watcher) Version() string { return w.table.Load().Version() }
 // Status returns what the Watcher serves and the outcome of its last load attempt.
 func (w *Watcher) Status() Status { return *w.status.Load() }
 
-// Ready returns nil once a table has been loaded, else an error saying why not. It suits a readiness
-// check: a replica without a routing table cannot route anything.
+// Ready returns nil once a table has been loaded, else an error saying why not; with StaleAfter, it
+// also fails while the table is stale (see stale.go). It suits a readiness check: a replica without
+// a routing table cannot route anything, and one whose watch stopped routes with an old one.
 func (w *Watcher) Ready() error {
 	if w.table.Load() != nil {
+		if w.stale != nil {
+			return w.stale.err(w.now())
+		}
 		return nil
 	}
 	if err := w.status.Load().LastError; err != nil {
@@ -210,6 +239,9 @@ func (w *Watcher) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wg.Go(func() { inf.RunWithContext(ctx) })
+	if w.stale != nil {
+		wg.Go(func() { w.probeLoop(ctx, log) })
+	}
 	wg.Go(func() {
 		// Events handled before the cache is complete are ignored (the cache may lack shards), so load
 		// once more as soon as it is.
@@ -297,6 +329,9 @@ func (w *Watcher) readAPI(parent context.Context, log logr.Logger) {
 // than it, or broken. Only the shards whose content changed since the table served are decoded; the
 // new table shares everything else with it (routing.Reader).
 func (w *Watcher) load(source string, head *corev1.ConfigMap, cms []*corev1.ConfigMap, log logr.Logger) {
+	if head != nil && w.stale != nil {
+		w.reportStaleness(w.stale.headDelivered(head.ResourceVersion, w.now()), log)
+	}
 	if head != nil && w.goodHeadRV != "" {
 		if head.ResourceVersion == w.goodHeadRV {
 			w.succeed()

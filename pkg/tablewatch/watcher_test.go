@@ -65,7 +65,7 @@ var _ = Describe("Watcher", func() {
 	)
 	BeforeEach(func() {
 		ctx = context.Background()
-		ns = newNamespace(ctx)
+		ns = suite.NewNamespace(ctx, "tw-")
 	})
 
 	It("is not ready before a table exists, then loads it and follows updates in order", func() {
@@ -105,7 +105,7 @@ var _ = Describe("Watcher", func() {
 	})
 
 	It("reads only its own base in its own namespace", func() {
-		other := newNamespace(ctx)
+		other := suite.NewNamespace(ctx, "tw-")
 		writeTable(ctx, other, base, table("elsewhere", 30))
 		writeTable(ctx, ns, "another-table", table("another", 30))
 		mine := table("mine", 30)

@@ -124,16 +124,16 @@ func TestSNISelection(t *testing.T) {
 }
 
 // An object whose certificate is not loaded (Secret missing or invalid) leaves its hosts to the next
-// rule and changes nothing for the others.
+// rule of its own namespace (its wildcard) and changes nothing for the others.
 func TestUnloadedCertificateFallsThrough(t *testing.T) {
 	good, wild := tlstermtest.NewCert("good.example.com"), tlstermtest.NewCert("*.example.com")
 	store := tlsterm.NewStore("")
 	store.SetTable(table(t,
-		entry("a", "good", "good-tls", "good.example.com"),
-		entry("b", "broken", "broken-tls", "broken.example.com"),
+		entry("c", "good", "good-tls", "good.example.com"),
+		entry("c", "broken", "broken-tls", "broken.example.com"),
 		entry("c", "wild", "wild-tls", "*.example.com"),
 	))
-	load(t, store, "a/good-tls", good)
+	load(t, store, "c/good-tls", good)
 	addr := serve(t, store)
 	if _, err := handshake(addr, "broken.example.com"); err == nil {
 		t.Fatal("broken.example.com: handshake succeeded without any certificate for it")
@@ -145,9 +145,48 @@ func TestUnloadedCertificateFallsThrough(t *testing.T) {
 	if got, err := handshake(addr, "broken.example.com"); err != nil || got != wild.Serial.String() {
 		t.Fatalf("broken.example.com with a wildcard loaded: got %s, %v; want the wildcard's %s", got, err, wild.Serial)
 	}
-	store.SetCertificate("a/good-tls", nil)
+	store.SetCertificate("c/good-tls", nil)
 	if got, err := handshake(addr, "good.example.com"); err != nil || got != wild.Serial.String() {
 		t.Fatalf("good.example.com after its certificate was dropped: got %s, %v; want the wildcard's %s", got, err, wild.Serial)
+	}
+}
+
+// A certificate serves only names its own namespace owns: a name namespace b routes never gets
+// namespace a's wildcard or catch-all certificate (a's key would then secure b's clients), whatever
+// b's Secret holds; it gets the fleet default, or none.
+func TestCertificateOnlyFromTheOwningNamespace(t *testing.T) {
+	wild, all, def := tlstermtest.NewCert("*.example.com"), tlstermtest.NewCert("catch-all"), tlstermtest.NewCert("default")
+	tb := table(t,
+		entry("a", "wild", "wild-tls", "*.example.com"),
+		entry("a", "all", "all-tls", "*"),
+		entry("b", "shop", "", "shop.example.com"),             // no spec.tls
+		entry("b", "broken", "broken-tls", "cart.example.com"), // Secret not loaded
+		entry("b", "plain", "", "plain.test"),
+	)
+	for _, withDef := range []bool{false, true} {
+		store := tlsterm.NewStore("httpscale-system/default-tls")
+		store.SetTable(tb)
+		load(t, store, "a/wild-tls", wild)
+		load(t, store, "a/all-tls", all)
+		if withDef {
+			load(t, store, "httpscale-system/default-tls", def)
+		}
+		addr := serve(t, store)
+		for _, sni := range []string{"shop.example.com", "cart.example.com", "plain.test"} {
+			got, err := handshake(addr, sni)
+			switch {
+			case withDef && (err != nil || got != def.Serial.String()):
+				t.Errorf("%s with a default: got %s, %v; want the default certificate", sni, got, err)
+			case !withDef && err == nil:
+				t.Errorf("%s: handshake succeeded with certificate %s of another namespace", sni, got)
+			}
+		}
+		if got, err := handshake(addr, "api.example.com"); err != nil || got != wild.Serial.String() {
+			t.Errorf("a's own name: got %s, %v; want a's wildcard", got, err)
+		}
+		if got, err := handshake(addr, "nobody.test"); err != nil || got != all.Serial.String() {
+			t.Errorf("a name nobody routes: got %s, %v; want the catch-all's", got, err)
+		}
 	}
 }
 

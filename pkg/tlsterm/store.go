@@ -26,24 +26,33 @@ type Store struct {
 	// defaultKey is the fleet default certificate's Secret, "namespace/name", or "".
 	defaultKey string
 
-	mu    sync.Mutex
-	table []route                     // entries with a TLS Secret, in the table's key order
-	certs map[string]*tls.Certificate // loaded certificates by Secret "namespace/name"
-	snap  atomic.Pointer[snapshot]
+	mu     sync.Mutex
+	routes *routing.Table              // the routing table: which namespace owns which name
+	table  []route                     // entries with a TLS Secret, in the table's key order
+	certs  map[string]*tls.Certificate // loaded certificates by Secret "namespace/name"
+	snap   atomic.Pointer[snapshot]
 }
 
 // route is one routing entry's hosts and the Secret whose certificate serves them.
 type route struct {
 	hosts  []string
+	ns     string
 	secret string // "namespace/name"
 }
 
 // snapshot maps server names to certificates, as GetCertificate reads them.
 type snapshot struct {
-	exact    map[string]*tls.Certificate // lowercase host
-	wildcard map[string]*tls.Certificate // ".example.com" for *.example.com
-	any      *tls.Certificate            // an object with host "*"
-	fallback *tls.Certificate            // the fleet default
+	routes   *routing.Table      // which namespace owns a name (Table.HostNamespace)
+	exact    map[string][]nsCert // lowercase host
+	wildcard map[string][]nsCert // ".example.com" for *.example.com
+	any      []nsCert            // objects with host "*"
+	fallback *tls.Certificate    // the fleet default
+}
+
+// nsCert is a loaded certificate and the namespace of the object that names it.
+type nsCert struct {
+	ns   string
+	cert *tls.Certificate
 }
 
 // NewStore returns an empty store; defaultSecret ("namespace/name", may be empty) names the fleet
@@ -69,13 +78,13 @@ func (s *Store) SetTable(t *routing.Table) {
 	if t != nil {
 		for e := range t.All() {
 			if k := SecretKey(e); k != "" {
-				routes = append(routes, route{hosts: e.Hosts, secret: k})
+				routes = append(routes, route{hosts: e.Hosts, ns: e.Namespace, secret: k})
 			}
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.table = routes
+	s.routes, s.table = t, routes
 	s.rebuild()
 }
 
@@ -95,31 +104,26 @@ func (s *Store) SetCertificate(key string, cert *tls.Certificate) {
 	s.rebuild()
 }
 
-// rebuild publishes a new snapshot. Objects sharing a host (on different paths) should name the
-// same Secret; when they do not, the first in the table's order with a loaded certificate wins.
-// Hosts of an object without a loaded certificate are left to the next rule (a wildcard, *, the
-// default).
+// rebuild publishes a new snapshot. Objects sharing a host (on different paths, so of one
+// namespace) should name the same Secret; when they do not, the first in the table's order with a
+// loaded certificate wins. Hosts of an object without a loaded certificate are left to the next rule
+// of the same namespace (its wildcard, its *), then the default.
 func (s *Store) rebuild() {
-	n := &snapshot{exact: map[string]*tls.Certificate{}, wildcard: map[string]*tls.Certificate{}, fallback: s.certs[s.defaultKey]}
+	n := &snapshot{routes: s.routes, exact: map[string][]nsCert{}, wildcard: map[string][]nsCert{}, fallback: s.certs[s.defaultKey]}
 	for _, r := range s.table {
 		cert := s.certs[r.secret]
 		if cert == nil {
 			continue
 		}
+		c := nsCert{ns: r.ns, cert: cert}
 		for _, h := range r.hosts {
 			switch {
 			case h == "*":
-				if n.any == nil {
-					n.any = cert
-				}
+				n.any = append(n.any, c)
 			case strings.HasPrefix(h, "*."):
-				if _, ok := n.wildcard[h[1:]]; !ok {
-					n.wildcard[h[1:]] = cert
-				}
+				n.wildcard[h[1:]] = append(n.wildcard[h[1:]], c)
 			default:
-				if _, ok := n.exact[h]; !ok {
-					n.exact[h] = cert
-				}
+				n.exact[h] = append(n.exact[h], c)
 			}
 		}
 	}
@@ -129,8 +133,11 @@ func (s *Store) rebuild() {
 // GetCertificate is tls.Config.GetCertificate: an exact host first, then the most specific wildcard
 // (*.example.com serves a.example.com and a.b.example.com, as routing matches hosts), then an
 // object with host *, then the default certificate; otherwise the handshake fails with
-// ErrNoCertificate. A handshake without SNI (a client dialling an IP address) gets the * object's
-// certificate or the default.
+// ErrNoCertificate. Only a certificate of the namespace that owns the name (the namespace of the
+// most specific routing-table level that routes it, see routing.Table.HostNamespace) serves it: a
+// name one namespace routes never gets another namespace's wildcard or catch-all certificate. A
+// handshake without SNI (a client dialling an IP address) gets the * object's certificate or the
+// default.
 func (s *Store) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	if c := s.snap.Load().lookup(hello.ServerName); c != nil {
 		return c, nil
@@ -141,12 +148,23 @@ func (s *Store) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, er
 // lookup is GetCertificate's choice for a server name on this snapshot, nil when there is none.
 func (n *snapshot) lookup(serverName string) *tls.Certificate {
 	name := strings.TrimSuffix(strings.ToLower(serverName), ".")
+	owner, owned := n.routes.HostNamespace(name)
+	// pick returns the first certificate of the owner's namespace (any namespace when no object
+	// routes the name, or when an old table mixes namespaces on it).
+	pick := func(cs []nsCert) *tls.Certificate {
+		for _, c := range cs {
+			if !owned || owner == "" || c.ns == owner {
+				return c.cert
+			}
+		}
+		return nil
+	}
 	if name != "" {
-		if c := n.exact[name]; c != nil {
+		if c := pick(n.exact[name]); c != nil {
 			return c
 		}
 		for i := strings.IndexByte(name, '.'); i >= 0; {
-			if c := n.wildcard[name[i:]]; c != nil {
+			if c := pick(n.wildcard[name[i:]]); c != nil {
 				return c
 			}
 			j := strings.IndexByte(name[i+1:], '.')
@@ -156,8 +174,8 @@ func (n *snapshot) lookup(serverName string) *tls.Certificate {
 			i += 1 + j
 		}
 	}
-	if n.any != nil {
-		return n.any
+	if c := pick(n.any); c != nil {
+		return c
 	}
 	return n.fallback
 }

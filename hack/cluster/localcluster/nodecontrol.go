@@ -64,30 +64,47 @@ func (c Config) StartKubelet(ctx context.Context, n RealNode) error {
 // SignalContainer sends sig to every process of the container with the runtime id containerID
 // ("containerd://<id>" as a pod's status names it), found through its cgroup.
 func SignalContainer(containerID string, sig syscall.Signal) (int, error) {
-	_, id, ok := strings.Cut(containerID, "://")
-	if !ok || id == "" {
-		return 0, fmt.Errorf("container id %q: want <runtime>://<id>", containerID)
-	}
-	cgroups, err := filepath.Glob("/proc/[0-9]*/cgroup")
+	pids, err := ContainerPIDs(containerID)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err == nil {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("no process of container %s could be signalled", containerID)
+	}
+	return n, nil
+}
+
+// ContainerPIDs returns the processes of the container with the runtime id containerID
+// ("containerd://<id>"), found through their cgroups; /proc/<pid>/ns/net of one of them is the
+// pod's network namespace.
+func ContainerPIDs(containerID string) ([]int, error) {
+	_, id, ok := strings.Cut(containerID, "://")
+	if !ok || id == "" {
+		return nil, fmt.Errorf("container id %q: want <runtime>://<id>", containerID)
+	}
+	cgroups, err := filepath.Glob("/proc/[0-9]*/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
 	for _, f := range cgroups {
 		data, err := os.ReadFile(f)
 		if err != nil || !strings.Contains(string(data), id) {
 			continue
 		}
 		var pid int
-		if _, err := fmt.Sscanf(f, "/proc/%d/cgroup", &pid); err != nil {
-			continue
-		}
-		if err := syscall.Kill(pid, sig); err == nil {
-			n++
+		if _, err := fmt.Sscanf(f, "/proc/%d/cgroup", &pid); err == nil {
+			pids = append(pids, pid)
 		}
 	}
-	if n == 0 {
-		return 0, fmt.Errorf("no process of container %s found", id)
+	if len(pids) == 0 {
+		return nil, fmt.Errorf("no process of container %s found", id)
 	}
-	return n, nil
+	return pids, nil
 }

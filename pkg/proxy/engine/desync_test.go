@@ -243,9 +243,10 @@ func TestHeaderTimeoutRunsFromTheFirstByteAcrossAHandOff(t *testing.T) {
 
 // A request with both Content-Length and Transfer-Encoding is read by its Transfer-Encoding, and the
 // connection is closed after the answer (RFC 9112 section 6.1): what follows on it could be a
-// smuggled request. On every path, and whichever request of the connection it is: the first (the
-// fast path screens it before handing the connection over), or a later one on a connection net/http
-// already serves (a POST with a body went first), where net/http reads the head itself.
+// smuggled request. On both paths of the cleartext port (fast=true: the event loops, which leave a
+// request with Transfer-Encoding to net/http and hand it the connection; fast=false: net/http
+// alone), and whichever request of the connection it is: the first, or a later one after requests
+// the loops or net/http served. The TLS port's test is pkg/tlsterm's TestBothLengthsCloseTheConnection.
 func TestBothLengthsCloseTheConnection(t *testing.T) {
 	both := "POST /both HTTP/1.1\r\nhost: app.example.com\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
 	bothLF := "POST /both HTTP/1.1\nhost: app.example.com\nTransfer-Encoding: chunked\ncontent-length: 5\n\n2\r\nhi\r\n0\r\n\r\n"

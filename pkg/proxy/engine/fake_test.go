@@ -42,6 +42,8 @@ type route struct {
 	readiness time.Duration
 	// panics: Responded panics (a bug in the request logic).
 	panics bool
+	// rewrite is the target Rewrite returns ("" keeps the client's).
+	rewrite string
 }
 
 func entry(name, host, svc string) route { return route{name: name, host: host, svc: svc} }
@@ -398,6 +400,12 @@ func (x *fakeExchange) End() {
 		code = http.StatusBadGateway
 	}
 	a.codes[code]++
+}
+
+// Rewrite implements Rewriter: the route's target, asked once, before Begin.
+func (x *fakeExchange) Rewrite(Request) (string, http.Header) {
+	x.want("Rewrite", xRouted)
+	return x.r.rewrite, nil
 }
 
 func (x *fakeExchange) Release() {

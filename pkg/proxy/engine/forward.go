@@ -84,10 +84,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeReply(w, e.logic.Unrouted(w.Header()))
 		return
 	}
-	var set http.Header
-	if t, ok := x.(Traced); ok {
-		set = t.Trace(Request{Method: r.Method, Target: r.RequestURI, Host: r.Host, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor})
-	}
+	target, set := forwardedAs(x, Request{Method: r.Method, Target: r.RequestURI, Host: r.Host, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor, TLS: r.TLS != nil})
 	x.Begin()
 	defer x.End()
 	if !x.Ready() {
@@ -97,7 +94,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	x.Forwarding()
-	e.forward(w, r, x, set)
+	e.forward(w, r, x, target, set)
 }
 
 // writeReply sends an answer the logic chose.
@@ -133,8 +130,9 @@ type callKey struct{}
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
-// forward sends the request through the ReverseProxy.
-func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, set http.Header) {
+// forward sends the request through the ReverseProxy, to target instead of the client's target
+// when the logic rewrote it (see Rewriter; "" keeps the client's).
+func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, target string, set http.Header) {
 	if r.Header.Get("Upgrade") != "" {
 		e.upgrades.add(1)
 		defer e.upgrades.add(-1)
@@ -156,7 +154,14 @@ func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, set
 		ctx, cancel = context.WithTimeoutCause(ctx, d, ErrRequestTimeout)
 		defer cancel()
 	}
-	e.rp.ServeHTTP(w, r.WithContext(ctx))
+	out := r.WithContext(ctx)
+	if target != "" {
+		// The ReverseProxy forwards its request's URL (h1.Rewrite): a copy carries the target.
+		u := *r.URL
+		h1.SetURLTarget(&u, target)
+		out.URL = &u
+	}
+	e.rp.ServeHTTP(w, out)
 }
 
 // WaitUpgrades blocks until every upgraded connection (WebSocket) forwarded by e has ended or ctx

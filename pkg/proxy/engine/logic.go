@@ -69,7 +69,11 @@ type Exchange interface {
 	Refused(addr string, attempt int, err error) bool
 	// Forwarded tells that the request reached addr.
 	Forwarded(addr string)
-	// Responded records the response's status and adds the logic's headers to h (nil: none).
+	// Responded records the response's status and adds the logic's header fields to h, the
+	// response's header (a session cookie, the cold-start headers). Every path calls it once the
+	// response head is known and before it is written; a path that passes the upstream's head on as
+	// it came (the raw path, the event loops) hands an empty h and writes what the logic put in it:
+	// those fields replace the upstream's of the same names, but Set-Cookie, which is added.
 	Responded(code int, h http.Header)
 	// Fail records a failure and returns its answer; its headers are written to h.
 	Fail(err error, h http.Header) Reply
@@ -89,6 +93,39 @@ type Traced interface {
 	Trace(r Request) http.Header
 }
 
+// Rewriter is an Exchange that forwards its request with another target than the client sent (a
+// path prefix rewrite). The engine calls Rewrite where it calls Trace (after Route, before Begin,
+// on every path), before Trace, with the same Request. It returns the request target to forward in
+// origin form (path and query as on the wire; "" forwards r.Target as it came) and header fields set
+// on the forwarded request as Trace's are (nil: none; the engine only reads them).
+type Rewriter interface {
+	Rewrite(r Request) (target string, set http.Header)
+}
+
+// forwardedAs returns what the engine forwards instead of the request's own: the target (""
+// keeps it) and the header fields to set, of x's Rewrite and Trace together.
+func forwardedAs(x Exchange, r Request) (target string, set http.Header) {
+	if rw, ok := x.(Rewriter); ok {
+		target, set = rw.Rewrite(r)
+	}
+	if t, ok := x.(Traced); ok {
+		if ts := t.Trace(r); len(ts) > 0 {
+			if len(set) == 0 {
+				return target, ts
+			}
+			merged := make(http.Header, len(set)+len(ts))
+			for k, vs := range set {
+				merged[k] = vs
+			}
+			for k, vs := range ts {
+				merged[k] = vs
+			}
+			set = merged
+		}
+	}
+	return target, set
+}
+
 // Request is what the engine tells a Traced exchange about its request.
 type Request struct {
 	// Method and Target are the request line's, the target as the client sent it (path and query).
@@ -97,6 +134,8 @@ type Request struct {
 	Host string
 	// ProtoMajor and ProtoMinor are the client's HTTP version (1.1, 2).
 	ProtoMajor, ProtoMinor int
+	// TLS: the request arrived over TLS (the TLS port).
+	TLS bool
 }
 
 // Reply is an answer the logic chose (an error, a placeholder).

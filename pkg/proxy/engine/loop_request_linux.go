@@ -13,7 +13,8 @@ import (
 //
 //	startRequest  parse the head (or hand the connection to net/http); Logic.Route (no route: the
 //	              answer of Logic.Unrouted); an h2c backend: Release, and net/http serves it;
-//	              Trace; Begin
+//	              Rewrite and Trace (a rewritten target net/http would escape: Release, and
+//	              net/http serves it); Begin
 //	startWait     not Ready: Wait runs on a goroutine; waited takes its result on the loop
 //	forward       Forwarding, the request timeout
 //	attempt       Pick (none left: Fail); an upstream connection (loop_upstream_linux.go); a
@@ -50,9 +51,14 @@ func (l *evLoop) startRequest(c *evClient, end int) {
 		l.handOff(c) // net/http forwards to an h2c backend
 		return
 	}
-	if t, ok := x.(Traced); ok {
-		rq.Replace(t.Trace(Request{Method: rq.Method, Target: rq.Target, Host: rq.Host, ProtoMajor: 1, ProtoMinor: 1}))
+	target, set := forwardedAs(x, Request{Method: rq.Method, Target: rq.Target, Host: rq.Host, ProtoMajor: 1, ProtoMinor: 1})
+	if target != "" && !rq.SetTarget(target) {
+		x.Release()
+		l.free.putRequest(rq)
+		l.handOff(c) // net/http sends the rewritten target, which it would escape, escaped
+		return
 	}
+	rq.Replace(set)
 	x.Begin()
 	l.free.consume(c, end)
 	c.reqID++

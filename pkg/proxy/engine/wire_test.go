@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -329,13 +330,19 @@ func onBothPaths(t *testing.T, f func(t *testing.T, h *harness, fast bool)) {
 
 // onBothPathsWith is onBothPaths with the options and the server changed by mod (when set).
 func onBothPathsWith(t *testing.T, mod func(*Options, *Server), f func(t *testing.T, h *harness, fast bool)) {
+	onBothPathsRouting(t, []route{entry("app", "app.example.com", "app")}, mod, f)
+}
+
+// onBothPathsRouting is onBothPathsWith with the harness's routes given: they are read by the loops
+// without a lock, so they are set before the harness starts.
+func onBothPathsRouting(t *testing.T, routes []route, mod func(*Options, *Server), f func(t *testing.T, h *harness, fast bool)) {
 	for _, m := range []struct {
 		name  string
 		fast  bool
 		loops int
 	}{{"fast=true", true, 2}, {"fast=false", false, 0}} {
 		t.Run(m.name, func(t *testing.T) {
-			h := newHarness(t, []route{entry("app", "app.example.com", "app")}, func(o *Options, s *Server) {
+			h := newHarness(t, slices.Clone(routes), func(o *Options, s *Server) {
 				s.FastHTTP1, s.EventLoops = m.fast, m.loops
 				if mod != nil {
 					mod(o, s)

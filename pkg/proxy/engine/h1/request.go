@@ -37,6 +37,7 @@ type requestFields struct {
 	xff                   []string // prior X-Forwarded-For values
 	headers               []field
 	set                   http.Header // header fields replacing the request's own (see Replace)
+	out                   string      // the target Write sends instead of Target; "" none (see SetTarget)
 }
 
 type field struct {
@@ -178,29 +179,13 @@ func (rq *Request) Parse(head string) bool {
 }
 
 // requestPath returns the path of an origin-form target, percent-decoded as net/http decodes it
-// (url.URL.Path), when net/http would forward the target as it is: the path's bytes are those
-// url.URL.EscapedPath keeps (pathByte, and '%' with two hex digits), the query has no control
-// character or space.
+// (url.URL.Path), when net/http would forward the target as it is (plainTarget).
 func requestPath(target string) (string, bool) {
-	path, query, _ := strings.Cut(target, "?")
-	escaped := false
-	for i := 0; i < len(path); i++ {
-		switch c := path[i]; {
-		case c == '%':
-			if i+2 >= len(path) || !isHex(path[i+1]) || !isHex(path[i+2]) {
-				return "", false // net/http answers 400
-			}
-			escaped = true
-			i += 2
-		case !pathByte(c):
-			return "", false // net/http would send the path percent-encoded
-		}
+	escaped, ok := plainTarget(target)
+	if !ok {
+		return "", false
 	}
-	for i := 0; i < len(query); i++ {
-		if c := query[i]; c <= ' ' || c == 0x7f {
-			return "", false
-		}
-	}
+	path, _, _ := strings.Cut(target, "?")
 	if !escaped {
 		return path, true
 	}
@@ -214,6 +199,45 @@ func requestPath(target string) (string, bool) {
 		b = append(b, path[i])
 	}
 	return string(b), true
+}
+
+// plainTarget reports whether net/http forwards the origin-form target as it is: the path's bytes
+// are those url.URL.EscapedPath keeps (pathByte, and '%' with two hex digits), the query has no
+// control character or space; and whether the path has a percent-encoded byte.
+func plainTarget(target string) (escaped, ok bool) {
+	path, query, _ := strings.Cut(target, "?")
+	for i := 0; i < len(path); i++ {
+		switch c := path[i]; {
+		case c == '%':
+			if i+2 >= len(path) || !isHex(path[i+1]) || !isHex(path[i+2]) {
+				return false, false // net/http answers 400
+			}
+			escaped = true
+			i += 2
+		case !pathByte(c):
+			return false, false // net/http would send the path percent-encoded
+		}
+	}
+	for i := 0; i < len(query); i++ {
+		if c := query[i]; c <= ' ' || c == 0x7f {
+			return false, false
+		}
+	}
+	return escaped, true
+}
+
+// SetTarget makes Write send target (origin form: a path and any query, as on the wire) instead of
+// the client's, when net/http would send it as it is too; it reports whether it did. A request whose
+// target was rewritten (a path prefix rewrite) goes out as on the net/http path (SetURLTarget).
+func (rq *Request) SetTarget(target string) bool {
+	if len(target) == 0 || target[0] != '/' {
+		return false
+	}
+	if _, ok := plainTarget(target); !ok {
+		return false
+	}
+	rq.out = target
+	return true
 }
 
 func isHex(c byte) bool {
@@ -295,7 +319,11 @@ func (rq *Request) Replace(set http.Header) {
 func (rq *Request) Write(w Writer, p Peer) {
 	_, _ = w.WriteString(rq.Method)
 	_ = w.WriteByte(' ')
-	_, _ = w.WriteString(rq.Target)
+	if rq.out != "" {
+		_, _ = w.WriteString(rq.out)
+	} else {
+		_, _ = w.WriteString(rq.Target)
+	}
 	_, _ = w.WriteString(" HTTP/1.1\r\n")
 	for i := range rq.headers {
 		if h := &rq.headers[i]; !h.drop && (!h.proxy || p.Trusted) {

@@ -93,8 +93,9 @@ func isEventStream(ct string) bool {
 // WritePassedHead writes the head of a response ParseResponse accepted as the client gets it: the
 // status line and header lines as they came but the hop-by-hop ones, Cache-Control and Date added
 // as net/http would, extra's fields (the request logic's, see the engine's Exchange.Responded)
-// replacing the upstream's of the same names, and "Connection: close" when the connection closes
-// after it.
+// replacing the upstream's of the same names but Set-Cookie (added to the app's own cookies, as the
+// logic adds it to the header of a response net/http read), and "Connection: close" when the
+// connection closes after it.
 func WritePassedHead(w Writer, head []byte, res Response, extra http.Header, closeAfter bool) {
 	status, rest, _ := bytes.Cut(head, []byte("\r\n"))
 	_, _ = w.Write(status)
@@ -128,10 +129,12 @@ func WritePassedHead(w Writer, head []byte, res Response, extra http.Header, clo
 	_, _ = w.WriteString("\r\n")
 }
 
+// inHeader reports whether the upstream's header line named name gives way to h's field of that
+// name: every one but Set-Cookie, of which a response may carry several.
 func inHeader(h http.Header, name []byte) bool {
 	for k := range h {
 		if EqualFold(name, k) {
-			return true
+			return !EqualFold(name, "Set-Cookie")
 		}
 	}
 	return false

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strings"
 )
 
@@ -117,6 +118,19 @@ func (t TrustedProxies) Rewrite(pr *httputil.ProxyRequest) {
 	// Rewrite, which would make the backend see another request than the client sent.
 	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 	ForwardRequestHeaders(pr.Out.Header, pr.In.Header, t.Peer(pr.In.RemoteAddr, pr.In.TLS != nil), pr.In.Host)
+}
+
+// SetURLTarget makes u, a forwarded request's URL, carry target (origin form, as the engine's
+// Rewriter returns it) as the net/http path sends it: the path as written (RawPath, Path its
+// decoding; url.URL.EscapedPath keeps it when it is a valid encoding, as Request.SetTarget requires
+// of the event loops) and the query as written.
+func SetURLTarget(u *url.URL, target string) {
+	path, query, hasQuery := strings.Cut(target, "?")
+	decoded, err := url.PathUnescape(path)
+	if err != nil {
+		decoded = path // a Rewriter returns a valid target; keep what it wrote
+	}
+	u.Path, u.RawPath, u.RawQuery, u.ForceQuery = decoded, path, query, hasQuery && query == ""
 }
 
 // forwardedFor writes the forwarded X-Forwarded-For value: the chain a trusted peer sent (prior,
