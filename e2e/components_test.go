@@ -30,8 +30,8 @@ var _ = Describe("httpscale installed from the chart", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 	})
 
-	It("runs two operators, the scaler and one interceptor per zone as Ready pods of our images on real nodes", func(ctx SpecContext) {
-		for comp, want := range map[string]int{"operator": 2, "interceptor": len(f.Cluster.Real), "scaler": 1} {
+	It("runs two operators, two scalers and one interceptor per zone as Ready pods of our images on real nodes", func(ctx SpecContext) {
+		for comp, want := range map[string]int{"operator": 2, "interceptor": len(f.Cluster.Real), "scaler": 2} {
 			pods, err := f.Cluster.Pods(ctx, localcluster.Namespace, "app.kubernetes.io/component="+comp)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(pods).To(HaveLen(want), comp)
@@ -45,6 +45,10 @@ var _ = Describe("httpscale installed from the chart", Ordered, func() {
 		for i, n := range f.Cluster.Real {
 			Expect(h.Interceptors[i].Node).To(Equal(n.Name))
 		}
+		// The scaler's PodDisruptionBudget lets a drain take one of the two at a time.
+		Eventually(func() (string, error) {
+			return f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "get", "poddisruptionbudget", "httpscale-scaler", "-o", "jsonpath={.status.disruptionsAllowed}/{.status.currentHealthy}")
+		}).WithContext(ctx).Should(Equal("1/2"))
 	})
 
 	It("elects one operator leader and serves the webhook with the operator's own certificate", func(ctx SpecContext) {

@@ -27,13 +27,13 @@ var _ = Describe("Scaler restart under load", Ordered, func() {
 		Eventually(func() (int32, error) { return replicas(ctx, sc.ns, "app") }).
 			WithTimeout(80 * time.Second).WithPolling(time.Second).Should(BeNumerically(">=", 2))
 
-		By("scaling the scaler's Deployment to zero for longer than the scaledown period, then back to one")
+		By("scaling the scaler's Deployment to zero for longer than the scaledown period, then back to the chart's two")
 		scaleScaler := func(n int) {
 			_, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "scale", "deployment/httpscale-scaler", fmt.Sprintf("--replicas=%d", n))
 			Expect(err).NotTo(HaveOccurred())
 		}
 		DeferCleanup(func(ctx SpecContext) {
-			_, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "scale", "deployment/httpscale-scaler", "--replicas=1")
+			_, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "scale", "deployment/httpscale-scaler", "--replicas=2")
 			Expect(err).NotTo(HaveOccurred())
 		})
 		scaleScaler(0)
@@ -42,7 +42,7 @@ var _ = Describe("Scaler restart under load", Ordered, func() {
 		}).WithContext(ctx).Should(BeEmpty(), "no scaler pod left")
 		Consistently(func() (int32, error) { return replicas(ctx, sc.ns, "app") }).
 			WithTimeout(scaledown + 2*time.Second).WithPolling(500 * time.Millisecond).Should(BeNumerically(">=", 1))
-		scaleScaler(1)
+		scaleScaler(2)
 		Expect(f.Cluster.WaitChart(ctx)).To(Succeed())
 		Consistently(func() (int32, error) { return replicas(ctx, sc.ns, "app") }).
 			WithTimeout(scaledown + 10*time.Second).WithPolling(500 * time.Millisecond).Should(BeNumerically(">=", 1))
