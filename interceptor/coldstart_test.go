@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -136,5 +139,26 @@ func TestColdStartProbeAgainstAPIServer(t *testing.T) {
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || st.ColdStartSeq != got.Seq || st.ColdStartEpoch != got.Epoch {
 		t.Errorf("status %+v (%v), want the cold starts' epoch %s and seq %d", st, err, got.Epoch, got.Seq)
+	}
+
+	// The step histograms are the fleet's with the default --per-app-metrics (counters): by step,
+	// with no app label.
+	mresp, err := http.Get("http://" + adminAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mresp.Body.Close()
+	body, err := io.ReadAll(mresp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for line := range strings.Lines(string(body)) {
+		if strings.HasPrefix(line, "httpscale_interceptor_cold_start_step_seconds_count{") {
+			steps = append(steps, strings.TrimSpace(line))
+		}
+	}
+	if len(steps) == 0 || slices.ContainsFunc(steps, func(l string) bool { return strings.Contains(l, "app=") }) {
+		t.Errorf("cold-start step series %q: want some, none with an app label", steps)
 	}
 }
