@@ -136,7 +136,12 @@ func expectMetricsAsDocumented(ctx context.Context) {
 			}
 		}
 		Expect(ip).NotTo(BeEmpty(), "a Ready %s pod (leader %q)", comp, leader)
-		resp, err := f.Get(ctx, fmt.Sprintf("http://%s:%d/metrics", ip, port), "")
+		var resp *http.Response
+		if comp == "interceptor" {
+			resp, err = adminTokenGet(ctx, ip, "/metrics") // the admin port wants a token
+		} else {
+			resp, err = f.Get(ctx, fmt.Sprintf("http://%s:%d/metrics", ip, port), "")
+		}
 		Expect(err).NotTo(HaveOccurred())
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()

@@ -155,7 +155,7 @@ func (r *apiRules) remove(ctx context.Context) {
 // adminGet GETs path on an interceptor's admin port.
 func adminGet(ctx context.Context, ic framework.Interceptor, path string) (int, string) {
 	GinkgoHelper()
-	resp, err := f.Get(ctx, fmt.Sprintf("http://%s:%d%s", ic.IP, localcluster.InterceptorAdmin, path), "")
+	resp, err := adminTokenGet(ctx, ic.IP, path) // the admin port wants the fleet's token (but for the probes)
 	Expect(err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
