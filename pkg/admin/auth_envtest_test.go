@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -180,7 +182,11 @@ func TestAuthOnARealAPIServer(t *testing.T) {
 // gets 503; once the API server is reachable again, new tokens are reviewed again.
 func testCutOff(t *testing.T, cfg, icfg *rest.Config, scalerFile string, token func(ns, sa string, audiences ...string) string) {
 	ctx := context.Background()
-	fwd := startForwarder(t, "127.0.0.1:0", strings.TrimPrefix(cfg.Host, "https://"))
+	api, err := url.Parse(cfg.Host)
+	if err != nil || api.Host == "" {
+		t.Fatalf("API server address %q: %v", cfg.Host, err)
+	}
+	fwd := startForwarder(t, "127.0.0.1:0", api.Host)
 	pcfg := rest.CopyConfig(icfg)
 	pcfg.Host = "https://" + fwd.addr
 	pcs := kubernetes.NewForConfigOrDie(pcfg)
@@ -189,7 +195,7 @@ func testCutOff(t *testing.T, cfg, icfg *rest.Config, scalerFile string, token f
 	reg := prometheus.NewRegistry()
 	auth, err := admin.NewAuth(admin.AuthOptions{
 		Tokens: reviews, Access: pcs.AuthorizationV1().SubjectAccessReviews(),
-		Allowed: []string{"httpscale-system/httpscale-scaler"}, Now: clock.Now, Registerer: reg,
+		Allowed: []string{"httpscale-system/httpscale-scaler"}, Now: clock.Now, Registerer: reg, Log: testr.New(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +279,7 @@ func testCutOff(t *testing.T, cfg, icfg *rest.Config, scalerFile string, token f
 		t.Fatalf("the scaler's token at its expiry: %d %q, want 401", code, body)
 	}
 
-	fwd = startForwarder(t, fwd.addr, strings.TrimPrefix(cfg.Host, "https://")) // reachable again
+	fwd = startForwarder(t, fwd.addr, api.Host) // reachable again
 	clock.set(time.Now())
 	if code, body := get(admin.PathStatus, fresh); code != http.StatusOK {
 		t.Fatalf("a new token once the API server is reachable again: %d %q", code, body)
