@@ -19,6 +19,8 @@ type Metrics struct {
 	coldStarts    *prometheus.CounterVec
 	coldStartWait *prometheus.HistogramVec
 	rejections    *prometheus.CounterVec
+	poolRefusals  *prometheus.CounterVec
+	evictions     *prometheus.CounterVec
 	crossZone     *prometheus.CounterVec
 	upstreamErrs  *prometheus.CounterVec
 	unrouted      prometheus.Counter
@@ -48,6 +50,12 @@ func NewMetrics(reg prometheus.Registerer, registry *queue.Registry) (*Metrics, 
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricPrefix + "queue_rejections_total", Help: "Requests refused with 503 because the app's hold queue was full.",
 		}, app),
+		poolRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricPrefix + "held_pool_refusals_total", Help: "Requests refused with 503 because the interceptor held as many requests or bytes as it may and the app held at least its fair share.",
+		}, app),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricPrefix + "held_pool_evictions_total", Help: "Held requests answered 503 to give their room to an app below its fair share of the interceptor's pool.",
+		}, app),
 		crossZone: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricPrefix + "cross_zone_forwards_total", Help: "Requests forwarded to an endpoint in another zone than this replica's.",
 		}, app),
@@ -70,7 +78,7 @@ func NewMetrics(reg prometheus.Registerer, registry *queue.Registry) (*Metrics, 
 		Unsolicited: discarded.WithLabelValues("unsolicited"),
 	}
 	for _, c := range []prometheus.Collector{
-		m.responses, m.duration, m.coldStarts, m.coldStartWait, m.rejections, m.crossZone, m.upstreamErrs,
+		m.responses, m.duration, m.coldStarts, m.coldStartWait, m.rejections, m.poolRefusals, m.evictions, m.crossZone, m.upstreamErrs,
 		m.unrouted, m.queueLimit, discarded, &countsCollector{reg: registry},
 	} {
 		if err := reg.Register(c); err != nil {
@@ -88,6 +96,8 @@ func (m *Metrics) forget(app string) {
 	m.coldStarts.DeletePartialMatch(l)
 	m.coldStartWait.DeletePartialMatch(l)
 	m.rejections.DeletePartialMatch(l)
+	m.poolRefusals.DeletePartialMatch(l)
+	m.evictions.DeletePartialMatch(l)
 	m.crossZone.DeletePartialMatch(l)
 	m.upstreamErrs.DeletePartialMatch(l)
 	m.queueLimit.DeletePartialMatch(l)
@@ -101,6 +111,8 @@ type appMetrics struct {
 	coldStarts    prometheus.Counter
 	coldStartWait prometheus.Observer
 	rejections    prometheus.Counter
+	poolRefusals  prometheus.Counter
+	evictions     prometheus.Counter
 	crossZone     prometheus.Counter
 	queueLimit    prometheus.Gauge
 }
@@ -122,6 +134,8 @@ func (m *Metrics) forApp(app string) *appMetrics {
 		coldStarts:    m.coldStarts.WithLabelValues(app),
 		coldStartWait: m.coldStartWait.WithLabelValues(app),
 		rejections:    m.rejections.WithLabelValues(app),
+		poolRefusals:  m.poolRefusals.WithLabelValues(app),
+		evictions:     m.evictions.WithLabelValues(app),
 		crossZone:     m.crossZone.WithLabelValues(app),
 		queueLimit:    m.queueLimit.WithLabelValues(app),
 	}
@@ -152,4 +166,29 @@ func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(a.Held), a.Key)
 		ch <- prometheus.MustNewConstMetric(requestsDesc, prometheus.CounterValue, float64(a.Requests), a.Key)
 	}
+}
+
+// RegisterPoolMetrics registers gauges of what pool holds and its limits, read at scrape time, and
+// the counts of its refusals and evictions over every app.
+func RegisterPoolMetrics(reg prometheus.Registerer, pool *queue.Pool) error {
+	l := pool.Limits()
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricPrefix + "held_pool_requests", Help: "Requests held for every app together.",
+		}, func() float64 { n, _ := pool.Usage(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricPrefix + "held_pool_bytes", Help: "Memory charged for the held requests (a base cost plus a multiple of each head's size).",
+		}, func() float64 { _, b := pool.Usage(); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricPrefix + "held_pool_max_requests", Help: "Bound of held_pool_requests (0: none).",
+		}, func() float64 { return float64(l.MaxRequests) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricPrefix + "held_pool_max_bytes", Help: "Bound of held_pool_bytes (0: none).",
+		}, func() float64 { return float64(l.MaxBytes) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -26,6 +26,9 @@ type Options struct {
 	// GRPCAddr and TLS: see ServerOptions.
 	GRPCAddr string
 	TLS      *tls.Config
+	// AdminTokenFile, when set, is a projected ServiceAccount token sent to every interceptor's
+	// admin port (see admin.TokenTransport).
+	AdminTokenFile string
 }
 
 // SetupWithManager adds the Collector and the gRPC Server to mgr, plus a readiness check that passes
@@ -39,12 +42,19 @@ func SetupWithManager(mgr manager.Manager, opts Options, log logr.Logger) error 
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true, // loopback-fast JSON inside the cluster; gzip would cost more CPU than it saves
 	}
+	var rt http.RoundTripper = transport
+	if opts.AdminTokenFile != "" {
+		var err error
+		if rt, err = admin.TokenTransport(opts.AdminTokenFile, transport); err != nil {
+			return err
+		}
+	}
 	collector := NewCollector(CollectorOptions{
 		Discovery: &EndpointSliceDiscovery{
 			Reader: mgr.GetCache(), Namespace: opts.Namespace, Selector: opts.Selector, PortName: opts.PortName,
 		},
-		Counts:     admin.Client{HTTP: &http.Client{Transport: transport}},
-		Wake:       admin.Client{HTTP: &http.Client{Transport: transport}},
+		Counts:     admin.Client{HTTP: &http.Client{Transport: rt}},
+		Wake:       admin.Client{HTTP: &http.Client{Transport: rt}},
 		Interval:   opts.Interval,
 		Timeout:    opts.Timeout,
 		StaleGrace: opts.StaleGrace,
@@ -53,7 +63,7 @@ func SetupWithManager(mgr manager.Manager, opts Options, log logr.Logger) error 
 	if err := mgr.Add(collector); err != nil {
 		return fmt.Errorf("adding collector: %w", err)
 	}
-	server := NewServer(ServerOptions{Addr: opts.GRPCAddr, TLS: opts.TLS, Log: log.WithName("scaling.grpc")}, state)
+	server := NewServer(ServerOptions{Addr: opts.GRPCAddr, TLS: opts.TLS, FleetNamespace: opts.Namespace, Log: log.WithName("scaling.grpc")}, state)
 	if err := mgr.Add(server); err != nil {
 		return fmt.Errorf("adding gRPC server: %w", err)
 	}

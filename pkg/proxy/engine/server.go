@@ -49,6 +49,9 @@ type Server struct {
 	// (default 30s), once for the whole connection's path: a connection the loops hand to net/http
 	// keeps the deadline they started.
 	ReadHeaderTimeout time.Duration
+	// MaxHeaderBytes bounds a request's header block as net/http's does (0: its default, 1 MiB);
+	// the fast path hands heads over 4 KiB to net/http.
+	MaxHeaderBytes int
 
 	DrainDelay   time.Duration
 	DrainTimeout time.Duration
@@ -100,6 +103,7 @@ func (s *Server) Start(ctx context.Context) error {
 	defer cut()
 	srv := NewHTTPServer(closeAfterBothLengths{handler}, s.ReadHeaderTimeout, hard)
 	srv.ConnContext = watchedContext
+	srv.MaxHeaderBytes = s.MaxHeaderBytes
 	if s.H2C {
 		var p http.Protocols
 		p.SetHTTP1(true)
