@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/textproto"
+	"os"
 	"sync"
 	"time"
 
@@ -328,6 +329,8 @@ type watchedConn struct {
 	tls *tls.ConnectionState
 	// headerBy, when set, is the header deadline the fast path started (see h1ServerConn.headerBy).
 	headerBy time.Time
+	// gate bounds the heads parsed at once on the connections the loops hand over (see headGate).
+	gate gateState
 }
 
 func newWatchedConn(c net.Conn, r io.Reader, headerBy time.Time) *watchedConn {
@@ -335,14 +338,45 @@ func newWatchedConn(c net.Conn, r io.Reader, headerBy time.Time) *watchedConn {
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
+	n, err := 0, error(nil)
+	if c.gate.holding() {
+		// What has arrived is read without waiting, keeping the slot: a head sent at once is
+		// parsed to its end before the slot goes to another (thousands of heads parsed a piece
+		// each in turn would all be half-parsed in memory at once). The slot is given up only to
+		// wait for the client.
+		n, err = c.readNow(p)
+		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+			c.gate.release()
+			n, err = c.r.Read(p)
+			if n > 0 {
+				c.gate.acquire()
+			}
+		}
+	} else if n, err = c.r.Read(p); n > 0 {
+		c.gate.acquire() // before what arrived is parsed
+	}
 	if n > 0 {
 		c.watch.feed(p[:n])
 	}
 	return n, err
 }
 
+// readNow reads what has arrived, without waiting (os.ErrDeadlineExceeded: nothing has), and
+// restores the read deadline net/http set.
+func (c *watchedConn) readNow(p []byte) (int, error) {
+	_ = c.Conn.SetReadDeadline(time.Unix(1, 0))
+	n, err := c.r.Read(p)
+	_ = c.Conn.SetReadDeadline(c.gate.deadline())
+	return n, err
+}
+
+func (c *watchedConn) Write(p []byte) (int, error) {
+	c.gate.release() // an answer is written: the head was parsed (or refused)
+	return c.Conn.Write(p)
+}
+
 func (c *watchedConn) Close() error {
+	c.gate.close()
 	c.watch.stop()
 	return c.Conn.Close()
 }
@@ -357,7 +391,13 @@ func (c *watchedConn) SetReadDeadline(t time.Time) error {
 			t = by
 		}
 	}
+	c.gate.setDeadline(t)
 	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *watchedConn) SetDeadline(t time.Time) error {
+	c.gate.setDeadline(t)
+	return c.Conn.SetDeadline(t)
 }
 
 // watchedListener wraps the connections of a listener net/http serves directly.
@@ -390,6 +430,8 @@ type closeAfterBothLengths struct{ h http.Handler }
 
 func (c closeAfterBothLengths) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if wc, ok := r.Context().Value(watchedConnKey{}).(*watchedConn); ok && r.ProtoMajor == 1 {
+		wc.gate.served()
+		defer wc.gate.next(r.Header.Get("Upgrade") != "")
 		if wc.watch.sawBoth() {
 			w.Header().Set("Connection", "close")
 		}
