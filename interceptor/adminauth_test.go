@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +96,28 @@ func TestAdminAuthAgainstAPIServer(t *testing.T) {
 	counts, err := admin.Client{HTTP: &http.Client{Transport: bearerTransport(scaler)}}.Counts(ctx, "http://"+adminAddr, 0, "")
 	if err != nil || counts.Epoch == "" || len(counts.Apps) != 1 {
 		t.Errorf("the scaler's counts: %+v %v, want the one routed app", counts, err)
+	}
+
+	// The stale-if-error counters are served, and listed in docs/metrics.md as served.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+adminAddr+admin.PathMetrics, nil)
+	req.Header.Set("Authorization", "Bearer "+scaler)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	doc, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{admin.MetricStaleAccepted, admin.MetricReviewErrors} {
+		if !strings.Contains(string(body), "# TYPE "+name+" counter\n"+name+" 0\n") {
+			t.Errorf("/metrics lacks the counter %s at 0", name)
+		}
+		if !strings.Contains(string(doc), "| `"+name+"` | counter | |") {
+			t.Errorf("docs/metrics.md does not list %s as an unlabelled counter", name)
+		}
 	}
 }
 

@@ -94,11 +94,12 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 	var auth *admin.Auth
 	if cfg.AdminAuth.Mode == config.AdminAuthToken {
 		auth, err = admin.NewAuth(admin.AuthOptions{
-			Tokens:   cs.AuthenticationV1().TokenReviews(),
-			Access:   cs.AuthorizationV1().SubjectAccessReviews(),
-			Audience: cfg.AdminAuth.Audience,
-			Allowed:  cfg.AdminAuth.AllowedServiceAccounts,
-			Log:      log.WithName("admin.auth"),
+			Tokens:     cs.AuthenticationV1().TokenReviews(),
+			Access:     cs.AuthorizationV1().SubjectAccessReviews(),
+			Audience:   cfg.AdminAuth.Audience,
+			Allowed:    cfg.AdminAuth.AllowedServiceAccounts,
+			Registerer: metrics,
+			Log:        log.WithName("admin.auth"),
 		})
 		if err != nil {
 			return kubeParts{}, err

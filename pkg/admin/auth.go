@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
@@ -49,11 +50,16 @@ type AuthOptions struct {
 	// Allowed are the ServiceAccounts ("namespace/name") that may call every path: the fleet's own
 	// scaler and operator.
 	Allowed []string
-	// CacheSize bounds the decisions remembered (default 1024); CacheTTL is how long a decision is
-	// kept (default 1 minute, never past the token's expiry); NegativeTTL how long a refusal is
-	// (default 10 seconds).
+	// CacheSize bounds the acceptances and, apart, the refusals remembered (default 1024 each, so
+	// a caller sending garbage cannot push the fleet's own tokens out); CacheTTL is how long an
+	// acceptance holds without a new review (default 1 minute, never past the token's expiry);
+	// NegativeTTL how long a refusal is kept (default 10 seconds). See the stale-if-error rule on
+	// Auth.
 	CacheSize             int
 	CacheTTL, NegativeTTL time.Duration
+	// RetryInterval is the least time between two reviews of one accepted token after a review
+	// failed (default 2 seconds).
+	RetryInterval time.Duration
 	// ReviewRate and ReviewBurst bound the reviews sent to the API server for tokens not in the
 	// cache (default 20/s, burst 40): a caller sending new tokens costs the API server a bounded
 	// rate, and beyond it gets 503 with Retry-After.
@@ -63,7 +69,9 @@ type AuthOptions struct {
 	ReviewTimeout time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	Log logr.Logger
+	// Registerer, when set, gets the metrics MetricStaleAccepted and MetricReviewErrors.
+	Registerer prometheus.Registerer
+	Log        logr.Logger
 }
 
 // Auth authenticates the callers of the admin port: every path but the probes needs a bearer
@@ -71,15 +79,30 @@ type AuthOptions struct {
 // wake stream) accept only tokens bound to the audience and issued to an allowed ServiceAccount;
 // PathMetrics also accepts any token the API server accepts whose user may get /metrics
 // (SubjectAccessReview). Decisions are cached by the token's SHA-256, bounded in number and time.
+//
+// Stale-if-error: an accepted token is reviewed again (in the background, before its CacheTTL ends,
+// while it is in use) and a refusal replaces the acceptance. While the API server cannot answer
+// (no connection, a timeout, a 5xx or 429), a token accepted by an earlier review stays accepted
+// until the token's own expiry, never beyond it; a token never reviewed, or refused, is not
+// accepted (503 "cannot review the token now", refusals keep their NegativeTTL). Once a review
+// succeeds again, the usual CacheTTL applies. The cost, a token revoked during an outage is
+// accepted until the outage ends or the token expires, is counted in MetricStaleAccepted.
 // It is safe for concurrent use.
 type Auth struct {
 	o       AuthOptions
 	allowed map[string]bool // usernames: system:serviceaccount:<namespace>:<name>
 	limit   *rate.Limiter
+	stale   prometheus.Counter
+	errs    prometheus.Counter
+	bg      sync.WaitGroup // background reviews
 
-	mu    sync.Mutex
-	cache map[cacheKey]decision
-	order []cacheKey // insertion order, for eviction
+	mu       sync.Mutex
+	accepted fifo[*acceptance]
+	refused  fifo[decision]
+	// down is set when a review got no answer from the API server and cleared by the next answer;
+	// downStale counts the stale acceptances since, for the log line at recovery.
+	down      bool
+	downStale int
 }
 
 type cacheKey struct {
@@ -92,6 +115,12 @@ type decision struct {
 	user    string
 	expires time.Time
 }
+
+// Metrics of Auth (served on the admin port's /metrics, docs/metrics.md).
+const (
+	MetricStaleAccepted = "httpscale_interceptor_admin_auth_stale_accepted_total"
+	MetricReviewErrors  = "httpscale_interceptor_admin_auth_review_errors_total"
+)
 
 // MaxTokenBytes bounds a bearer token; ServiceAccount tokens are about 1 KiB.
 const MaxTokenBytes = 8 << 10
@@ -110,10 +139,24 @@ func NewAuth(o AuthOptions) (*Auth, error) {
 	defaults(&o.ReviewRate, 20)
 	defaults(&o.ReviewBurst, 40)
 	defaults(&o.ReviewTimeout, 5*time.Second)
+	defaults(&o.RetryInterval, 2*time.Second)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	a := &Auth{o: o, allowed: map[string]bool{}, limit: rate.NewLimiter(rate.Limit(o.ReviewRate), o.ReviewBurst), cache: map[cacheKey]decision{}}
+	a := &Auth{o: o, allowed: map[string]bool{}, limit: rate.NewLimiter(rate.Limit(o.ReviewRate), o.ReviewBurst),
+		accepted: newFIFO[*acceptance](o.CacheSize), refused: newFIFO[decision](o.CacheSize),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricStaleAccepted,
+			Help: "Admin port calls accepted on an earlier review of their token because the API server could not review it now."}),
+		errs: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricReviewErrors,
+			Help: "Token and access reviews of admin port callers the API server did not answer (connection, timeout, 5xx, 429) or refused to make."}),
+	}
+	if o.Registerer != nil {
+		for _, c := range []prometheus.Collector{a.stale, a.errs} {
+			if err := o.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("admin auth: registering metrics: %w", err)
+			}
+		}
+	}
 	for _, sa := range o.Allowed {
 		ns, name, ok := strings.Cut(sa, "/")
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -169,14 +212,20 @@ func (a *Auth) check(ctx context.Context, header string, metrics bool) (int, str
 	}
 	now := a.o.Now()
 	key := cacheKey{sum: sha256.Sum256([]byte(token)), metrics: metrics}
-	if d, ok := a.cached(key, now); ok {
+	if code, ok := a.checkAccepted(ctx, key, now); ok {
+		if code == http.StatusServiceUnavailable {
+			return code, "cannot review the token now; retry"
+		}
+		return code, reasonFor(code)
+	}
+	if d, ok := a.cachedRefusal(key, now); ok {
 		return d.code, reasonFor(d.code)
 	}
 	// Cheap checks on the token's own claims first, so that a token the review would refuse costs
 	// the API server nothing: a caller sending garbage is answered here.
 	c, err := parseClaims(token)
 	if err != nil {
-		return a.remember(key, decision{code: http.StatusUnauthorized}, now, time.Time{}), "token is not a ServiceAccount token"
+		return a.refuse(key, decision{code: http.StatusUnauthorized}, now, time.Time{}), "token is not a ServiceAccount token"
 	}
 	if !c.expiry().IsZero() && !now.Before(c.expiry()) {
 		return http.StatusUnauthorized, "token expired"
@@ -187,20 +236,24 @@ func (a *Auth) check(ctx context.Context, header string, metrics bool) (int, str
 		if !c.hasAudience(a.o.Audience) {
 			code = http.StatusUnauthorized
 		}
-		return a.remember(key, decision{code: code}, now, c.expiry()), reasonFor(code)
+		return a.refuse(key, decision{code: code}, now, c.expiry()), reasonFor(code)
 	}
 	if !a.limit.AllowN(now, 1) {
 		return http.StatusServiceUnavailable, "too many token reviews; retry"
 	}
 	d, err := a.review(ctx, token, peer)
 	if err != nil {
+		a.failed(ctx, err)
 		a.o.Log.Error(err, "reviewing an admin port caller's token")
 		return http.StatusServiceUnavailable, "cannot review the token now; retry"
 	}
+	a.answered()
 	if d.code != 0 {
 		a.o.Log.V(1).Info("admin port caller refused", "user", d.user, "status", d.code)
+		return a.refuse(key, d, now, c.expiry()), reasonFor(d.code)
 	}
-	return a.remember(key, d, now, c.expiry()), reasonFor(d.code)
+	a.accept(key, &acceptance{token: token, peer: peer, user: d.user, expiry: c.expiry()}, now)
+	return 0, ""
 }
 
 // review asks the API server who the token belongs to: with the audience for a peer, with the API
@@ -261,46 +314,6 @@ func reasonFor(code int) string {
 	default:
 		return "this ServiceAccount may not call the interceptor's admin port"
 	}
-}
-
-func (a *Auth) cached(key cacheKey, now time.Time) (decision, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	d, ok := a.cache[key]
-	if !ok || !now.Before(d.expires) {
-		return decision{}, false
-	}
-	return d, true
-}
-
-// remember caches d until its TTL or the token's expiry, whichever is first, and returns d.code.
-func (a *Auth) remember(key cacheKey, d decision, now, tokenExpiry time.Time) int {
-	ttl := a.o.CacheTTL
-	if d.code != 0 {
-		ttl = a.o.NegativeTTL
-	}
-	d.expires = now.Add(ttl)
-	if !tokenExpiry.IsZero() && tokenExpiry.Before(d.expires) {
-		d.expires = tokenExpiry
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.cache[key]; !ok {
-		for len(a.order) >= a.o.CacheSize {
-			delete(a.cache, a.order[0])
-			a.order = a.order[1:]
-		}
-		a.order = append(a.order, key)
-	}
-	a.cache[key] = d
-	return d.code
-}
-
-// CacheLen returns the number of decisions cached (for tests and metrics).
-func (a *Auth) CacheLen() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.cache)
 }
 
 // claims are the parts of a ServiceAccount token (a JWT) read before the review. They are not

@@ -8,6 +8,7 @@
 package coldstart
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -119,14 +120,14 @@ type Tracker struct {
 // New returns a Tracker.
 func New(o Options) (*Tracker, error) {
 	d := Defaults
-	setIfZero(&o.Interval, d.Interval)
-	setIfZero(&o.Timeout, d.Timeout)
-	setIfZero(&o.MaxProbes, d.MaxProbes)
-	setIfZero(&o.PerApp, d.PerApp)
-	setIfZero(&o.MaxEndpoints, d.MaxEndpoints)
-	setIfZero(&o.Confirm, d.Confirm)
-	setIfZero(&o.Linger, d.Linger)
-	setIfZero(&o.History, d.History)
+	o.Interval = cmp.Or(o.Interval, d.Interval)
+	o.Timeout = cmp.Or(o.Timeout, d.Timeout)
+	o.MaxProbes = cmp.Or(o.MaxProbes, d.MaxProbes)
+	o.PerApp = cmp.Or(o.PerApp, d.PerApp)
+	o.MaxEndpoints = cmp.Or(o.MaxEndpoints, d.MaxEndpoints)
+	o.Confirm = cmp.Or(o.Confirm, d.Confirm)
+	o.Linger = cmp.Or(o.Linger, d.Linger)
+	o.History = cmp.Or(o.History, d.History)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -151,13 +152,6 @@ func New(o Options) (*Tracker, error) {
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	m.slots = func() float64 { return float64(len(t.slots)) }
 	return t, nil
-}
-
-func setIfZero[T comparable](p *T, def T) {
-	var zero T
-	if *p == zero {
-		*p = def
-	}
 }
 
 // Start runs until ctx ends, then stops every probe and cold start (recording them as they stand).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/httpscale/httpscale/pkg/proxy"
+	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
 	"github.com/httpscale/httpscale/pkg/routing"
 )
 
@@ -30,7 +31,7 @@ func TestPathRewriteOnEveryPath(t *testing.T) {
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			h := newHarness(t, []routing.Entry{shopEntry()}, func(_ *proxy.Options, s *proxy.Server) { srv.mod(s) })
-			be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("ok")} })
+			be := newRawBackend(t, func(int, *http.Request) proxytest.Reply { return proxytest.Reply{Resp: proxytest.OKReply("ok")} })
 			h.src.Set(key("app"), be.ep)
 			rc := dialRaw(t, h)
 			for _, c := range []struct {
@@ -45,12 +46,12 @@ func TestPathRewriteOnEveryPath(t *testing.T) {
 				{"/api/v1", "/api/v1", "from-client", false},    // not rewritten: the client's header passes
 				{"/sh%6Fp/a%2Fb?x", "/a%2Fb?x", "/shop", false}, // percent-encoded, as sent
 			} {
-				n := len(be.requests())
-				a := rc.do(rawGet(c.target, "X-Forwarded-Prefix: from-client"))
+				n := len(be.Requests())
+				a := rc.Do(proxytest.RawGet(c.target, "X-Forwarded-Prefix: from-client"))
 				if a.Code != http.StatusOK {
 					t.Fatalf("GET %s: %d %s, want 200", c.target, a.Code, a.Err)
 				}
-				seen := be.requests()
+				seen := be.Requests()
 				if len(seen) != n+1 {
 					t.Fatalf("GET %s: the backend got %d requests, want 1", c.target, len(seen)-n)
 				}
@@ -58,8 +59,8 @@ func TestPathRewriteOnEveryPath(t *testing.T) {
 				if got.RequestURI != c.want || got.Wire.Get(proxy.HeaderForwardedPrefix) != c.prefix || len(got.Wire[proxy.HeaderForwardedPrefix]) != 1 {
 					t.Errorf("GET %s: the app got %s with X-Forwarded-Prefix %q, want %s with %q", c.target, got.RequestURI, got.Wire[proxy.HeaderForwardedPrefix], c.want, c.prefix)
 				}
-				if wantLoops := srv.name == "event loops" && !c.general; got.viaLoops() != wantLoops {
-					t.Errorf("GET %s: served on the event loops %v, want %v (head %q)", c.target, got.viaLoops(), wantLoops, got.head)
+				if wantLoops := srv.name == "event loops" && !c.general; got.ViaLoops() != wantLoops {
+					t.Errorf("GET %s: served on the event loops %v, want %v (head %q)", c.target, got.ViaLoops(), wantLoops, got.Head())
 				}
 			}
 		})
@@ -73,22 +74,22 @@ func TestPathRewriteRefusesDotSegments(t *testing.T) {
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			h := newHarness(t, []routing.Entry{shopEntry()}, func(_ *proxy.Options, s *proxy.Server) { srv.mod(s) })
-			be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("ok")} })
+			be := newRawBackend(t, func(int, *http.Request) proxytest.Reply { return proxytest.Reply{Resp: proxytest.OKReply("ok")} })
 			h.src.Set(key("app"), be.ep)
 			rc := dialRaw(t, h)
 			for _, target := range []string{"/shop/../admin", "/shop/./x", "/shop/a/..", "/shop/%2e%2e/admin", "/shop/..%2Fadmin"} {
-				a := rc.do(rawGet(target))
+				a := rc.Do(proxytest.RawGet(target))
 				if a.Code != http.StatusBadRequest || !strings.Contains(a.Body, "bad_path") {
 					t.Errorf("GET %s: %d %q, want 400 bad_path", target, a.Code, a.Body)
 				}
 			}
-			if n := len(be.requests()); n != 0 {
+			if n := len(be.Requests()); n != 0 {
 				t.Errorf("the app got %d refused requests", n)
 			}
 			if _, _, req := h.count("ns/app"); req != 0 {
 				t.Errorf("refused requests counted: %d", req)
 			}
-			if a := rc.do(rawGet("/api/../x")); a.Code != http.StatusOK {
+			if a := rc.Do(proxytest.RawGet("/api/../x")); a.Code != http.StatusOK {
 				t.Errorf("GET /api/../x (no rewrite): %d, want 200", a.Code)
 			}
 		})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/proxy"
+	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
 	"github.com/httpscale/httpscale/pkg/routing"
 	"github.com/httpscale/httpscale/pkg/sessioncookie"
 )
@@ -24,14 +25,14 @@ func sessionEntry(name, host, svc string) routing.Entry {
 
 // pods starts n raw backends named name-0..n-1 that answer with their name and a cookie of the
 // app's own, and lists them as svc's ready endpoints.
-func pods(t *testing.T, h *harness, svc, name string, n int, zones ...string) []*rawBackend {
+func pods(t *testing.T, h *harness, svc, name string, n int, zones ...string) []rawPod {
 	t.Helper()
-	var bes []*rawBackend
+	var bes []rawPod
 	var eps []endpoints.Endpoint
 	for i := range n {
 		me := fmt.Sprintf("%s-%d", name, i)
-		be := newRawBackend(t, func(int, *http.Request) rawReply {
-			return rawReply{resp: okReply(me, "Set-Cookie: app-session=42; Path=/")}
+		be := newRawBackend(t, func(int, *http.Request) proxytest.Reply {
+			return proxytest.Reply{Resp: proxytest.OKReply(me, "Set-Cookie: app-session=42; Path=/")}
 		})
 		if i < len(zones) {
 			be.ep.Zone = zones[i]
@@ -45,7 +46,7 @@ func pods(t *testing.T, h *harness, svc, name string, n int, zones ...string) []
 
 // podCookie returns the value of the interceptor's Set-Cookie "pod" of a response ("" when it
 // set none) and checks the app's own cookie went through beside it.
-func podCookie(t *testing.T, a clientAnswer) (value, attrs string) {
+func podCookie(t *testing.T, a proxytest.Answer) (value, attrs string) {
 	t.Helper()
 	var own bool
 	for _, sc := range a.Wire.Values("Set-Cookie") {
@@ -77,7 +78,7 @@ func TestSessionPersistenceOnEveryPath(t *testing.T) {
 			bes := pods(t, h, "app", "pod", 3)
 			rc := dialRaw(t, h)
 
-			first := rc.do(rawGet("/shop/cart"))
+			first := rc.Do(proxytest.RawGet("/shop/cart"))
 			v, attrs := podCookie(t, first)
 			if first.Code != http.StatusOK || len(v) != sessioncookie.ValueLen {
 				t.Fatalf("first request: %d, cookie %q, want 200 and a session cookie", first.Code, first.Wire.Values("Set-Cookie"))
@@ -87,7 +88,7 @@ func TestSessionPersistenceOnEveryPath(t *testing.T) {
 			}
 			pinned := first.Body
 			for i := range 20 {
-				a := rc.do(rawGet("/shop/cart", "Cookie: theme=dark; pod="+v))
+				a := rc.Do(proxytest.RawGet("/shop/cart", "Cookie: theme=dark; pod="+v))
 				if a.Code != http.StatusOK || a.Body != pinned {
 					t.Fatalf("request %d with the cookie: %d from %s, want 200 from %s", i, a.Code, a.Body, pinned)
 				}
@@ -96,9 +97,9 @@ func TestSessionPersistenceOnEveryPath(t *testing.T) {
 				}
 			}
 			for _, be := range bes {
-				for _, r := range be.requests() {
-					if wantLoops := srv.name == "event loops"; r.viaLoops() != wantLoops {
-						t.Fatalf("served on the event loops %v, want %v", r.viaLoops(), wantLoops)
+				for _, r := range be.Requests() {
+					if wantLoops := srv.name == "event loops"; r.ViaLoops() != wantLoops {
+						t.Fatalf("served on the event loops %v, want %v", r.ViaLoops(), wantLoops)
 					}
 				}
 			}
@@ -111,13 +112,13 @@ func TestSessionPersistenceOnEveryPath(t *testing.T) {
 				}
 			}
 			h.src.Set(key("app"), rest...)
-			moved := rc.do(rawGet("/shop/cart", "Cookie: pod="+v))
+			moved := rc.Do(proxytest.RawGet("/shop/cart", "Cookie: pod="+v))
 			nv, _ := podCookie(t, moved)
 			if moved.Code != http.StatusOK || moved.Body == pinned || nv == "" || nv == v {
 				t.Fatalf("after the pinned pod left: %d from %s, cookie %q; want another pod and a new cookie", moved.Code, moved.Body, nv)
 			}
 			for range 5 {
-				if a := rc.do(rawGet("/shop/cart", "Cookie: pod="+nv)); a.Body != moved.Body {
+				if a := rc.Do(proxytest.RawGet("/shop/cart", "Cookie: pod="+nv)); a.Body != moved.Body {
 					t.Fatalf("with the new cookie: from %s, want %s", a.Body, moved.Body)
 				}
 			}
@@ -140,9 +141,9 @@ func TestSessionCookiesClientsControl(t *testing.T) {
 			pods(t, h, "app", "pod", 3)
 			pods(t, h, "other", "other", 2)
 			rc := dialRaw(t, h)
-			v, _ := podCookie(t, rc.do(rawGet("/shop")))
-			twin, _ := podCookie(t, rc.do(rawReqTo("twin.example.com", "GET", "/shop")))
-			other, _ := podCookie(t, rc.do(rawReqTo("other.example.com", "GET", "/shop")))
+			v, _ := podCookie(t, rc.Do(proxytest.RawGet("/shop")))
+			twin, _ := podCookie(t, rc.Do(proxytest.RawReqTo("twin.example.com", "GET", "/shop")))
+			other, _ := podCookie(t, rc.Do(proxytest.RawReqTo("other.example.com", "GET", "/shop")))
 			tampered := []byte(v)
 			tampered[3] ^= 1 // still base64url
 			if tampered[3] == '-' || tampered[3] == '_' {
@@ -160,7 +161,7 @@ func TestSessionCookiesClientsControl(t *testing.T) {
 			} {
 				reached := map[string]bool{}
 				for range 6 {
-					a := rc.do(rawGet("/shop", "Cookie: "+c.cookie))
+					a := rc.Do(proxytest.RawGet("/shop", "Cookie: "+c.cookie))
 					if a.Code != http.StatusOK || !strings.HasPrefix(a.Body, "pod-") {
 						t.Fatalf("%s cookie: %d from %q, want 200 from one of the app's pods", c.name, a.Code, a.Body)
 					}
@@ -174,12 +175,12 @@ func TestSessionCookiesClientsControl(t *testing.T) {
 				}
 			}
 			// A huge Cookie header leaves the fast path, and is still served.
-			big := rc.do(rawGet("/shop", "Cookie: pod="+strings.Repeat("A", 16<<10)))
+			big := rc.Do(proxytest.RawGet("/shop", "Cookie: pod="+strings.Repeat("A", 16<<10)))
 			if big.Code != http.StatusOK || !strings.HasPrefix(big.Body, "pod-") {
 				t.Errorf("16 KiB cookie: %d %q", big.Code, big.Body)
 			}
 			// Ignored paths follow the cookie too, but never set one (a load balancer's checks).
-			if a := rc.do(rawGet("/shop/healthz")); a.Code != http.StatusOK {
+			if a := rc.Do(proxytest.RawGet("/shop/healthz")); a.Code != http.StatusOK {
 				t.Errorf("ignored path: %d", a.Code)
 			} else if nv, _ := podCookie(t, a); nv != "" {
 				t.Error("an ignored path set a session cookie")
@@ -192,7 +193,7 @@ func TestSessionCookiesClientsControl(t *testing.T) {
 // order of their names).
 func bodyAddr(t *testing.T, h *harness, v string) string {
 	t.Helper()
-	a := dialRaw(t, h).do(rawGet("/shop", "Cookie: pod="+v))
+	a := dialRaw(t, h).Do(proxytest.RawGet("/shop", "Cookie: pod="+v))
 	var n int
 	if _, err := fmt.Sscanf(a.Body, "pod-%d", &n); err != nil {
 		t.Fatalf("body %q: %v", a.Body, err)
@@ -224,14 +225,14 @@ func TestSessionFallsBackWhenThePinnedPodRefuses(t *testing.T) {
 			h := newHarness(t, []routing.Entry{sessionEntry("app", "app.example.com", "app")}, func(_ *proxy.Options, s *proxy.Server) { srv.mod(s) })
 			bes := pods(t, h, "app", "pod", 2)
 			rc := dialRaw(t, h)
-			first := rc.do(rawGet("/shop"))
+			first := rc.Do(proxytest.RawGet("/shop"))
 			v, _ := podCookie(t, first)
 			n := 0
 			if first.Body == "pod-1" {
 				n = 1
 			}
-			bes[n].refuse() // still listed ready
-			a := rc.do(rawGet("/shop", "Cookie: pod="+v))
+			bes[n].Refuse() // still listed ready
+			a := rc.Do(proxytest.RawGet("/shop", "Cookie: pod="+v))
 			nv, _ := podCookie(t, a)
 			if a.Code != http.StatusOK || a.Body == first.Body || nv == "" || nv == v {
 				t.Fatalf("pinned pod refusing: %d from %s, cookie %q; want the other pod and a cookie naming it", a.Code, a.Body, nv)
@@ -249,17 +250,17 @@ func TestSessionPersistenceWithZones(t *testing.T) {
 	bes := pods(t, h, "app", "pod", 2, "zone-a", "zone-b")
 	rc := dialRaw(t, h)
 	for range 4 {
-		if a := rc.do(rawGet("/shop")); a.Body != "pod-0" {
+		if a := rc.Do(proxytest.RawGet("/shop")); a.Body != "pod-0" {
 			t.Fatalf("a new client reached %s, want pod-0 in the interceptor's zone", a.Body)
 		}
 	}
 	// A cookie for pod-1 (zone-b): obtained while zone-a had no pod.
 	h.src.Set(key("app"), bes[1].ep)
-	v, _ := podCookie(t, rc.do(rawGet("/shop")))
+	v, _ := podCookie(t, rc.Do(proxytest.RawGet("/shop")))
 	h.src.Set(key("app"), bes[0].ep, bes[1].ep)
 	before := h.metric("httpscale_interceptor_cross_zone_forwards_total", map[string]string{"app": "ns/app"})
 	for range 4 {
-		if a := rc.do(rawGet("/shop", "Cookie: pod="+v)); a.Body != "pod-1" {
+		if a := rc.Do(proxytest.RawGet("/shop", "Cookie: pod="+v)); a.Body != "pod-1" {
 			t.Fatalf("a client pinned to pod-1 reached %s", a.Body)
 		}
 	}
@@ -279,22 +280,22 @@ func TestSessionKeyRotation(t *testing.T) {
 	})
 	pods(t, h, "app", "pod", 3)
 	rc := dialRaw(t, h)
-	first := rc.do(rawGet("/shop"))
+	first := rc.Do(proxytest.RawGet("/shop"))
 	v, _ := podCookie(t, first)
 
 	keys.Store(mustKeys(t, newKey, oldKey))
-	a := rc.do(rawGet("/shop", "Cookie: pod="+v))
+	a := rc.Do(proxytest.RawGet("/shop", "Cookie: pod="+v))
 	renewed, _ := podCookie(t, a)
 	if a.Body != first.Body || renewed == "" || renewed == v {
 		t.Fatalf("old-key cookie during the rotation: from %s (want %s), renewed %q", a.Body, first.Body, renewed)
 	}
-	if a := rc.do(rawGet("/shop", "Cookie: pod="+renewed)); a.Body != first.Body {
+	if a := rc.Do(proxytest.RawGet("/shop", "Cookie: pod="+renewed)); a.Body != first.Body {
 		t.Fatalf("renewed cookie: from %s, want %s", a.Body, first.Body)
 	}
 	keys.Store(mustKeys(t, newKey))
 	reached := map[string]bool{}
 	for range 6 {
-		reached[rc.do(rawGet("/shop", "Cookie: pod="+v)).Body] = true
+		reached[rc.Do(proxytest.RawGet("/shop", "Cookie: pod="+v)).Body] = true
 	}
 	if len(reached) < 2 {
 		t.Errorf("a cookie of a retired key still pins: reached %v", reached)
@@ -307,22 +308,10 @@ func TestSessionCookieSecureOverHTTPS(t *testing.T) {
 	h := newHarness(t, []routing.Entry{sessionEntry("app", "app.example.com", "app")}, nil)
 	pods(t, h, "app", "pod", 1)
 	rc := dialRaw(t, h)
-	if _, attrs := podCookie(t, rc.do(rawGet("/shop", "X-Forwarded-Proto: https"))); !strings.HasSuffix(attrs, "; Secure") {
+	if _, attrs := podCookie(t, rc.Do(proxytest.RawGet("/shop", "X-Forwarded-Proto: https"))); !strings.HasSuffix(attrs, "; Secure") {
 		t.Errorf("over HTTPS: attributes %q, want Secure", attrs)
 	}
-	if _, attrs := podCookie(t, rc.do(rawGet("/shop"))); strings.Contains(attrs, "Secure") {
+	if _, attrs := podCookie(t, rc.Do(proxytest.RawGet("/shop"))); strings.Contains(attrs, "Secure") {
 		t.Errorf("over HTTP: attributes %q, want no Secure", attrs)
-	}
-}
-
-// refuse makes b refuse new connections and closes the ones open (the proxy's pooled ones), while
-// the harness still lists it ready: a pod that died without its endpoint being withdrawn yet.
-func (b *rawBackend) refuse() {
-	b.mu.Lock()
-	conns := b.conns
-	b.mu.Unlock()
-	_ = b.ln.Close()
-	for _, c := range conns {
-		_ = c.Close()
 	}
 }

@@ -93,7 +93,7 @@ func TestRewriteAndSessionOverTLS(t *testing.T) {
 		}
 	}
 	for _, be := range bes {
-		for _, r := range be.requests() {
+		for _, r := range be.Requests() {
 			if r.RequestURI != "/store/item?id=1" || r.Wire.Get(proxy.HeaderForwardedPrefix) != "/shop" || r.Wire.Get("X-Forwarded-Proto") != "https" {
 				t.Errorf("over TLS the app got %s (prefix %q, proto %q), want /store/item?id=1 from /shop over https",
 					r.RequestURI, r.Wire.Get(proxy.HeaderForwardedPrefix), r.Wire.Get("X-Forwarded-Proto"))

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
 )
 
 // bodyBackend is an upstream that reads each request's Content-Length body and answers with what it
@@ -63,7 +65,7 @@ func (b *bodyBackend) serve(c net.Conn) {
 	defer c.Close()
 	br := bufio.NewReader(c)
 	for {
-		head, err := readRequestHead(br)
+		head, err := proxytest.ReadHead(br)
 		if err != nil {
 			return
 		}
@@ -132,7 +134,7 @@ func TestEventLoopsRelayRequestBodies(t *testing.T) {
 		var a clientAnswerT
 		done := make(chan struct{})
 		go func() { defer close(done); a = readAnswer(c, tc.method) }()
-		if _, err := io.WriteString(c.c, postReq(tc.method, path, body)); err != nil {
+		if _, err := io.WriteString(c.Conn(), postReq(tc.method, path, body)); err != nil {
 			t.Fatal(err)
 		}
 		<-done
@@ -143,8 +145,8 @@ func TestEventLoopsRelayRequestBodies(t *testing.T) {
 	// Pipelined in one write: a body, a request without one, bodies larger than the request buffer
 	// followed by a request (the read of the end of a body also takes the start of what follows).
 	one, two, three := pattern(7), pattern(9000), pattern(20000)
-	if _, err := io.WriteString(c.c, postReq("POST", "/p1", one)+rawGet("/p2")+postReq("POST", "/p3", two)+
-		postReq("PUT", "/p4", three)+rawGet("/p5")+postReq("POST", "/p6", three)+postReq("POST", "/p7", one)); err != nil {
+	if _, err := io.WriteString(c.Conn(), postReq("POST", "/p1", one)+proxytest.RawGet("/p2")+postReq("POST", "/p3", two)+
+		postReq("PUT", "/p4", three)+proxytest.RawGet("/p5")+postReq("POST", "/p6", three)+postReq("POST", "/p7", one)); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{bodyWant("POST", "/p1", one, true), bodyWant("GET", "/p2", nil, true), bodyWant("POST", "/p3", two, true),
@@ -165,21 +167,21 @@ func TestEventLoopsAnswerBeforeTheBodyClosesBothConnections(t *testing.T) {
 	h.src.Set(key("app"), endpointOf(t, "http://"+be.addr()))
 	c := dialRaw(t, h)
 	req := postReq("POST", "/early", pattern(1<<20))
-	if _, err := io.WriteString(c.c, req[:len(req)-(1<<20)+1000]); err != nil { // 1000 of the body's bytes
+	if _, err := io.WriteString(c.Conn(), req[:len(req)-(1<<20)+1000]); err != nil { // 1000 of the body's bytes
 		t.Fatal(err)
 	}
 	a := readAnswer(c, "POST")
 	if a.err == nil && (a.code != http.StatusRequestEntityTooLarge || a.body != "early") {
 		t.Errorf("got %d %q, want the upstream's 413 or nothing", a.code, a.body)
 	}
-	_ = c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.Copy(io.Discard, c.br); err != nil {
+	_ = c.Conn().SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, c.Reader()); err != nil {
 		t.Errorf("the client connection was not closed after the early answer: %v", err)
 	}
 	// Another client is answered on a connection of its own.
 	c2 := dialRaw(t, h)
 	small := pattern(10)
-	if _, err := io.WriteString(c2.c, postReq("POST", "/after", small)); err != nil {
+	if _, err := io.WriteString(c2.Conn(), postReq("POST", "/after", small)); err != nil {
 		t.Fatal(err)
 	}
 	if a, want := readAnswer(c2, "POST"), bodyWant("POST", "/after", small, true); a.code != 200 || a.body != want {
@@ -193,8 +195,8 @@ type clientAnswerT struct {
 	err  error
 }
 
-func readAnswer(c *rawClient, method string) clientAnswerT {
-	resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
+func readAnswer(c *proxytest.RawClient, method string) clientAnswerT {
+	resp, err := http.ReadResponse(c.Reader(), &http.Request{Method: method})
 	if err != nil {
 		return clientAnswerT{err: err}
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
 )
 
 // Tests of what a hostile upstream cannot do through the proxy: bytes it sends after a complete
@@ -21,7 +23,7 @@ import (
 
 // evilReply is a whole response smuggled after a complete one: a desynced connection would give it
 // to the next request.
-var evilReply = okReply("EVIL")
+var evilReply = proxytest.OKReply("EVIL")
 
 // oneUpstreamConn lets the proxy open a single connection to an endpoint, so that every request
 // would reuse the connection the previous one left behind.
@@ -33,40 +35,40 @@ func TestUpstreamBytesAfterAResponseDoNotDesync(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		req      string
-		reply    rawReply
+		reply    proxytest.Reply
 		wantCode int
 		wantBody string
 	}{
-		{"204 with a body", rawGet("/r"), rawReply{resp: "HTTP/1.1 204 No Content\r\n\r\n" + evilReply}, 204, ""},
-		{"204, a body later", rawGet("/r"), rawReply{resp: "HTTP/1.1 204 No Content\r\n\r\n", late: evilReply}, 204, ""},
-		{"304 with a body", rawGet("/r"), rawReply{resp: "HTTP/1.1 304 Not Modified\r\nEtag: \"x\"\r\n\r\n" + evilReply}, 304, ""},
-		{"304, a body later", rawGet("/r"), rawReply{resp: "HTTP/1.1 304 Not Modified\r\nEtag: \"x\"\r\n\r\n", late: evilReply}, 304, ""},
-		{"more than Content-Length, later", rawGet("/r"), rawReply{resp: okReply("ok"), late: evilReply}, 200, "ok"},
-		{"data after the last chunk", rawGet("/r"), rawReply{resp: chunked + evilReply}, 200, "ok"},
-		{"data after the last chunk, later", rawGet("/r"), rawReply{resp: chunked, late: evilReply}, 200, "ok"},
-		{"HEAD answer, its body later", rawReq("HEAD", "/r"), rawReply{resp: headAnswer, late: "EVIL" + evilReply}, 200, ""},
+		{"204 with a body", proxytest.RawGet("/r"), proxytest.Reply{Resp: "HTTP/1.1 204 No Content\r\n\r\n" + evilReply}, 204, ""},
+		{"204, a body later", proxytest.RawGet("/r"), proxytest.Reply{Resp: "HTTP/1.1 204 No Content\r\n\r\n", Late: evilReply}, 204, ""},
+		{"304 with a body", proxytest.RawGet("/r"), proxytest.Reply{Resp: "HTTP/1.1 304 Not Modified\r\nEtag: \"x\"\r\n\r\n" + evilReply}, 304, ""},
+		{"304, a body later", proxytest.RawGet("/r"), proxytest.Reply{Resp: "HTTP/1.1 304 Not Modified\r\nEtag: \"x\"\r\n\r\n", Late: evilReply}, 304, ""},
+		{"more than Content-Length, later", proxytest.RawGet("/r"), proxytest.Reply{Resp: proxytest.OKReply("ok"), Late: evilReply}, 200, "ok"},
+		{"data after the last chunk", proxytest.RawGet("/r"), proxytest.Reply{Resp: chunked + evilReply}, 200, "ok"},
+		{"data after the last chunk, later", proxytest.RawGet("/r"), proxytest.Reply{Resp: chunked, Late: evilReply}, 200, "ok"},
+		{"HEAD answer, its body later", proxytest.RawReq("HEAD", "/r"), proxytest.Reply{Resp: headAnswer, Late: "EVIL" + evilReply}, 200, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			onBothPathsWith(t, oneUpstreamConn, func(t *testing.T, h *harness, fast bool) {
-				be := newRawBackend(t, func(i int, r *http.Request) rawReply {
+				be := proxytest.NewRawBackend(t, func(i int, r *http.Request) proxytest.Reply {
 					if i == 0 {
 						return tc.reply
 					}
-					return rawReply{resp: okReply("for " + r.URL.Path)}
+					return proxytest.Reply{Resp: proxytest.OKReply("for " + r.URL.Path)}
 				})
-				h.src.Set(key("app"), be.ep)
-				if a := dialRaw(t, h).do(tc.req); a.Err != "" || a.Code != tc.wantCode || a.Body != tc.wantBody {
+				h.src.Set(key("app"), be.Addr)
+				if a := dialRaw(t, h).Do(tc.req); a.Err != "" || a.Code != tc.wantCode || a.Body != tc.wantBody {
 					t.Fatalf("first client: %+v, want %d %q", a, tc.wantCode, tc.wantBody)
 				}
-				time.Sleep(3 * lateAfter) // the late bytes are in the proxy's socket
+				time.Sleep(3 * proxytest.LateAfter) // the late bytes are in the proxy's socket
 				// Another client, then the same one again: each gets its own answer.
 				c := dialRaw(t, h)
 				for _, p := range []string{"/next", "/again"} {
-					if a := c.do(rawGet(p)); a.Err != "" || a.Code != http.StatusOK || a.Body != "for "+p {
+					if a := c.Do(proxytest.RawGet(p)); a.Err != "" || a.Code != http.StatusOK || a.Body != "for "+p {
 						t.Errorf("GET %s: %+v, want 200 %q", p, a, "for "+p)
 					}
 				}
-				seen := be.requests()
+				seen := be.Requests()
 				if len(seen) != 3 {
 					t.Fatalf("the backend got %d requests, want 3: %+v", len(seen), seen)
 				}
@@ -88,13 +90,13 @@ func TestUpstreamBytesAfterAResponseDoNotDesync(t *testing.T) {
 func halfClosed(t *testing.T, h *harness, req string) string {
 	t.Helper()
 	c := dialRaw(t, h)
-	if _, err := io.WriteString(c.c, req); err != nil {
+	if _, err := io.WriteString(c.Conn(), req); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+	if err := c.Conn().(*net.TCPConn).CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := io.ReadAll(c.c)
+	got, err := io.ReadAll(c.Conn())
 	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("reading to the end: %v (got %q)", err, got)
 	}
@@ -106,17 +108,17 @@ func halfClosed(t *testing.T, h *harness, req string) string {
 func TestHalfClosedClientGetsTheRealAnswerOrNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		reply rawReply
+		reply proxytest.Reply
 	}{
-		{"answered at once", rawReply{resp: okReply("real")}},
-		{"never answered", rawReply{hang: true}},
+		{"answered at once", proxytest.Reply{Resp: proxytest.OKReply("real")}},
+		{"never answered", proxytest.Reply{Hang: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
-				be := newRawBackend(t, func(int, *http.Request) rawReply { return tc.reply })
-				h.src.Set(key("app"), be.ep)
-				got := halfClosed(t, h, rawGet("/"))
-				if tc.reply.hang {
+				be := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply { return tc.reply })
+				h.src.Set(key("app"), be.Addr)
+				got := halfClosed(t, h, proxytest.RawGet("/"))
+				if tc.reply.Hang {
 					if got != "" {
 						t.Errorf("the client got %q for a request the backend never answered, want nothing", got)
 					}
@@ -159,21 +161,21 @@ func TestClientLeavingMidBodyGetsNoSuccess(t *testing.T) {
 // net/http's ReverseProxy would drop query parameters it cannot parse ("a=1;b=2", "%zz").
 func TestQueryPassesAsSent(t *testing.T) {
 	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
-		be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("ok")} })
-		h.src.Set(key("app"), be.ep)
+		be := proxytest.NewRawBackend(t, func(_ int, r *http.Request) proxytest.Reply { return proxytest.Reply{Resp: proxytest.OKReply("ok")} })
+		h.src.Set(key("app"), be.Addr)
 		targets := []string{"/q?a=1;b=2", "/q?q=%zz", "/q?a=%ZZ&b=2&c", "/q?x=1&&y=%2", "/q?"}
 		c := dialRaw(t, h)
 		for _, target := range targets {
-			if a := c.do(rawGet(target)); a.Code != http.StatusOK {
+			if a := c.Do(proxytest.RawGet(target)); a.Code != http.StatusOK {
 				t.Errorf("GET %s: %+v", target, a)
 			}
 		}
 		post := "POST /q?a=1;b=%zz HTTP/1.1\r\nhost: app.example.com\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi"
-		if a := c.do(post); a.Code != http.StatusOK {
+		if a := c.Do(post); a.Code != http.StatusOK {
 			t.Errorf("POST: %+v", a)
 		}
 		var got []string
-		for _, r := range be.requests() {
+		for _, r := range be.Requests() {
 			got = append(got, r.RequestURI)
 		}
 		want := append(targets, "/q?a=1;b=%zz")
@@ -187,18 +189,18 @@ func TestQueryPassesAsSent(t *testing.T) {
 // "Transfer_Encoding" as Transfer-Encoding cannot be handed one past the proxy's rules.
 func TestUnderscoreHeadersAreDropped(t *testing.T) {
 	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
-		be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("ok")} })
-		h.src.Set(key("app"), be.ep)
+		be := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply { return proxytest.Reply{Resp: proxytest.OKReply("ok")} })
+		h.src.Set(key("app"), be.Addr)
 		under := []string{"Transfer_Encoding: chunked", "X_Forwarded_For: 6.6.6.6", "My_Header: x", "My-Header: y"}
 		c := dialRaw(t, h)
-		if a := c.do(rawGet("/u", under...)); a.Code != http.StatusOK {
+		if a := c.Do(proxytest.RawGet("/u", under...)); a.Code != http.StatusOK {
 			t.Errorf("GET: %+v", a)
 		}
-		post := rawReq("POST", "/u", append(under, "Content-Type: text/plain", "Content-Length: 2")...) + "hi"
-		if a := c.do(post); a.Code != http.StatusOK {
+		post := proxytest.RawReq("POST", "/u", append(under, "Content-Type: text/plain", "Content-Length: 2")...) + "hi"
+		if a := c.Do(post); a.Code != http.StatusOK {
 			t.Errorf("POST: %+v", a)
 		}
-		seen := be.requests()
+		seen := be.Requests()
 		if len(seen) != 2 {
 			t.Fatalf("the backend got %d requests, want 2", len(seen))
 		}
@@ -227,14 +229,14 @@ func TestHeaderTimeoutRunsFromTheFirstByteAcrossAHandOff(t *testing.T) {
 	onBothPathsWith(t, headerTimeout, func(t *testing.T, h *harness, fast bool) {
 		c := dialRaw(t, h)
 		start := time.Now()
-		if _, err := io.WriteString(c.c, "GET / HTTP/1.1\r\nhost: app.example.com\r\nX-Pad: "); err != nil {
+		if _, err := io.WriteString(c.Conn(), "GET / HTTP/1.1\r\nhost: app.example.com\r\nX-Pad: "); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(timeout * 6 / 10)
-		if _, err := io.WriteString(c.c, strings.Repeat("a", 5000)); err != nil {
+		if _, err := io.WriteString(c.Conn(), strings.Repeat("a", 5000)); err != nil {
 			t.Fatal(err)
 		}
-		got, _ := io.ReadAll(c.c) // until the proxy closes the connection
+		got, _ := io.ReadAll(c.Conn()) // until the proxy closes the connection
 		if took := time.Since(start); took > timeout*14/10 {
 			t.Errorf("the connection was closed %v after the first byte (got %q), want about %v", took.Round(time.Millisecond), got, timeout)
 		}
@@ -252,7 +254,7 @@ func TestBothLengthsCloseTheConnection(t *testing.T) {
 	bothLF := "POST /both HTTP/1.1\nhost: app.example.com\nTransfer-Encoding: chunked\ncontent-length: 5\n\n2\r\nhi\r\n0\r\n\r\n"
 	plain := "POST /plain HTTP/1.1\r\nhost: app.example.com\r\nContent-Length: 2\r\n\r\nhi"
 	chunked := "POST /chunked HTTP/1.1\r\nhost: app.example.com\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\nX-Trailer: 1\r\n\r\n"
-	get := rawGet("/get")
+	get := proxytest.RawGet("/get")
 	for _, tc := range []struct {
 		name  string
 		first []string // requests answered with the connection kept
@@ -279,7 +281,7 @@ func TestBothLengthsCloseTheConnection(t *testing.T) {
 				c := dialRaw(t, h)
 				var want []string
 				for _, req := range tc.first {
-					if a := c.do(req); a.Code != http.StatusOK || a.Close {
+					if a := c.Do(req); a.Code != http.StatusOK || a.Close {
 						t.Fatalf("%.20q: %+v, want 200 keeping the connection", req, a)
 					}
 					if req == get {
@@ -288,17 +290,17 @@ func TestBothLengthsCloseTheConnection(t *testing.T) {
 						want = append(want, "hi")
 					}
 				}
-				a := c.do(tc.both)
+				a := c.Do(tc.both)
 				if a.Code != http.StatusOK || a.Body != "ok" || !a.Close {
 					t.Errorf("POST with both: %+v, want 200 %q with Connection: close", a, "ok")
 				}
-				if !c.closed() {
+				if !c.Closed() {
 					t.Errorf("the connection stayed open after a request with both Content-Length and Transfer-Encoding")
 				}
 				want = append(want, "hi")
 				// A plain one afterwards on a new connection is not affected.
 				c = dialRaw(t, h)
-				if a := c.do(plain); a.Code != http.StatusOK || a.Close {
+				if a := c.Do(plain); a.Code != http.StatusOK || a.Close {
 					t.Errorf("plain POST: %+v, want 200 keeping the connection", a)
 				}
 				want = append(want, "hi")
@@ -317,21 +319,21 @@ func TestBothLengthsCloseTheConnection(t *testing.T) {
 // of waiting for bytes that never come.
 func TestHeadsEndingInBareLFAreReadAtOnce(t *testing.T) {
 	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
-		be := newRawBackend(t, func(i int, r *http.Request) rawReply {
+		be := proxytest.NewRawBackend(t, func(i int, r *http.Request) proxytest.Reply {
 			if r.URL.Path == "/lf-response" {
-				return rawReply{resp: "HTTP/1.1 200 OK\nContent-Type: text/plain\nContent-Length: 2\n\r\nok"}
+				return proxytest.Reply{Resp: "HTTP/1.1 200 OK\nContent-Type: text/plain\nContent-Length: 2\n\r\nok"}
 			}
-			return rawReply{resp: okReply("ok")}
+			return proxytest.Reply{Resp: proxytest.OKReply("ok")}
 		})
-		h.src.Set(key("app"), be.ep)
+		h.src.Set(key("app"), be.Addr)
 		for _, req := range []string{
 			"GET /lf-request HTTP/1.1\nhost: app.example.com\n\r\n",
-			rawGet("/lf-response"),
+			proxytest.RawGet("/lf-response"),
 		} {
 			c := dialRaw(t, h)
-			_ = c.c.SetDeadline(time.Now().Add(3 * time.Second))
+			_ = c.Conn().SetDeadline(time.Now().Add(3 * time.Second))
 			start := time.Now()
-			if a := c.do(req); a.Code != http.StatusOK || a.Body != "ok" {
+			if a := c.Do(req); a.Code != http.StatusOK || a.Body != "ok" {
 				t.Errorf("%q: %+v after %v, want 200 %q at once", req, a, time.Since(start).Round(time.Millisecond), "ok")
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
@@ -31,8 +32,8 @@ func TestHeldRequestWithABodyIsForwardedWhole(t *testing.T) {
 	h.src.Set(key("warm"), endpointOf(t, "http://"+be.addr()))
 	body := pattern(100000)
 	c := dialRaw(t, h)
-	held := make(chan clientAnswer, 1)
-	go func() { held <- c.do(postReq("POST", "/cold", body)) }()
+	held := make(chan proxytest.Answer, 1)
+	go func() { held <- c.Do(postReq("POST", "/cold", body)) }()
 	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer stop()
 	if err := h.src.WaitWaiting(ctx, key("app"), 1); err != nil {
@@ -40,7 +41,7 @@ func TestHeldRequestWithABodyIsForwardedWhole(t *testing.T) {
 	}
 	warm := postReq("POST", "/warm", []byte("hi"))
 	warm = "POST /warm HTTP/1.1\r\nhost: warm.example.com" + warm[len("POST /warm HTTP/1.1\r\nhost: app.example.com"):]
-	if a := dialRaw(t, h).do(warm); a.Code != http.StatusOK || a.Body != bodyWant("POST", "/warm", []byte("hi"), true) {
+	if a := dialRaw(t, h).Do(warm); a.Code != http.StatusOK || a.Body != bodyWant("POST", "/warm", []byte("hi"), true) {
 		t.Fatalf("warm app while the other is held: %+v", a)
 	}
 	h.src.Set(key("app"), endpointOf(t, "http://"+be.addr()))
@@ -48,7 +49,7 @@ func TestHeldRequestWithABodyIsForwardedWhole(t *testing.T) {
 	if a.Code != http.StatusOK || a.Body != bodyWant("POST", "/cold", body, true) || a.Wire.Get("X-Cold-Start") != "true" {
 		t.Fatalf("held request: %+v, want 200 with the whole body and X-Cold-Start", a)
 	}
-	if a := c.do(rawGet("/after")); a.Code != http.StatusOK {
+	if a := c.Do(proxytest.RawGet("/after")); a.Code != http.StatusOK {
 		t.Errorf("the next request on the connection: %+v", a)
 	}
 }
@@ -62,9 +63,9 @@ func TestHeldRequestOfAClientThatLeftEnds(t *testing.T) {
 			h := newHarness(t, []route{entry("app", "app.example.com", "app")}, func(_ *Options, s *Server) {
 				s.EventLoops, s.WatchClientAfter = 1, 20*time.Millisecond
 			})
-			be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("late")} })
+			be := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply { return proxytest.Reply{Resp: proxytest.OKReply("late")} })
 			c := dialRaw(t, h)
-			if _, err := io.WriteString(c.c, rawGet("/cold")); err != nil {
+			if _, err := io.WriteString(c.Conn(), proxytest.RawGet("/cold")); err != nil {
 				t.Fatal(err)
 			}
 			ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
@@ -73,19 +74,19 @@ func TestHeldRequestOfAClientThatLeftEnds(t *testing.T) {
 				t.Fatal(err)
 			}
 			if halfClose {
-				_ = c.c.(*net.TCPConn).CloseWrite()
+				_ = c.Conn().(*net.TCPConn).CloseWrite()
 			} else {
-				_ = c.c.Close()
+				_ = c.Conn().Close()
 			}
 			testenv.Eventually(t, 10*time.Second, "the held request recorded as 499", func() bool { return h.src.codes("app", "499") == 1 })
 			if in, held, _ := h.count("app"); in != 0 || held != 0 {
 				t.Errorf("in flight %d, held %d; want 0 and 0", in, held)
 			}
-			h.src.Set(key("app"), be.ep)
-			if a := dialRaw(t, h).do(rawGet("/next")); a.Code != http.StatusOK {
+			h.src.Set(key("app"), be.Addr)
+			if a := dialRaw(t, h).Do(proxytest.RawGet("/next")); a.Code != http.StatusOK {
 				t.Fatalf("next request: %+v", a)
 			}
-			for _, r := range be.requests() {
+			for _, r := range be.Requests() {
 				if r.RequestURI == "/cold" {
 					t.Errorf("the request of the client that left was forwarded")
 				}
@@ -101,12 +102,12 @@ func TestHeldRequestTimesOut(t *testing.T) {
 	r.readiness = 50 * time.Millisecond
 	h := newHarness(t, []route{r}, nil)
 	c := dialRaw(t, h)
-	if a := c.do(rawGet("/cold")); a.Code != http.StatusGatewayTimeout || a.Wire.Get("X-Cold-Start") != "true" || a.Close {
+	if a := c.Do(proxytest.RawGet("/cold")); a.Code != http.StatusGatewayTimeout || a.Wire.Get("X-Cold-Start") != "true" || a.Close {
 		t.Fatalf("held past the readiness timeout: %+v, want 504 with X-Cold-Start, the connection kept", a)
 	}
-	be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("ok")} })
-	h.src.Set(key("app"), be.ep)
-	if a := c.do(rawGet("/next")); a.Code != http.StatusOK || a.Body != "ok" {
+	be := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply { return proxytest.Reply{Resp: proxytest.OKReply("ok")} })
+	h.src.Set(key("app"), be.Addr)
+	if a := c.Do(proxytest.RawGet("/next")); a.Code != http.StatusOK || a.Body != "ok" {
 		t.Errorf("next request: %+v", a)
 	}
 }
@@ -141,7 +142,7 @@ func TestConnectionHandedToAWaiterKeepsTheLastAnswerWhole(t *testing.T) {
 				path := fmt.Sprintf("/c%d/%d", i, j)
 				want := answer(path)
 				sum := sha256.Sum256([]byte(want))
-				if a := c.do(postReq("POST", path, pattern(70000+997*i+j))); a.Code != http.StatusOK || a.Body != fmt.Sprintf("%d bytes, sha256 %x", len(want), sum) {
+				if a := c.Do(postReq("POST", path, pattern(70000+997*i+j))); a.Code != http.StatusOK || a.Body != fmt.Sprintf("%d bytes, sha256 %x", len(want), sum) {
 					t.Errorf("%s: %+v", path, a)
 					return
 				}

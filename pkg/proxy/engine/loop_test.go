@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
@@ -29,18 +30,20 @@ func loopHarness(t *testing.T, n int, mod func(*Options)) *harness {
 // Pipelined requests, one arriving in pieces, are answered in order on the connection.
 func TestEventLoopsPipelining(t *testing.T) {
 	h := loopHarness(t, 2, nil)
-	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
-	h.src.Set(key("app"), be.ep)
+	be := proxytest.NewRawBackend(t, func(_ int, r *http.Request) proxytest.Reply {
+		return proxytest.Reply{Resp: proxytest.OKReply("for " + r.URL.Path)}
+	})
+	h.src.Set(key("app"), be.Addr)
 	c := dialRaw(t, h)
-	third := rawGet("/3")
-	if _, err := io.WriteString(c.c, rawGet("/1")+rawGet("/2")+third[:10]); err != nil {
+	third := proxytest.RawGet("/3")
+	if _, err := io.WriteString(c.Conn(), proxytest.RawGet("/1")+proxytest.RawGet("/2")+third[:10]); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond) // the rest of the third head comes later
-	if _, err := io.WriteString(c.c, third[10:]); err != nil {
+	if _, err := io.WriteString(c.Conn(), third[10:]); err != nil {
 		t.Fatal(err)
 	}
-	br := bufio.NewReader(c.c)
+	br := bufio.NewReader(c.Conn())
 	for _, want := range []string{"for /1", "for /2", "for /3"} {
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
@@ -51,12 +54,12 @@ func TestEventLoopsPipelining(t *testing.T) {
 			t.Errorf("got %d %q, want 200 %q", resp.StatusCode, body, want)
 		}
 	}
-	if got := len(be.requests()); got != 3 {
+	if got := len(be.Requests()); got != 3 {
 		t.Errorf("backend got %d requests, want 3", got)
 	}
-	for _, r := range be.requests() {
-		if !r.viaRaw() {
-			t.Errorf("%s was not forwarded on the raw path: %q", r.RequestURI, r.head)
+	for _, r := range be.Requests() {
+		if !r.ViaLoops() {
+			t.Errorf("%s was not forwarded on the raw path: %q", r.RequestURI, r.Head())
 		}
 	}
 }
@@ -65,8 +68,10 @@ func TestEventLoopsPipelining(t *testing.T) {
 // over upstream connections the loops reuse.
 func TestEventLoopsManyConnections(t *testing.T) {
 	h := loopHarness(t, 2, nil)
-	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
-	h.src.Set(key("app"), be.ep)
+	be := proxytest.NewRawBackend(t, func(_ int, r *http.Request) proxytest.Reply {
+		return proxytest.Reply{Resp: proxytest.OKReply("for " + r.URL.Path)}
+	})
+	h.src.Set(key("app"), be.Addr)
 	const clients, each = 32, 25
 	var wg sync.WaitGroup
 	var bad atomic.Int32
@@ -77,7 +82,7 @@ func TestEventLoopsManyConnections(t *testing.T) {
 			c := dialRaw(t, h)
 			for j := range each {
 				path := fmt.Sprintf("/c%d/r%d", i, j)
-				if a := c.do(rawGet(path)); a.Err != "" || a.Code != http.StatusOK || a.Body != "for "+path {
+				if a := c.Do(proxytest.RawGet(path)); a.Err != "" || a.Code != http.StatusOK || a.Body != "for "+path {
 					bad.Add(1)
 					t.Errorf("%s: %+v", path, a)
 					return
@@ -97,7 +102,7 @@ func TestEventLoopsManyConnections(t *testing.T) {
 		t.Errorf("2xx responses = %v, want %d", v, clients*each)
 	}
 	// At most one upstream connection per client at a time; kept and reused, not one per request.
-	if n := be.connCount(); n > clients {
+	if n := be.ConnCount(); n > clients {
 		t.Errorf("upstream connections = %d, want at most %d", n, clients)
 	}
 }
@@ -106,10 +111,10 @@ func TestEventLoopsManyConnections(t *testing.T) {
 // connection is closed.
 func TestEventLoopsHalfClosedClientIsAnswered(t *testing.T) {
 	h := loopHarness(t, 1, nil)
-	be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("answered")} })
-	h.src.Set(key("app"), be.ep)
+	be := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply { return proxytest.Reply{Resp: proxytest.OKReply("answered")} })
+	h.src.Set(key("app"), be.Addr)
 	c := h.dial(t, 10*time.Second)
-	if _, err := io.WriteString(c, rawGet("/")); err != nil {
+	if _, err := io.WriteString(c, proxytest.RawGet("/")); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
@@ -137,15 +142,15 @@ func TestEventLoopsRespectMaxConnsPerEndpoint(t *testing.T) {
 	const limit, clients = 2, 12
 	h := loopHarness(t, 2, func(o *Options) { o.MaxConnsPerEndpoint = limit })
 	var open, peak atomic.Int32
-	be := newRawBackend(t, func(int, *http.Request) rawReply {
+	be := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply {
 		if n := open.Add(1); n > peak.Load() {
 			peak.Store(n)
 		}
 		time.Sleep(5 * time.Millisecond)
 		open.Add(-1)
-		return rawReply{resp: okReply("ok")}
+		return proxytest.Reply{Resp: proxytest.OKReply("ok")}
 	})
-	h.src.Set(key("app"), be.ep)
+	h.src.Set(key("app"), be.Addr)
 	var wg sync.WaitGroup
 	for range clients {
 		wg.Add(1)
@@ -153,7 +158,7 @@ func TestEventLoopsRespectMaxConnsPerEndpoint(t *testing.T) {
 			defer wg.Done()
 			c := dialRaw(t, h)
 			for range 5 {
-				if a := c.do(rawGet("/")); a.Err != "" || a.Code != http.StatusOK {
+				if a := c.Do(proxytest.RawGet("/")); a.Err != "" || a.Code != http.StatusOK {
 					t.Errorf("got %+v, want 200", a)
 					return
 				}
@@ -171,26 +176,26 @@ func TestEventLoopsRespectMaxConnsPerEndpoint(t *testing.T) {
 func TestEventLoopsDrain(t *testing.T) {
 	h := loopHarness(t, 2, nil)
 	release := make(chan struct{})
-	be := newRawBackend(t, func(_ int, r *http.Request) rawReply {
+	be := proxytest.NewRawBackend(t, func(_ int, r *http.Request) proxytest.Reply {
 		if r.URL.Path == "/slow" {
 			<-release
 		}
-		return rawReply{resp: okReply("done " + r.URL.Path)}
+		return proxytest.Reply{Resp: proxytest.OKReply("done " + r.URL.Path)}
 	})
-	h.src.Set(key("app"), be.ep)
+	h.src.Set(key("app"), be.Addr)
 	idle := dialRaw(t, h)
-	if a := idle.do(rawGet("/first")); a.Code != http.StatusOK {
+	if a := idle.Do(proxytest.RawGet("/first")); a.Code != http.StatusOK {
 		t.Fatalf("first request: %+v", a)
 	}
 	busy := dialRaw(t, h)
-	answer := make(chan clientAnswer, 1)
-	go func() { answer <- busy.do(rawGet("/slow")) }()
+	answer := make(chan proxytest.Answer, 1)
+	go func() { answer <- busy.Do(proxytest.RawGet("/slow")) }()
 	testenv.Eventually(t, 10*time.Second, "the slow request in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 1 })
 	h.stop()
 	// The idle connection is closed without a response.
 	buf := make([]byte, 1)
-	_ = idle.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if n, err := idle.c.Read(buf); err == nil || n > 0 {
+	_ = idle.Conn().SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := idle.Conn().Read(buf); err == nil || n > 0 {
 		t.Errorf("idle connection: read %d bytes, %v; want it closed", n, err)
 	}
 	close(release)
@@ -214,17 +219,17 @@ func TestEventLoopsDrain(t *testing.T) {
 func TestEventLoopsSlowClientLargeBody(t *testing.T) {
 	h := loopHarness(t, 1, nil)
 	body := strings.Repeat("0123456789abcdef", 1<<20) // 16 MiB: more than the sockets buffer
-	be := newRawBackend(t, func(int, *http.Request) rawReply {
-		return rawReply{resp: fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(body), body)}
+	be := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply {
+		return proxytest.Reply{Resp: fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(body), body)}
 	})
-	h.src.Set(key("app"), be.ep)
+	h.src.Set(key("app"), be.Addr)
 	c := dialRaw(t, h)
-	_ = c.c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := io.WriteString(c.c, rawGet("/big")); err != nil {
+	_ = c.Conn().SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c.Conn(), proxytest.RawGet("/big")); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // the sockets fill up meanwhile
-	resp, err := http.ReadResponse(bufio.NewReader(c.c), nil)
+	resp, err := http.ReadResponse(bufio.NewReader(c.Conn()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,8 +250,8 @@ func TestEventLoopsSlowClientLargeBody(t *testing.T) {
 	}
 	// The connection carries the next request, with a deadline of its own: the body's took 30 of
 	// the first deadline's 30 s under -race at load 45, leaving the next request none.
-	_ = c.c.SetDeadline(time.Now().Add(10 * time.Second))
-	if a := c.do(rawGet("/next")); a.Code != http.StatusOK || a.Err != "" {
+	_ = c.Conn().SetDeadline(time.Now().Add(10 * time.Second))
+	if a := c.Do(proxytest.RawGet("/next")); a.Code != http.StatusOK || a.Err != "" {
 		t.Errorf("next request: code %d %s", a.Code, a.Err)
 	}
 }
@@ -254,20 +259,22 @@ func TestEventLoopsSlowClientLargeBody(t *testing.T) {
 // A request held while the app is cold stays on its event loop, and so does its connection.
 func TestEventLoopsHoldColdRequests(t *testing.T) {
 	h := loopHarness(t, 2, nil)
-	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
+	be := proxytest.NewRawBackend(t, func(_ int, r *http.Request) proxytest.Reply {
+		return proxytest.Reply{Resp: proxytest.OKReply("for " + r.URL.Path)}
+	})
 	c := dialRaw(t, h)
-	held := make(chan clientAnswer, 1)
-	go func() { held <- c.do(rawGet("/cold")) }()
+	held := make(chan proxytest.Answer, 1)
+	go func() { held <- c.Do(proxytest.RawGet("/cold")) }()
 	testenv.Eventually(t, 10*time.Second, "the request held", func() bool { _, n, _ := h.count("ns/app"); return n == 1 })
 	if n := h.srv.LoopConnections(); n != 1 {
 		t.Errorf("while held: %d connections on the loops, want 1", n)
 	}
-	h.src.Set(key("app"), be.ep)
+	h.src.Set(key("app"), be.Addr)
 	if a := <-held; a.Code != http.StatusOK || a.Body != "for /cold" {
 		t.Fatalf("held request: %+v", a)
 	}
 	for _, path := range []string{"/warm1", "/warm2"} {
-		if a := c.do(rawGet(path)); a.Code != http.StatusOK || a.Body != "for "+path {
+		if a := c.Do(proxytest.RawGet(path)); a.Code != http.StatusOK || a.Body != "for "+path {
 			t.Fatalf("%s: %+v", path, a)
 		}
 	}
@@ -283,21 +290,23 @@ func TestEventLoopsHoldColdRequests(t *testing.T) {
 // connection on the goroutine path gets one of them, instead of waiting until they time out.
 func TestEventLoopsGiveIdleConnectionsToWaiters(t *testing.T) {
 	h := loopHarness(t, 2, func(o *Options) { o.MaxConnsPerEndpoint = 1 })
-	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
-	h.src.Set(key("app"), be.ep)
+	be := proxytest.NewRawBackend(t, func(_ int, r *http.Request) proxytest.Reply {
+		return proxytest.Reply{Resp: proxytest.OKReply("for " + r.URL.Path)}
+	})
+	h.src.Set(key("app"), be.Addr)
 	// Each on its own connection, so on both loops: the first one's upstream connection stays idle
 	// on its loop.
 	for _, path := range []string{"/a", "/b", "/c"} {
-		if a := dialRaw(t, h).do(rawGet(path)); a.Code != http.StatusOK || a.Body != "for "+path {
+		if a := dialRaw(t, h).Do(proxytest.RawGet(path)); a.Code != http.StatusOK || a.Body != "for "+path {
 			t.Fatalf("%s: %+v", path, a)
 		}
 	}
 	// A head over 4 KiB goes to net/http, whose forward waits for a connection in h1Transport.
-	big := rawGet("/big", "X-Pad: "+strings.Repeat("p", 5000))
-	if a := dialRaw(t, h).do(big); a.Code != http.StatusOK || a.Body != "for /big" {
+	big := proxytest.RawGet("/big", "X-Pad: "+strings.Repeat("p", 5000))
+	if a := dialRaw(t, h).Do(big); a.Code != http.StatusOK || a.Body != "for /big" {
 		t.Fatalf("/big: %+v", a)
 	}
-	if n := be.connCount(); n != 1 {
+	if n := be.ConnCount(); n != 1 {
 		t.Errorf("upstream connections = %d, want 1 (MaxConnsPerEndpoint)", n)
 	}
 }
@@ -309,13 +318,13 @@ func TestEventLoopsHalfClosedClientOfAHungRequestIsGone(t *testing.T) {
 	h := newHarness(t, []route{entry("app", "app.example.com", "app")}, func(_ *Options, s *Server) {
 		s.FastHTTP1, s.EventLoops, s.WatchClientAfter = true, 1, 30*time.Millisecond
 	})
-	be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{hang: true} })
-	h.src.Set(key("app"), be.ep)
+	be := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply { return proxytest.Reply{Hang: true} })
+	h.src.Set(key("app"), be.Addr)
 	c := dialRaw(t, h)
-	if _, err := io.WriteString(c.c, rawGet("/hang")); err != nil {
+	if _, err := io.WriteString(c.Conn(), proxytest.RawGet("/hang")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+	if err := c.Conn().(*net.TCPConn).CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
 	upstreamClosed(t, be)
@@ -332,14 +341,16 @@ func TestEventLoopsSurviveAPanic(t *testing.T) {
 	bad := entry("bad", "bad.example.com", "app")
 	bad.panics = true
 	h := newHarness(t, []route{entry("app", "app.example.com", "app"), bad}, func(_ *Options, s *Server) { s.EventLoops = 1 })
-	be := newRawBackend(t, func(_ int, r *http.Request) rawReply { return rawReply{resp: okReply("for " + r.URL.Path)} })
-	h.src.Set(key("app"), be.ep)
-	if a := dialRaw(t, h).do(rawReqTo("bad.example.com", "GET", "/panic")); a.Err == "" {
+	be := proxytest.NewRawBackend(t, func(_ int, r *http.Request) proxytest.Reply {
+		return proxytest.Reply{Resp: proxytest.OKReply("for " + r.URL.Path)}
+	})
+	h.src.Set(key("app"), be.Addr)
+	if a := dialRaw(t, h).Do(proxytest.RawReqTo("bad.example.com", "GET", "/panic")); a.Err == "" {
 		t.Fatalf("the request whose handling panicked got %+v, want the connection closed unanswered", a)
 	}
 	testenv.Eventually(t, 10*time.Second, "the request ended", func() bool { in, _, _ := h.count("bad"); return in == 0 })
 	for _, path := range []string{"/after1", "/after2"} {
-		if a := dialRaw(t, h).do(rawGet(path)); a.Code != http.StatusOK || a.Body != "for "+path {
+		if a := dialRaw(t, h).Do(proxytest.RawGet(path)); a.Code != http.StatusOK || a.Body != "for "+path {
 			t.Fatalf("%s after the panic: %+v", path, a)
 		}
 	}

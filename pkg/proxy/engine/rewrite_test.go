@@ -3,6 +3,8 @@ package engine
 import (
 	"net/http"
 	"testing"
+
+	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
 )
 
 // TestRewrittenTargetOnBothPaths: the target a Rewriter returns is what the upstream gets on both
@@ -22,23 +24,23 @@ func TestRewrittenTargetOnBothPaths(t *testing.T) {
 			r := entry("app", "app.example.com", "app")
 			r.rewrite = c.rewrite
 			onBothPathsRouting(t, []route{r}, nil, func(t *testing.T, h *harness, fast bool) {
-				be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("ok")} })
-				h.src.Set(key("app"), be.ep)
+				be := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply { return proxytest.Reply{Resp: proxytest.OKReply("ok")} })
+				h.src.Set(key("app"), be.Addr)
 				rc := dialRaw(t, h)
 				for range 2 { // the second on the same connection: a loop that left one to net/http goes on
-					if a := rc.do(rawGet("/outer/path?orig")); a.Code != http.StatusOK {
+					if a := rc.Do(proxytest.RawGet("/outer/path?orig")); a.Code != http.StatusOK {
 						t.Fatalf("rewrite %q: %d %s", c.rewrite, a.Code, a.Err)
 					}
 				}
-				for _, r := range be.requests() {
+				for _, r := range be.Requests() {
 					if r.RequestURI != c.want {
 						t.Errorf("rewrite %q: the upstream got %q, want %q", c.rewrite, r.RequestURI, c.want)
 					}
-					if want := fast && c.loops; r.viaRaw() != want {
-						t.Errorf("rewrite %q: sent by the loops %v, want %v", c.rewrite, r.viaRaw(), want)
+					if want := fast && c.loops; r.ViaLoops() != want {
+						t.Errorf("rewrite %q: sent by the loops %v, want %v", c.rewrite, r.ViaLoops(), want)
 					}
 				}
-				if n := len(be.requests()); n != 2 {
+				if n := len(be.Requests()); n != 2 {
 					t.Errorf("the upstream got %d requests, want 2", n)
 				}
 			})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
@@ -20,20 +21,22 @@ func TestRawPathReplacesStalePooledConnections(t *testing.T) {
 	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
 		// One request per connection, then the backend closes it without a Connection: close:
 		// every pooled connection is stale when the next request takes it.
-		be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("once"), close: true} })
-		h.src.Set(key("app"), be.ep)
+		be := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply {
+			return proxytest.Reply{Resp: proxytest.OKReply("once"), Close: true}
+		})
+		h.src.Set(key("app"), be.Addr)
 		c := dialRaw(t, h)
 		const n = 6
 		for i := range n {
-			if a := c.do(rawGet("/")); a.Err != "" || a.Code != http.StatusOK || a.Body != "once" {
+			if a := c.Do(proxytest.RawGet("/")); a.Err != "" || a.Code != http.StatusOK || a.Body != "once" {
 				t.Fatalf("request %d: %+v, want 200", i, a)
 			}
 		}
-		reqs := be.requests()
-		if len(reqs) != n || be.connCount() != n {
-			t.Errorf("the backend got %d requests over %d connections, want each of the %d once, over a connection of its own", len(reqs), be.connCount(), n)
+		reqs := be.Requests()
+		if len(reqs) != n || be.ConnCount() != n {
+			t.Errorf("the backend got %d requests over %d connections, want each of the %d once, over a connection of its own", len(reqs), be.ConnCount(), n)
 		}
-		if fast && !reqs[n-1].viaRaw() {
+		if fast && !reqs[n-1].ViaLoops() {
 			t.Error("not served on the raw path")
 		}
 		if v := h.metric("httpscale_interceptor_upstream_errors_total", nil); v != 0 {
@@ -62,7 +65,7 @@ func TestRawPathBackendClosingAtOnceIs502(t *testing.T) {
 		c := dialRaw(t, h) // its deadline turns a hang into a failure
 		const n = 3
 		for i := range n {
-			a := c.do(rawGet("/"))
+			a := c.Do(proxytest.RawGet("/"))
 			if a.Err != "" || a.Code != http.StatusBadGateway || a.Body != "Bad Gateway: upstream\n" {
 				t.Fatalf("request %d: %+v, want 502 upstream", i, a)
 			}
@@ -81,18 +84,18 @@ func TestRawPathBackendClosingAtOnceIs502(t *testing.T) {
 
 func TestRawPathUpstreamBreakingMidBody(t *testing.T) {
 	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
-		be := newRawBackend(t, func(i int, _ *http.Request) rawReply {
+		be := proxytest.NewRawBackend(t, func(i int, _ *http.Request) proxytest.Reply {
 			if i == 0 { // 10 bytes promised, 4 sent
-				return rawReply{resp: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\npart", close: true}
+				return proxytest.Reply{Resp: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\npart", Close: true}
 			}
-			return rawReply{resp: okReply("whole")}
+			return proxytest.Reply{Resp: proxytest.OKReply("whole")}
 		})
-		h.src.Set(key("app"), be.ep)
+		h.src.Set(key("app"), be.Addr)
 		c := dialRaw(t, h)
-		if a := c.do(rawGet("/broken")); a.Err == "" {
+		if a := c.Do(proxytest.RawGet("/broken")); a.Err == "" {
 			t.Fatalf("a broken upstream body was passed on as a complete response: %+v", a)
 		}
-		if !c.closed() {
+		if !c.Closed() {
 			t.Error("the client connection stayed open after a short body")
 		}
 		// The status was sent before the body broke: it is counted as the 200 it was, on both
@@ -105,10 +108,10 @@ func TestRawPathUpstreamBreakingMidBody(t *testing.T) {
 		}
 		testenv.Eventually(t, 10*time.Second, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
 		// The broken upstream connection is not reused.
-		if a := dialRaw(t, h).do(rawGet("/after")); a.Err != "" || a.Code != http.StatusOK || a.Body != "whole" {
+		if a := dialRaw(t, h).Do(proxytest.RawGet("/after")); a.Err != "" || a.Code != http.StatusOK || a.Body != "whole" {
 			t.Errorf("request after the break: %+v", a)
 		}
-		if n := be.connCount(); n != 2 {
+		if n := be.ConnCount(); n != 2 {
 			t.Errorf("upstream connections = %d, want 2", n)
 		}
 		if _, _, req := h.count("ns/app"); req != 2 {
@@ -118,7 +121,7 @@ func TestRawPathUpstreamBreakingMidBody(t *testing.T) {
 }
 
 // hungRequest sends a request the backend never answers and returns once it is in flight.
-func hungRequest(t *testing.T, fast bool, mod func(*Server)) (*harness, *rawBackend, *rawClient) {
+func hungRequest(t *testing.T, fast bool, mod func(*Server)) (*harness, *proxytest.RawBackend, *proxytest.RawClient) {
 	t.Helper()
 	h := newHarness(t, []route{entry("app", "app.example.com", "app")}, func(_ *Options, s *Server) {
 		s.FastHTTP1 = fast
@@ -127,13 +130,13 @@ func hungRequest(t *testing.T, fast bool, mod func(*Server)) (*harness, *rawBack
 		}
 	})
 	arrived := make(chan struct{}, 1)
-	be := newRawBackend(t, func(int, *http.Request) rawReply {
+	be := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply {
 		arrived <- struct{}{}
-		return rawReply{hang: true}
+		return proxytest.Reply{Hang: true}
 	})
-	h.src.Set(key("app"), be.ep)
+	h.src.Set(key("app"), be.Addr)
 	c := dialRaw(t, h)
-	if _, err := io.WriteString(c.c, rawGet("/hang")); err != nil {
+	if _, err := io.WriteString(c.Conn(), proxytest.RawGet("/hang")); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -144,17 +147,17 @@ func hungRequest(t *testing.T, fast bool, mod func(*Server)) (*harness, *rawBack
 	if in, _, _ := h.count("ns/app"); in != 1 {
 		t.Fatalf("in flight = %d, want 1", in)
 	}
-	if fast && !be.requests()[0].viaRaw() {
+	if fast && !be.Requests()[0].ViaLoops() {
 		t.Fatal("not served on the raw path")
 	}
 	return h, be, c
 }
 
 // upstreamClosed waits for the proxy to close the hung request's upstream connection.
-func upstreamClosed(t *testing.T, be *rawBackend) {
+func upstreamClosed(t *testing.T, be *proxytest.RawBackend) {
 	t.Helper()
 	select {
-	case <-be.hungUp:
+	case <-be.HungUp:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the upstream connection of the hung request was not closed")
 	}
@@ -179,7 +182,7 @@ func TestRawPathDrainCutsOffHungRequest(t *testing.T) {
 				t.Errorf("Start returned after %v, before the drain timeout", d)
 			}
 			upstreamClosed(t, be)
-			if resp, err := http.ReadResponse(c.br, nil); err == nil {
+			if resp, err := http.ReadResponse(c.Reader(), nil); err == nil {
 				t.Errorf("the cut-off request got a response: %s", resp.Status)
 			}
 			testenv.Eventually(t, 10*time.Second, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
@@ -197,7 +200,7 @@ func TestRawPathClientGoneClosesUpstream(t *testing.T) {
 	for _, fast := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
 			h, be, c := hungRequest(t, fast, nil)
-			_ = c.c.Close()
+			_ = c.Conn().Close()
 			upstreamClosed(t, be)
 			testenv.Eventually(t, 10*time.Second, "nothing in flight", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
 			testenv.Eventually(t, 10*time.Second, "the request to be recorded as 499", func() bool {
@@ -257,25 +260,25 @@ func TestRestartedBackendDoesNotExhaustRetries(t *testing.T) {
 // must never become another request's response: the connection is not reused.
 func TestSurplusUpstreamBytesAreNotTheNextResponse(t *testing.T) {
 	onBothPaths(t, func(t *testing.T, h *harness, fast bool) {
-		be := newRawBackend(t, func(_ int, r *http.Request) rawReply {
+		be := proxytest.NewRawBackend(t, func(_ int, r *http.Request) proxytest.Reply {
 			switch r.URL.Path {
 			case "/two": // a second response nobody asked for, in the same write
-				return rawReply{resp: okReply("ok") + okReply("EVIL")}
+				return proxytest.Reply{Resp: proxytest.OKReply("ok") + proxytest.OKReply("EVIL")}
 			case "/head": // a body with the HEAD answer
-				return rawReply{resp: okReply("body of HEAD")}
+				return proxytest.Reply{Resp: proxytest.OKReply("body of HEAD")}
 			}
-			return rawReply{resp: okReply("for " + r.URL.Path)}
+			return proxytest.Reply{Resp: proxytest.OKReply("for " + r.URL.Path)}
 		})
-		h.src.Set(key("app"), be.ep)
-		if a := dialRaw(t, h).do(rawGet("/two")); a.Code != http.StatusOK || a.Body != "ok" {
+		h.src.Set(key("app"), be.Addr)
+		if a := dialRaw(t, h).Do(proxytest.RawGet("/two")); a.Code != http.StatusOK || a.Body != "ok" {
 			t.Fatalf("GET /two: %+v", a)
 		}
-		if a := dialRaw(t, h).do(rawReq("HEAD", "/head")); a.Code != http.StatusOK || a.Body != "" {
+		if a := dialRaw(t, h).Do(proxytest.RawReq("HEAD", "/head")); a.Code != http.StatusOK || a.Body != "" {
 			t.Fatalf("HEAD /head: %+v", a)
 		}
 		c := dialRaw(t, h) // another client
 		for _, p := range []string{"/b1", "/b2", "/b3"} {
-			if a := c.do(rawGet(p)); a.Err != "" || a.Code != http.StatusOK || a.Body != "for "+p {
+			if a := c.Do(proxytest.RawGet(p)); a.Err != "" || a.Code != http.StatusOK || a.Body != "for "+p {
 				t.Errorf("GET %s after the surplus: %+v, want 200 %q", p, a, "for "+p)
 			}
 		}
@@ -299,11 +302,11 @@ func TestNonReplayableRequestIsNotSentTwice(t *testing.T) {
 		s.Config.ErrorLog = log.New(io.Discard, "", 0)
 		h.src.Set(key("app"), ep)
 		c := dialRaw(t, h)
-		if a := c.do(rawGet("/warm")); a.Code != http.StatusOK { // leaves a pooled upstream connection
+		if a := c.Do(proxytest.RawGet("/warm")); a.Code != http.StatusOK { // leaves a pooled upstream connection
 			t.Fatalf("GET /warm: %+v", a)
 		}
 		c = dialRaw(t, h)
-		if a := c.do(rawReq("POST", "/charge")); a.Code != http.StatusBadGateway {
+		if a := c.Do(proxytest.RawReq("POST", "/charge")); a.Code != http.StatusBadGateway {
 			t.Errorf("POST /charge: %+v, want 502", a)
 		}
 		if n := charges.Load(); n != 1 {
@@ -311,7 +314,7 @@ func TestNonReplayableRequestIsNotSentTwice(t *testing.T) {
 		}
 		// A GET is replayable: the same failure on a pooled connection is retried (here the
 		// upstream answers; the retry machinery itself is TestRawPathReplacesStalePooledConnections).
-		if a := c.do(rawGet("/after")); a.Code != http.StatusOK || a.Body != "ok" {
+		if a := c.Do(proxytest.RawGet("/after")); a.Code != http.StatusOK || a.Body != "ok" {
 			t.Errorf("GET /after: %+v", a)
 		}
 	})
@@ -339,20 +342,20 @@ func TestClientGoneDuringConnectMarksNoOtherEndpointBad(t *testing.T) {
 					return (&net.Dialer{}).DialContext(ctx, network, addr)
 				}
 			})
-			good := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("good")} })
-			h.src.Set(key("app"), endpointOf(t, "http://"+blackhole), good.ep)
+			good := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply { return proxytest.Reply{Resp: proxytest.OKReply("good")} })
+			h.src.Set(key("app"), endpointOf(t, "http://"+blackhole), good.Addr)
 			// Round robin starts at the first endpoint: the blackhole. The client leaves.
 			c := dialRaw(t, h)
-			_, _ = io.WriteString(c.c, rawGet("/"))
+			_, _ = io.WriteString(c.Conn(), proxytest.RawGet("/"))
 			testenv.Eventually(t, 10*time.Second, "the connect to the unresponsive pod", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return dialed[blackhole] == 1
 			})
-			_ = c.c.Close()
+			_ = c.Conn().Close()
 			testenv.Eventually(t, 10*time.Second, "the request to end", func() bool { in, _, _ := h.count("ns/app"); return in == 0 })
 			mu.Lock()
-			got := dialed[good.ep]
+			got := dialed[good.Addr]
 			mu.Unlock()
 			if got != 0 {
 				t.Errorf("the healthy endpoint was dialled %d times for a client that had left, want 0", got)
@@ -360,7 +363,7 @@ func TestClientGoneDuringConnectMarksNoOtherEndpointBad(t *testing.T) {
 			// It still serves (it was not marked bad), and the blackhole is tried again only
 			// because round robin comes back to it.
 			for i := range 2 {
-				if a := dialRaw(t, h).do(rawGet("/")); a.Code == http.StatusOK && a.Body == "good" {
+				if a := dialRaw(t, h).Do(proxytest.RawGet("/")); a.Code == http.StatusOK && a.Body == "good" {
 					break
 				} else if i == 1 {
 					t.Errorf("the healthy endpoint does not answer: %+v", a)
@@ -393,7 +396,7 @@ func TestIdleConnectionClosedWith408IsNotUsed(t *testing.T) {
 					if err != nil {
 						return
 					}
-					_, _ = io.WriteString(c, okReply("for "+req.URL.Path))
+					_, _ = io.WriteString(c, proxytest.OKReply("for "+req.URL.Path))
 					time.Sleep(100 * time.Millisecond) // the upstream's idle timeout
 					_, _ = io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 					timedOut <- struct{}{}
@@ -401,12 +404,12 @@ func TestIdleConnectionClosedWith408IsNotUsed(t *testing.T) {
 			}
 		}()
 		h.src.Set(key("app"), endpointOf(t, "http://"+ln.Addr().String()))
-		if a := dialRaw(t, h).do(rawGet("/first")); a.Code != http.StatusOK || a.Body != "for /first" {
+		if a := dialRaw(t, h).Do(proxytest.RawGet("/first")); a.Code != http.StatusOK || a.Body != "for /first" {
 			t.Fatalf("GET /first: %+v", a)
 		}
 		<-timedOut
 		time.Sleep(50 * time.Millisecond) // the 408 and the close are in the proxy's socket
-		if a := dialRaw(t, h).do(rawGet("/second")); a.Code != http.StatusOK || a.Body != "for /second" {
+		if a := dialRaw(t, h).Do(proxytest.RawGet("/second")); a.Code != http.StatusOK || a.Body != "for /second" {
 			t.Errorf("GET /second after the idle 408: %+v, want 200 %q", a, "for /second")
 		}
 	})
