@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
 	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
@@ -25,21 +26,21 @@ var largeHeader = "X-Pad: " + strings.Repeat("a", 20<<10)
 func TestHandedOverHeadsAreParsedOneAtATimeWithoutBlocking(t *testing.T) {
 	h := newHarness(t, []route{entry("app", "app.example.com", "app"), entry("cold", "cold.example.com", "cold")},
 		func(_ *Options, s *Server) { s.EventLoops, s.HeadParsers = 1, 1 })
-	be := newRawBackend(t, func(int, *http.Request) rawReply { return rawReply{resp: okReply("ok")} })
-	h.src.Set(key("app"), be.ep)
+	be := proxytest.NewRawBackend(t, func(int, *http.Request) proxytest.Reply { return proxytest.Reply{Resp: proxytest.OKReply("ok")} })
+	h.src.Set(key("app"), be.Addr)
 
 	// A client that sends 6 KiB of its head and stops: handed over, and net/http waits for the rest.
-	whole := rawReqTo("app.example.com", "GET", "/slow", largeHeader)
+	whole := proxytest.RawReqTo("app.example.com", "GET", "/slow", largeHeader)
 	slow := dialRaw(t, h)
-	if _, err := io.WriteString(slow.c, whole[:6<<10]); err != nil {
+	if _, err := io.WriteString(slow.Conn(), whole[:6<<10]); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 10*time.Second, "the slow head handed to net/http", func() bool { return h.srv.LoopConnections() == 0 })
 
 	// A held request with a large head: its handler waits for the cold app.
 	held := dialRaw(t, h)
-	heldAnswer := make(chan clientAnswer, 1)
-	go func() { heldAnswer <- held.do(rawReqTo("cold.example.com", "GET", "/held", largeHeader)) }()
+	heldAnswer := make(chan proxytest.Answer, 1)
+	go func() { heldAnswer <- held.Do(proxytest.RawReqTo("cold.example.com", "GET", "/held", largeHeader)) }()
 	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer stop()
 	if err := h.src.WaitWaiting(ctx, key("cold"), 1); err != nil {
@@ -50,19 +51,19 @@ func TestHandedOverHeadsAreParsedOneAtATimeWithoutBlocking(t *testing.T) {
 	// connections and on one kept alive.
 	kept := dialRaw(t, h)
 	for i := range 3 {
-		if a := dialRaw(t, h).do(rawReqTo("app.example.com", "GET", "/large", largeHeader)); a.Code != http.StatusOK || a.Body != "ok" {
+		if a := dialRaw(t, h).Do(proxytest.RawReqTo("app.example.com", "GET", "/large", largeHeader)); a.Code != http.StatusOK || a.Body != "ok" {
 			t.Fatalf("large head %d while a head is unfinished and a request held: %+v", i, a)
 		}
-		if a := kept.do(rawReqTo("app.example.com", "GET", "/kept", largeHeader)); a.Code != http.StatusOK || a.Body != "ok" {
+		if a := kept.Do(proxytest.RawReqTo("app.example.com", "GET", "/kept", largeHeader)); a.Code != http.StatusOK || a.Body != "ok" {
 			t.Fatalf("large head %d on a kept-alive connection: %+v", i, a)
 		}
 	}
 
 	// The slow client goes on and is answered; so is the held request once its app is ready.
-	if a := slow.do(whole[6<<10:]); a.Code != http.StatusOK || a.Body != "ok" {
+	if a := slow.Do(whole[6<<10:]); a.Code != http.StatusOK || a.Body != "ok" {
 		t.Fatalf("the slow client's request once its head ended: %+v", a)
 	}
-	h.src.Set(key("cold"), be.ep)
+	h.src.Set(key("cold"), be.Addr)
 	if a := <-heldAnswer; a.Code != http.StatusOK || a.Body != "ok" {
 		t.Fatalf("the held request: %+v", a)
 	}
