@@ -100,6 +100,7 @@ func TestDefaults(t *testing.T) {
 		"ClusterRoleBinding /httpscale-interceptor", "ClusterRoleBinding /httpscale-operator",
 		"Deployment httpscale-system/httpscale-interceptor", "Deployment httpscale-system/httpscale-operator", "Deployment httpscale-system/httpscale-scaler",
 		"MutatingWebhookConfiguration /httpscale-operator-webhook",
+		"NetworkPolicy httpscale-system/httpscale-interceptor", "NetworkPolicy httpscale-system/httpscale-operator", "NetworkPolicy httpscale-system/httpscale-scaler",
 		"PodDisruptionBudget httpscale-system/httpscale-interceptor", "PodDisruptionBudget httpscale-system/httpscale-operator",
 		"PodDisruptionBudget httpscale-system/httpscale-scaler",
 		"Role httpscale-system/httpscale-interceptor", "Role httpscale-system/httpscale-operator", "Role httpscale-system/httpscale-scaler",

@@ -394,6 +394,49 @@ var _ = Describe("helm install on an API server with RBAC", Ordered, func() {
 		Expect(fleet).To(HaveLen(1))
 	})
 
+	It("creates the NetworkPolicies and, with scaler.tls, KEDA's ClusterTriggerAuthentication and both certificates, which a second upgrade keeps", func(ctx SpecContext) {
+		nps, err := cs.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		var names []string
+		for _, np := range nps.Items {
+			names = append(names, np.Name)
+		}
+		Expect(names).To(ConsistOf("httpscale-interceptor", "httpscale-operator", "httpscale-scaler"))
+
+		_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "keda"}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		out, err := runHelm(GinkgoT(), helmArgs("upgrade", "httpscale", chartDir, "--reuse-values", "--set", "scaler.tls.enabled=true")...)
+		Expect(err).NotTo(HaveOccurred(), out)
+		server, err := cs.CoreV1().Secrets(ns).Get(ctx, "httpscale-scaler-tls", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		client, err := cs.CoreV1().Secrets("keda").Get(ctx, "httpscale-keda-client-tls", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(client.Data["caCert"]).To(Equal(server.Data["ca.crt"]))
+		cta := schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "clustertriggerauthentications"}
+		_, err = dyn.Resource(cta).Get(ctx, "httpscale-scaler-tls", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		so := schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"}
+		obj, err := dyn.Resource(so).Namespace(ns).Get(ctx, "httpscale-interceptor", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		triggers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "triggers")
+		Expect(triggers[0]).To(HaveKeyWithValue("authenticationRef", HaveKeyWithValue("kind", "ClusterTriggerAuthentication")))
+
+		// Generated once: an upgrade (any upgrade) keeps the CA and both certificates.
+		out, err = runHelm(GinkgoT(), helmArgs("upgrade", "httpscale", chartDir, "--reuse-values")...)
+		Expect(err).NotTo(HaveOccurred(), out)
+		again, err := cs.CoreV1().Secrets(ns).Get(ctx, "httpscale-scaler-tls", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(again.Data).To(Equal(server.Data))
+		againClient, err := cs.CoreV1().Secrets("keda").Get(ctx, "httpscale-keda-client-tls", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(againClient.Data).To(Equal(client.Data))
+
+		out, err = runHelm(GinkgoT(), helmArgs("upgrade", "httpscale", chartDir, "--reuse-values", "--set", "scaler.tls.enabled=false")...)
+		Expect(err).NotTo(HaveOccurred(), out)
+		_, err = cs.CoreV1().Secrets("keda").Get(ctx, "httpscale-keda-client-tls", metav1.GetOptions{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "KEDA's client certificate left behind: %v", err)
+	})
+
 	It("installs a second release for another fleet in the same namespace, whose webhook checks only that fleet's objects", func(ctx SpecContext) {
 		out, err := runHelm(GinkgoT(), helmArgs("install", "blue", chartDir, "--set", "fleet=blue")...)
 		Expect(err).NotTo(HaveOccurred(), out)

@@ -27,10 +27,14 @@ import (
 // webhook points at a Service port that exists; labels and namespaces are right.
 func checkConsistent(t *testing.T, m manifests, ns string) {
 	t.Helper()
-	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "ValidatingWebhookConfiguration": true, "MutatingWebhookConfiguration": true, "CustomResourceDefinition": true}
+	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "ValidatingWebhookConfiguration": true, "MutatingWebhookConfiguration": true, "CustomResourceDefinition": true,
+		"ClusterTriggerAuthentication": true}
 	for _, o := range m.objs {
 		k := kindOf(o)
-		if clusterScoped[k] != (o.GetNamespace() == "") || (!clusterScoped[k] && o.GetNamespace() != ns) {
+		// KEDA's client certificate for the scaler's mutual TLS lives where KEDA reads it
+		// (scaler.tls.kedaNamespace).
+		kedaSecret := k == "Secret" && strings.HasSuffix(o.GetName(), "-keda-client-tls")
+		if !kedaSecret && (clusterScoped[k] != (o.GetNamespace() == "") || (!clusterScoped[k] && o.GetNamespace() != ns)) {
 			t.Errorf("%s %s is in namespace %q, want %q", k, o.GetName(), o.GetNamespace(), map[bool]string{true: "", false: ns}[clusterScoped[k]])
 		}
 		l := o.GetLabels()

@@ -237,14 +237,31 @@ func updateDeployment(ctx context.Context, ns, name string, change func(*appsv1.
 }
 
 // buildProbe builds e2e/dnsprobe (static) into a temporary directory and returns the binary's path.
-func buildProbe(ctx context.Context) string {
+func buildProbe(ctx context.Context) string { return buildStatic(ctx, "dnsprobe") }
+
+// buildStatic builds the static binary of e2e/<name> into a temporary directory and returns its path.
+func buildStatic(ctx context.Context, name string) string {
 	GinkgoHelper()
-	probe := filepath.Join(GinkgoT().TempDir(), "dnsprobe")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", probe, "./e2e/dnsprobe")
+	bin := filepath.Join(GinkgoT().TempDir(), name)
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./e2e/"+name)
 	build.Dir, build.Env = f.Cluster.RepoRoot, append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "building dnsprobe: %s", out)
-	return probe
+	Expect(err).NotTo(HaveOccurred(), "building %s: %s", name, out)
+	return bin
+}
+
+// runToCompletion creates pod, waits up to limit for it to succeed and returns its logs.
+func runToCompletion(ctx context.Context, pod *corev1.Pod, limit time.Duration) string {
+	GinkgoHelper()
+	Expect(f.Client.Create(ctx, pod)).To(Succeed())
+	Eventually(func(g Gomega) {
+		g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		g.Expect(pod.Status.Phase).NotTo(Equal(corev1.PodFailed), "%s pod failed: %+v", pod.Name, pod.Status)
+		g.Expect(pod.Status.Phase).To(Equal(corev1.PodSucceeded))
+	}).WithContext(ctx).WithTimeout(limit).Should(Succeed())
+	out, err := f.Cluster.KubectlRun(ctx, "", "-n", pod.Namespace, "logs", pod.Name)
+	Expect(err).NotTo(HaveOccurred())
+	return out
 }
 
 // runProbe runs dnsprobe with args as pod name of ns on a real node (a client pod with the cluster's
@@ -262,15 +279,7 @@ func runProbe(ctx context.Context, ns, name string, limit time.Duration, args ..
 			Containers:                    []corev1.Container{{Name: "probe", Image: image, Args: args}},
 		},
 	}
-	Expect(f.Client.Create(ctx, pod)).To(Succeed())
-	Eventually(func(g Gomega) {
-		g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
-		g.Expect(pod.Status.Phase).NotTo(Equal(corev1.PodFailed), "%s pod failed: %+v", name, pod.Status)
-		g.Expect(pod.Status.Phase).To(Equal(corev1.PodSucceeded))
-	}).WithContext(ctx).WithTimeout(limit).Should(Succeed())
-	out, err := f.Cluster.KubectlRun(ctx, "", "-n", ns, "logs", name)
-	Expect(err).NotTo(HaveOccurred())
-	return parseProbe(out)
+	return parseProbe(runToCompletion(ctx, pod, limit))
 }
 
 // atZero waits until app name of ns has no pods and no ready endpoints, so that the next request is

@@ -121,7 +121,7 @@ var _ = Describe("Serve mode", Ordered, func() {
 		GinkgoHelper()
 		var sum uint64
 		for _, ic := range h.Interceptors {
-			resp, err := f.Get(ctx, fmt.Sprintf("http://%s:%d%s?since=0", ic.IP, localcluster.InterceptorAdmin, admin.PathCounts), "")
+			resp, err := adminTokenGet(ctx, ic.IP, admin.PathCounts+"?since=0") // the admin port wants the fleet's token
 			Expect(err).NotTo(HaveOccurred())
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()

@@ -29,6 +29,11 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get
 
+// The admin port's authentication (--admin-auth=token): who a caller's token belongs to, and whether a
+// scraper outside the fleet may get /metrics.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
 func main() {
 	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], runOptions{}); err != nil {
 		fmt.Fprintln(os.Stderr, "interceptor:", err)
@@ -69,6 +74,9 @@ func run(ctx context.Context, args []string, o runOptions) error {
 			o.PprofBindAddress = cfg.PprofAddr // off unless asked for (memory measurements)
 		},
 		Setup: func(mgr manager.Manager, log logr.Logger) error {
+			if limit := setMemoryLimit(cfg); limit > 0 {
+				log.Info("Go memory limit", "bytes", limit)
+			}
 			if gc := gcTuner(cfg); gc != nil {
 				if err := mgr.Add(gc); err != nil {
 					return fmt.Errorf("adding the GC tuner: %w", err)

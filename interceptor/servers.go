@@ -68,6 +68,10 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 	if err != nil {
 		return servers{}, fmt.Errorf("registering proxy metrics: %w", err)
 	}
+	pool := queue.NewPool(queue.PoolLimits{MaxRequests: int64(cfg.MaxHeldRequests), MaxBytes: cfg.MaxHeldBytes})
+	if err := proxy.RegisterPoolMetrics(metricsReg, pool); err != nil {
+		return servers{}, fmt.Errorf("registering held-request pool metrics: %w", err)
+	}
 	drained := make(chan struct{})
 	// Tracing (off unless the OTEL_* environment sets an OTLP endpoint) flushes after the drain,
 	// whose requests end spans too.
@@ -109,9 +113,14 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		RequestTimeout:        cfg.RequestTimeout,
 		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
 		QueueLimit:            cfg.QueueLimit,
+		MaxQueueLimit:         cfg.MaxQueueLimit,
+		MaxReadinessTimeout:   cfg.MaxReadinessTimeout,
+		MaxRequestTimeout:     cfg.MaxRequestTimeout,
+		Pool:                  pool,
 		RetryAfter:            cfg.RetryAfter,
 		DialTimeout:           cfg.DialTimeout,
 		MaxConnsPerEndpoint:   cfg.MaxConnsPerEndpoint,
+		MaxWaitingPerEndpoint: cfg.MaxWaitingPerEndpoint,
 		ClusterDomain:         cfg.ClusterDomain,
 		TrustedProxies:        trusted,
 		DialContext:           dial,
@@ -123,17 +132,18 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		kube.onTableChange(p.TableChanged)
 	}
 	proxySrv := &proxy.Server{
-		Name:         "proxy",
-		Addr:         cfg.ProxyAddr,
-		Engine:       p.Engine(),
-		H2C:          true,
-		FastHTTP1:    cfg.HTTP1FastPath,
-		EventLoops:   cfg.EventLoops,
-		DrainDelay:   cfg.DrainDelay,
-		DrainTimeout: cfg.DrainTimeout,
-		WaitIdle:     p.WaitUpgrades,
-		Drained:      make(chan struct{}),
-		Log:          log.WithName("proxy"),
+		Name:           "proxy",
+		Addr:           cfg.ProxyAddr,
+		Engine:         p.Engine(),
+		H2C:            true,
+		FastHTTP1:      cfg.HTTP1FastPath,
+		EventLoops:     cfg.EventLoops,
+		MaxHeaderBytes: int(cfg.MaxHeaderBytes),
+		DrainDelay:     cfg.DrainDelay,
+		DrainTimeout:   cfg.DrainTimeout,
+		WaitIdle:       p.WaitUpgrades,
+		Drained:        make(chan struct{}),
+		Log:            log.WithName("proxy"),
 	}
 	runnables := []manager.Runnable{afterFirstTable{Runnable: proxySrv, tables: kube.tables}}
 	if keysFile != nil {
@@ -145,14 +155,15 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 			return servers{}, fmt.Errorf("--tls-bind-address needs Kubernetes: certificates come from Secrets")
 		}
 		tlsSrv = &tlsterm.Server{
-			Addr:         cfg.TLSAddr,
-			Store:        kube.certs,
-			Handler:      p.Engine(),
-			DrainDelay:   cfg.DrainDelay,
-			DrainTimeout: cfg.DrainTimeout,
-			WaitIdle:     p.WaitUpgrades,
-			Drained:      make(chan struct{}),
-			Log:          log.WithName("tls"),
+			Addr:           cfg.TLSAddr,
+			Store:          kube.certs,
+			Handler:        p.Engine(),
+			MaxHeaderBytes: int(cfg.MaxHeaderBytes),
+			DrainDelay:     cfg.DrainDelay,
+			DrainTimeout:   cfg.DrainTimeout,
+			WaitIdle:       p.WaitUpgrades,
+			Drained:        make(chan struct{}),
+			Log:            log.WithName("tls"),
 		}
 		runnables = append(runnables, afterFirstTable{Runnable: tlsSrv, tables: kube.tables})
 	}
@@ -191,23 +202,27 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		return nil
 	}
 	stopStreams := make(chan struct{})
+	var adminHandler http.Handler = admin.NewHandler(admin.HandlerOptions{
+		Status: func() admin.Status {
+			t := kube.tables.Table()
+			epoch, seq := coldStarts.Seq()
+			return admin.Status{TableVersion: t.Version(), TableEntries: t.Len(), Draining: proxySrv.Draining(),
+				ColdStartEpoch: epoch, ColdStartSeq: seq}
+		},
+		Counts:     reg,
+		Wake:       reg,
+		ColdStarts: coldStarts,
+		Ready:      ready,
+		Metrics:    promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{}),
+		Stop:       stopStreams,
+	})
+	if kube.adminAuth != nil {
+		adminHandler = kube.adminAuth.Wrap(adminHandler)
+	}
 	adminSrv := &proxy.Server{
-		Name: "admin",
-		Addr: cfg.AdminAddr,
-		Handler: admin.NewHandler(admin.HandlerOptions{
-			Status: func() admin.Status {
-				t := kube.tables.Table()
-				epoch, seq := coldStarts.Seq()
-				return admin.Status{TableVersion: t.Version(), TableEntries: t.Len(), Draining: proxySrv.Draining(),
-					ColdStartEpoch: epoch, ColdStartSeq: seq}
-			},
-			Counts:     reg,
-			Wake:       reg,
-			ColdStarts: coldStarts,
-			Ready:      ready,
-			Metrics:    promhttp.HandlerFor(metricsReg, promhttp.HandlerOpts{}),
-			Stop:       stopStreams,
-		}),
+		Name:         "admin",
+		Addr:         cfg.AdminAddr,
+		Handler:      adminHandler,
 		After:        drained,
 		OnShutdown:   func() { close(stopStreams) },
 		DrainTimeout: adminDrainTimeout,

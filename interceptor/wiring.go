@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/coldstart"
 	"github.com/httpscale/httpscale/pkg/config"
 	"github.com/httpscale/httpscale/pkg/endpoints"
@@ -39,6 +41,8 @@ type kubeParts struct {
 	// endpointWatch runs the EndpointSlice cache; the servers add it so that it runs until the proxy
 	// has drained (nil: nothing to run).
 	endpointWatch manager.Runnable
+	// adminAuth authenticates the admin port's callers; nil leaves the port open (--admin-auth=none).
+	adminAuth *admin.Auth
 }
 
 // wireKubernetes builds the routing-table watch and the EndpointSlice cache, and adds the table watch
@@ -87,7 +91,23 @@ func wireKubernetes(mgr manager.Manager, cfg *config.Interceptor, metrics *prome
 	if err := mgr.Add(table); err != nil {
 		return kubeParts{}, fmt.Errorf("adding routing-table watch: %w", err)
 	}
+	var auth *admin.Auth
+	if cfg.AdminAuth.Mode == config.AdminAuthToken {
+		auth, err = admin.NewAuth(admin.AuthOptions{
+			Tokens:     cs.AuthenticationV1().TokenReviews(),
+			Access:     cs.AuthorizationV1().SubjectAccessReviews(),
+			Audience:   cfg.AdminAuth.Audience,
+			Allowed:    cfg.AdminAuth.AllowedServiceAccounts,
+			Registerer: metrics,
+			Log:        log.WithName("admin.auth"),
+		})
+		if err != nil {
+			return kubeParts{}, err
+		}
+		log.Info("admin port authenticates its callers", "audience", cfg.AdminAuth.Audience, "allowed", cfg.AdminAuth.AllowedServiceAccounts)
+	}
 	return kubeParts{
+		adminAuth:     auth,
 		tables:        table,
 		endpoints:     cache,
 		pods:          coldstart.PodsFrom(cs),
@@ -124,4 +144,18 @@ func gcTuner(cfg *config.Interceptor) manager.Runnable {
 		return nil
 	}
 	return &gcheadroom.Runnable{Options: gcheadroom.Options{MaxPercent: cfg.GCPercent, MinPercent: min(cfg.GCPercent, gcMinPercent), Headroom: gcHeadroom}}
+}
+
+// setMemoryLimit sets the Go runtime's soft memory limit to config.MemoryLimitFraction of
+// --memory-limit (the container's limit), unless GOMEMLIMIT is set. Held requests are bounded by
+// what they keep alive (--max-held-bytes); the soft limit keeps the garbage they leave (the heads of
+// refused requests, parsed before they could be refused) from growing the heap into the container's
+// limit between two collections. It returns the limit set, 0 for none.
+func setMemoryLimit(cfg *config.Interceptor) int64 {
+	if cfg.MemoryLimit <= 0 || os.Getenv("GOMEMLIMIT") != "" {
+		return 0
+	}
+	limit := int64(float64(cfg.MemoryLimit) * config.MemoryLimitFraction)
+	debug.SetMemoryLimit(limit)
+	return limit
 }

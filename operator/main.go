@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 
 	"github.com/go-logr/logr"
@@ -19,6 +20,7 @@ import (
 	"github.com/httpscale/httpscale/operator/controller"
 	"github.com/httpscale/httpscale/operator/scheduler"
 	"github.com/httpscale/httpscale/operator/webhook"
+	"github.com/httpscale/httpscale/pkg/admin"
 	"github.com/httpscale/httpscale/pkg/component"
 	"github.com/httpscale/httpscale/pkg/config"
 	"github.com/httpscale/httpscale/pkg/sessioncookie"
@@ -76,6 +78,13 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 				}
 			}
 			opts := options(cfg)
+			if f := cfg.InterceptorAdminTokenFile; f != "" {
+				rt, err := admin.TokenTransport(f, http.DefaultTransport.(*http.Transport).Clone())
+				if err != nil {
+					return err
+				}
+				opts.ProbeTransport = rt
+			}
 			opts.Schedules = scheduler.New(mgr.GetClient(), cfg.Schedules, mgr.GetEventRecorder("httpscale-operator"), log)
 			_, err := controller.Setup(mgr, opts, log)
 			return err
@@ -106,6 +115,7 @@ func options(cfg *config.Operator) controller.Options {
 		WatchNamespaces:           cfg.WatchNamespaces,
 		TableName:                 cfg.TableName,
 		ScalerAddress:             cfg.ScalerAddress,
+		ScalerTLSAuthentication:   cfg.ScalerTLSAuthentication,
 		InterceptorSelector:       sel,
 		InterceptorAdminPort:      cfg.InterceptorAdminPort,
 		ProbeInterval:             cfg.ProbeInterval,

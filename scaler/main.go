@@ -50,7 +50,7 @@ func runWithLogs(ctx context.Context, args []string, logs io.Writer) error {
 			opts := scaling.Options{
 				Namespace: cfg.Namespace, Selector: sel, PortName: cfg.InterceptorAdminPort,
 				Interval: cfg.PollInterval, Timeout: cfg.PollTimeout, StaleGrace: cfg.StaleGrace, WakeHold: cfg.WakeHold,
-				GRPCAddr: cfg.GRPCAddr, DrainDelay: cfg.DrainDelay,
+				GRPCAddr: cfg.GRPCAddr, DrainDelay: cfg.DrainDelay, AdminTokenFile: cfg.InterceptorAdminTokenFile,
 			}
 			if cfg.TLSCertFile != "" {
 				if opts.TLS, err = scaling.LoadTLS(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile); err != nil {

@@ -237,3 +237,30 @@ func TestBuildScaledObjectExtraTriggers(t *testing.T) {
 		t.Error("the ScaledObject shares the object's metadata map")
 	}
 }
+
+// With the scaler's mutual TLS on, the interceptor's trigger (and only it) asks KEDA for TLS with the
+// fleet's ClusterTriggerAuthentication; the user's own triggers keep theirs.
+func TestScaledObjectWithScalerTLS(t *testing.T) {
+	hso := fullObject()
+	hso.Spec.Scaling = &v1.Scaling{Triggers: []v1.ScalingTrigger{{Type: "cpu", MetricType: "Utilization"}}}
+	so := buildScaledObject(hso, "scaler:9090", nil)
+	withScalerTLS(so, "")
+	if so.Spec.Triggers[0].AuthenticationRef != nil || so.Spec.Triggers[0].Metadata[kedaEnableTLS] != "" {
+		t.Fatalf("TLS off: trigger %+v", so.Spec.Triggers[0])
+	}
+	withScalerTLS(so, "httpscale-scaler-tls")
+	first := so.Spec.Triggers[0]
+	if first.Metadata[kedaEnableTLS] != "true" || first.Metadata[trigger.KeyScalerAddress] != "scaler:9090" {
+		t.Errorf("interceptor trigger metadata %v: want enableTLS=true next to the scaler address", first.Metadata)
+	}
+	if d := cmp.Diff(&kedav1alpha1.AuthenticationRef{Name: "httpscale-scaler-tls", Kind: "ClusterTriggerAuthentication"}, first.AuthenticationRef); d != "" {
+		t.Errorf("authenticationRef (-want +got):\n%s", d)
+	}
+	if so.Spec.Triggers[1].AuthenticationRef != nil || so.Spec.Triggers[1].Metadata[kedaEnableTLS] != "" {
+		t.Errorf("the user's trigger was changed: %+v", so.Spec.Triggers[1])
+	}
+	// The scaler still reads its metadata (it ignores KEDA's own keys).
+	if _, err := trigger.Parse(first.Metadata); err != nil {
+		t.Errorf("trigger metadata with enableTLS: %v", err)
+	}
+}

@@ -62,6 +62,8 @@ type Reconciler struct {
 	Table         *TableWriter
 	Prober        *Prober
 	ScalerAddress string
+	// ScalerTLS names the ClusterTriggerAuthentication for the scaler's mutual TLS ("": plain text).
+	ScalerTLS string
 	// Fleet is the fleet this operator serves ("" means v1.DefaultFleet); objects of other fleets are
 	// only let go (fleet.go).
 	Fleet string
@@ -271,6 +273,7 @@ func (r *Reconciler) syncScaledObject(ctx context.Context, hso *v1.HTTPScaledObj
 		return nil
 	}
 	desired := buildScaledObject(hso, r.ScalerAddress, sched.Active)
+	withScalerTLS(desired, r.ScalerTLS)
 	if err := controllerutil.SetControllerReference(hso, desired, r.Client.Scheme()); err != nil {
 		return fmt.Errorf("owning ScaledObject: %w", err)
 	}

@@ -124,3 +124,22 @@ func triggers(hso *v1.HTTPScaledObject, scalerAddress string) []kedav1alpha1.Sca
 	}
 	return out
 }
+
+// KEDA's external scaler settings for TLS (pkg/scalers/external_scaler.go in KEDA v2.21): the
+// trigger metadata key enableTLS, and the authentication parameters caCert, tlsClientCert and
+// tlsClientKey, which a TriggerAuthentication or ClusterTriggerAuthentication
+// (kindClusterTriggerAuthentication) provides.
+const kedaEnableTLS = "enableTLS"
+
+// withScalerTLS makes the interceptor's trigger of so (the first) reach the scaler over mutual TLS
+// with the certificates of ClusterTriggerAuthentication auth; "" leaves so as it is. The
+// authentication is cluster-scoped, so its client key sits in KEDA's namespace and no tenant
+// namespace holds a copy.
+func withScalerTLS(so *kedav1alpha1.ScaledObject, auth string) {
+	if auth == "" || len(so.Spec.Triggers) == 0 {
+		return
+	}
+	t := &so.Spec.Triggers[0]
+	t.Metadata[kedaEnableTLS] = "true"
+	t.AuthenticationRef = &kedav1alpha1.AuthenticationRef{Name: auth, Kind: kindClusterTriggerAuthentication}
+}

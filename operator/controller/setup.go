@@ -63,6 +63,9 @@ type Options struct {
 	TableName string
 	// ScalerAddress goes into every ScaledObject's external-push trigger.
 	ScalerAddress string
+	// ScalerTLSAuthentication, when set, is the ClusterTriggerAuthentication every generated
+	// trigger uses to reach the scaler over mutual TLS (see withScalerTLS).
+	ScalerTLSAuthentication string
 	// InterceptorSelector selects the EndpointSlices of the interceptor admin Service.
 	InterceptorSelector labels.Selector
 	// InterceptorAdminPort names the admin port in those EndpointSlices.
@@ -295,6 +298,7 @@ func Setup(mgr manager.Manager, o Options, log logr.Logger) (*TableWriter, error
 		Table:         writer,
 		Prober:        prober,
 		ScalerAddress: o.ScalerAddress,
+		ScalerTLS:     o.ScalerTLSAuthentication,
 		Schedules:     o.Schedules,
 		APIReader:     mgr.GetAPIReader(),
 		Serve:         ServeOptions{ClusterDomain: o.ClusterDomain},

@@ -117,12 +117,16 @@ type InterceptorAdmin struct {
 	InterceptorSelector string
 	// InterceptorAdminPort names the admin port in those EndpointSlices; empty takes the first port.
 	InterceptorAdminPort string
+	// InterceptorAdminTokenFile is a projected ServiceAccount token bound to the admin port's
+	// audience, sent with every call to it (the interceptors' --admin-auth=token); "" sends none.
+	InterceptorAdminTokenFile string
 }
 
-// Bind registers the two flags on fs.
+// Bind registers the flags on fs.
 func (a *InterceptorAdmin) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&a.InterceptorSelector, "interceptor-admin-selector", "kubernetes.io/service-name=httpscale-interceptor-admin", "Label selector of the interceptor admin Service's EndpointSlices.")
 	fs.StringVar(&a.InterceptorAdminPort, "interceptor-admin-port-name", "admin", "Name of the admin port in those EndpointSlices; empty takes the first port.")
+	fs.StringVar(&a.InterceptorAdminTokenFile, "interceptor-admin-token-file", "", "Projected ServiceAccount token (bound to the interceptors' --admin-token-audience) sent to their admin port; empty sends none.")
 }
 
 // Selector parses InterceptorSelector.

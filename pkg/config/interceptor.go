@@ -40,6 +40,12 @@ type Interceptor struct {
 	// ZoneAware prefers same-zone endpoints unless an HTTPScaledObject says otherwise.
 	ZoneAware bool
 
+	// AdminAuth says who may call the admin port.
+	AdminAuth AdminAuth
+
+	// HoldLimits bound held requests and header sizes, and cap the objects' own settings.
+	HoldLimits
+
 	// Defaults for apps that do not set their own.
 	ReadinessTimeout time.Duration
 	// ReadinessGrace keeps an app's endpoints this long when all of them turn not ready at once
@@ -120,9 +126,11 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&i.ZoneAware, "zone-aware", true, "Prefer endpoints in this replica's zone (per-app override in the HTTPScaledObject).")
 	fs.DurationVar(&i.ReadinessTimeout, "readiness-timeout", proxy.Defaults.ReadinessTimeout, "Default time a request is held waiting for a ready endpoint.")
 	fs.DurationVar(&i.ReadinessGrace, "readiness-grace", 15*time.Second, "Keep routing to an app's pods this long when all of them turn not ready at once without terminating (as the control plane marks them after an API server outage); 0 holds requests at once.")
-	fs.DurationVar(&i.RequestTimeout, "request-timeout", 0, "Default bound of a whole forwarded request including its body; 0 means none.")
-	fs.DurationVar(&i.ResponseHeaderTimeout, "response-header-timeout", 0, "Default bound of the wait for response headers; 0 means none.")
+	fs.DurationVar(&i.RequestTimeout, "request-timeout", 0, "Default bound of a whole forwarded request including its body (not of an upgraded WebSocket); 0 means --max-request-timeout (none without a cap).")
+	fs.DurationVar(&i.ResponseHeaderTimeout, "response-header-timeout", DefaultResponseHeaderTimeout, "Default bound of the wait for response headers; 0 means --max-request-timeout (none without a cap).")
 	fs.IntVar(&i.QueueLimit, "queue-limit", proxy.Defaults.QueueLimit, "Default number of requests held at once per app; more get 503.")
+	i.HoldLimits.Bind(fs)
+	i.AdminAuth.Bind(fs)
 	fs.DurationVar(&i.RetryAfter, "retry-after", proxy.Defaults.RetryAfter, "Retry-After sent with a 503 for a full hold queue, in whole seconds (at least 1s).")
 	fs.DurationVar(&i.DialTimeout, "dial-timeout", proxy.Defaults.DialTimeout, "Bound of one connection attempt to a pod.")
 	fs.StringVar(&i.ClusterDomain, "cluster-domain", proxy.Defaults.ClusterDomain, "Cluster DNS domain, for apps forwarded via their Service.")
@@ -183,6 +191,12 @@ func (i *Interceptor) Validate() error {
 	if _, err := proxy.ParsePerApp(i.PerAppMetrics); err != nil {
 		errs = append(errs, fmt.Errorf("--per-app-metrics %w", err))
 	}
+	errs = append(errs, i.AdminAuth.Validate(i.Standalone != ""))
+	responseHeader := i.ResponseHeaderTimeout
+	if responseHeader == DefaultResponseHeaderTimeout {
+		responseHeader = 0 // the built-in default gives way to a lower --max-request-timeout (the proxy caps it)
+	}
+	errs = append(errs, i.HoldLimits.Validate(i.QueueLimit, i.ReadinessTimeout, i.RequestTimeout, responseHeader))
 	if i.ColdStartMaxProbes < 0 {
 		errs = append(errs, fmt.Errorf("--cold-start-max-probes %d: want 0 (off) or more", i.ColdStartMaxProbes))
 	}

@@ -73,6 +73,61 @@ func TestInterceptorTLSFlags(t *testing.T) {
 	}
 }
 
+func TestInterceptorHoldLimitsAndAdminAuth(t *testing.T) {
+	c, err := parseInterceptor(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxHeldRequests != DefaultMaxHeldRequests || c.MaxHeldBytes != 256<<20 || c.MaxHeaderBytes != 32<<10 ||
+		c.MaxQueueLimit != 10000 || c.MaxReadinessTimeout != 10*time.Minute || c.MaxRequestTimeout != time.Hour ||
+		c.MemoryLimit != 0 || c.AdminAuth.Mode != AdminAuthNone || c.ResponseHeaderTimeout != 5*time.Minute || c.RequestTimeout != 0 {
+		t.Errorf("defaults: %+v %+v, response-header timeout %s, request timeout %s", c.HoldLimits, c.AdminAuth, c.ResponseHeaderTimeout, c.RequestTimeout)
+	}
+	// A cap below the built-in response-header timeout lowers it (the proxy caps it) rather than
+	// failing the start; a timeout the administrator chose above the cap fails (below).
+	if _, err := parseInterceptor(t, "--max-request-timeout=1m"); err != nil {
+		t.Errorf("--max-request-timeout=1m with the default response-header timeout: %v", err)
+	}
+	t.Setenv("HTTPSCALE_MEMORY_LIMIT", "536870912") // what the downward API gives: bytes
+	c, err = parseInterceptor(t, "--max-held-bytes=1Gi", "--max-header-bytes=16Ki", "--admin-auth=token",
+		"--admin-allowed-service-accounts=httpscale-system/httpscale-scaler, httpscale-system/httpscale-operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxHeldBytes != 1<<30 || c.MaxHeaderBytes != 16<<10 || c.MemoryLimit != 512<<20 ||
+		len(c.AdminAuth.AllowedServiceAccounts) != 2 || c.AdminAuth.AllowedServiceAccounts[1] != "httpscale-system/httpscale-operator" {
+		t.Errorf("parsed: %+v %+v", c.HoldLimits, c.AdminAuth)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-header-bytes=1Ki"}, "--max-header-bytes"},
+		{[]string{"--max-held-requests=-1"}, "--max-held-requests"},
+		{[]string{"--queue-limit=20000"}, "above --max-queue-limit"},
+		{[]string{"--readiness-timeout=1h"}, "above --max-readiness-timeout"},
+		{[]string{"--request-timeout=2h"}, "above --max-request-timeout"},
+		{[]string{"--response-header-timeout=2h"}, "--response-header-timeout 2h0m0s is above"},
+		{[]string{"--admin-auth=maybe"}, "--admin-auth"},
+		{[]string{"--admin-auth=token"}, "must name the fleet's scaler and operator"},
+		{[]string{"--admin-auth=token", "--admin-allowed-service-accounts=scaler"}, "is not namespace/name"},
+		{[]string{"--admin-auth=token", "--admin-allowed-service-accounts=a/b", "--standalone=routes.yaml"}, "needs Kubernetes"},
+	} {
+		if _, err := parseInterceptor(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error mentioning %q", tc.args, err, tc.want)
+		}
+	}
+	var n int64
+	for _, bad := range []string{"lots", "1.5", "-1Ki"} {
+		if err := (bytesFlag{&n}).Set(bad); err == nil && bad != "-1Ki" {
+			t.Errorf("byte count %q accepted", bad)
+		}
+	}
+	if err := (bytesFlag{&n}).Set("-1Ki"); err != nil || n >= 0 {
+		t.Errorf("-1Ki: %d %v (parsed; Validate refuses it)", n, err)
+	}
+}
+
 func TestInterceptorTrustedProxies(t *testing.T) {
 	c, err := parseInterceptor(t)
 	if err != nil || c.TrustedProxies != "" {

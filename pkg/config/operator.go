@@ -28,6 +28,10 @@ type Operator struct {
 	TableName string
 	// ScalerAddress is written into every ScaledObject's external-push trigger.
 	ScalerAddress string
+	// ScalerTLSAuthentication names the KEDA ClusterTriggerAuthentication holding the CA and the
+	// client certificate KEDA uses to reach the scaler over mutual TLS; "" leaves the trigger in
+	// plain text.
+	ScalerTLSAuthentication string
 	InterceptorAdmin
 	// ProbeInterval and ProbeTimeout pace the routing-propagation probes.
 	ProbeInterval time.Duration
@@ -78,6 +82,7 @@ func (o *Operator) Bind(fs *flag.FlagSet) {
 	})
 	o.WatchNamespaces = splitList("")
 	fs.StringVar(&o.TableName, "routing-table-name", "httpscale-routing-table", "Name of the routing table's head ConfigMap.")
+	fs.StringVar(&o.ScalerTLSAuthentication, "scaler-tls-authentication", "", "KEDA ClusterTriggerAuthentication with the CA and client certificate for the scaler's mutual TLS (caCert, tlsClientCert, tlsClientKey); every generated ScaledObject's trigger uses it with enableTLS. Empty: plain text.")
 	fs.StringVar(&o.ScalerAddress, "scaler-address", "httpscale-scaler.httpscale-system.svc.cluster.local:9090", "host:port of the scaler's gRPC service, written into ScaledObject triggers.")
 	o.InterceptorAdmin.Bind(fs)
 	fs.DurationVar(&o.ProbeInterval, "propagation-probe-interval", 2*time.Second, "How often interceptors are asked which routing table they serve.")

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/httpscale/httpscale/pkg/proxy/engine"
+	"github.com/httpscale/httpscale/pkg/queue"
 )
 
 // Errors of the request logic; the engine's are re-exported below. Every error of the request path
@@ -56,6 +57,12 @@ func statusFor(err error) (code int, reason string) {
 		return http.StatusServiceUnavailable, "queue_full"
 	case errors.Is(err, ErrIdle):
 		return http.StatusServiceUnavailable, "app_idle"
+	case errors.Is(err, engine.ErrUpstreamBusy):
+		return http.StatusServiceUnavailable, "upstream_busy"
+	case errors.Is(err, queue.ErrPoolFull):
+		return http.StatusServiceUnavailable, "pool_full"
+	case errors.Is(err, queue.ErrEvicted):
+		return http.StatusServiceUnavailable, "evicted"
 	case errors.Is(err, ErrBadPath):
 		return http.StatusBadRequest, "bad_path"
 	case errors.Is(err, ErrReadinessTimeout):

@@ -331,3 +331,18 @@ func TestWebSocketHeldWhileColdThenUpgraded(t *testing.T) {
 		t.Errorf("open WebSocket after a cold start: in flight %d held %d, want 1 0", in, held)
 	}
 }
+
+// timeouts.request bounds a request until its answer, not an upgraded connection: a WebSocket keeps
+// working past it (the API's promise), while the response-header timeout still bounds the wait for the
+// 101.
+func TestRequestTimeoutDoesNotCutAnOpenWebSocket(t *testing.T) {
+	s := wsBackend(t)
+	e := entry("ws", "ws.example.com", "ws")
+	e.Timeouts.Request = 200 * time.Millisecond
+	h := newHarness(t, []routing.Entry{e}, nil)
+	h.src.Set(key("ws"), endpointOf(t, s.URL, ""))
+	c, br := dialUpgrade(t, h, "ws.example.com")
+	echo(t, c, br, "hello")
+	time.Sleep(500 * time.Millisecond) // past the request timeout
+	echo(t, c, br, "still there")
+}

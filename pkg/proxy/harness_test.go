@@ -39,6 +39,7 @@ type harness struct {
 	stop    context.CancelFunc
 	stopped chan error
 	client  *http.Client
+	pool    *queue.Pool // Options.Pool, when the test set one
 }
 
 func newHarness(t *testing.T, entries []routing.Entry, mod func(*proxy.Options, *proxy.Server)) *harness {
@@ -69,6 +70,11 @@ func newHarnessPerApp(t *testing.T, perApp proxy.PerApp, entries []routing.Entry
 	h.srv = &proxy.Server{Name: "proxy", Listener: ln, H2C: true, FastHTTP1: true, EventLoops: 2, DrainTimeout: 10 * time.Second, Log: testr.New(t)}
 	if mod != nil {
 		mod(&opts, h.srv)
+	}
+	if h.pool = opts.Pool; h.pool != nil {
+		if err := proxy.RegisterPoolMetrics(h.prom, h.pool); err != nil {
+			t.Fatal(err)
+		}
 	}
 	h.proxy, err = proxy.New(opts)
 	if err != nil {

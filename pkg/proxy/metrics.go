@@ -59,12 +59,14 @@ type Metrics struct {
 
 // Slots of a queue.Tally as the interceptor uses them.
 const (
-	slotResponses  = 0 // one per codeClasses entry
-	slotColdStarts = slotResponses + len(codeClasses)
-	slotRejections = slotColdStarts + 1
-	slotCrossZone  = slotRejections + 1
-	slotUpstream   = slotCrossZone + 1 // one per upstreamReasons entry
-	slotsUsed      = slotUpstream + len(upstreamReasons)
+	slotResponses   = 0 // one per codeClasses entry
+	slotColdStarts  = slotResponses + len(codeClasses)
+	slotRejections  = slotColdStarts + 1
+	slotCrossZone   = slotRejections + 1
+	slotUpstream    = slotCrossZone + 1 // one per upstreamReasons entry
+	slotPoolRefused = slotUpstream + len(upstreamReasons)
+	slotEvicted     = slotPoolRefused + 1
+	slotsUsed       = slotEvicted + 1
 )
 
 var _ = [queue.TallySlots - slotsUsed]struct{}{} // the slots fit in a Tally
@@ -157,9 +159,11 @@ type appMetrics struct {
 func (am *appMetrics) response(code int) {
 	am.tally[slotResponses+codeIndex(codeClass(code))].Add(1)
 }
-func (am *appMetrics) coldStart() { am.tally[slotColdStarts].Add(1) }
-func (am *appMetrics) rejected()  { am.tally[slotRejections].Add(1) }
-func (am *appMetrics) crossZone() { am.tally[slotCrossZone].Add(1) }
+func (am *appMetrics) coldStart()   { am.tally[slotColdStarts].Add(1) }
+func (am *appMetrics) rejected()    { am.tally[slotRejections].Add(1) }
+func (am *appMetrics) crossZone()   { am.tally[slotCrossZone].Add(1) }
+func (am *appMetrics) poolRefused() { am.tally[slotPoolRefused].Add(1) }
+func (am *appMetrics) evicted()     { am.tally[slotEvicted].Add(1) }
 func (am *appMetrics) upstreamError(reason string) {
 	am.tally[slotUpstream+upstreamIndex(reason)].Add(1)
 }
@@ -195,24 +199,28 @@ type appCollector struct {
 }
 
 var (
-	inFlightDesc   = prometheus.NewDesc(metricPrefix+"in_flight", "Requests forwarded and not finished (open WebSockets included).", []string{"app"}, nil)
-	heldDesc       = prometheus.NewDesc(metricPrefix+"held", "Requests held waiting for a ready endpoint.", []string{"app"}, nil)
-	requestsDesc   = prometheus.NewDesc(metricPrefix+"requests_total", "Requests received per app.", []string{"app"}, nil)
-	responsesDesc  = prometheus.NewDesc(metricPrefix+"responses_total", "Responses by app and status class.", []string{"app", "code"}, nil)
-	coldStartsDesc = prometheus.NewDesc(metricPrefix+"cold_starts_total", "Requests that arrived while the app had no ready endpoint.", []string{"app"}, nil)
-	rejectedDesc   = prometheus.NewDesc(metricPrefix+"queue_rejections_total", "Requests refused with 503 because the app's hold queue was full.", []string{"app"}, nil)
-	crossZoneDesc  = prometheus.NewDesc(metricPrefix+"cross_zone_forwards_total", "Requests forwarded to an endpoint in another zone than this replica's.", []string{"app"}, nil)
-	upstreamDesc   = prometheus.NewDesc(metricPrefix+"upstream_errors_total", "Requests that failed because of the upstream or a timeout (client disconnects excluded).", []string{"app", "reason"}, nil)
-	queueLimitDesc = prometheus.NewDesc(metricPrefix+"queue_limit", "Most requests this replica holds at once for the app (its coldStart.queueLimit, else --queue-limit).", []string{"app"}, nil)
+	inFlightDesc    = prometheus.NewDesc(metricPrefix+"in_flight", "Requests forwarded and not finished (open WebSockets included).", []string{"app"}, nil)
+	heldDesc        = prometheus.NewDesc(metricPrefix+"held", "Requests held waiting for a ready endpoint.", []string{"app"}, nil)
+	requestsDesc    = prometheus.NewDesc(metricPrefix+"requests_total", "Requests received per app.", []string{"app"}, nil)
+	responsesDesc   = prometheus.NewDesc(metricPrefix+"responses_total", "Responses by app and status class.", []string{"app", "code"}, nil)
+	coldStartsDesc  = prometheus.NewDesc(metricPrefix+"cold_starts_total", "Requests that arrived while the app had no ready endpoint.", []string{"app"}, nil)
+	rejectedDesc    = prometheus.NewDesc(metricPrefix+"queue_rejections_total", "Requests refused with 503 because the app's hold queue was full.", []string{"app"}, nil)
+	crossZoneDesc   = prometheus.NewDesc(metricPrefix+"cross_zone_forwards_total", "Requests forwarded to an endpoint in another zone than this replica's.", []string{"app"}, nil)
+	poolRefusedDesc = prometheus.NewDesc(metricPrefix+"held_pool_refusals_total", "Requests refused with 503 because the interceptor held as many requests or bytes as it may and the app held at least its fair share.", []string{"app"}, nil)
+	evictedDesc     = prometheus.NewDesc(metricPrefix+"held_pool_evictions_total", "Held requests answered 503 to give their room to an app below its fair share of the interceptor's pool.", []string{"app"}, nil)
+	upstreamDesc    = prometheus.NewDesc(metricPrefix+"upstream_errors_total", "Requests that failed because of the upstream or a timeout (client disconnects excluded).", []string{"app", "reason"}, nil)
+	queueLimitDesc  = prometheus.NewDesc(metricPrefix+"queue_limit", "Most requests this replica holds at once for the app (its coldStart.queueLimit, else --queue-limit).", []string{"app"}, nil)
 
 	// The fleet's, with PerAppNone.
-	fleetInFlightDesc   = prometheus.NewDesc(metricPrefix+"in_flight", "Requests forwarded and not finished (open WebSockets included).", nil, nil)
-	fleetHeldDesc       = prometheus.NewDesc(metricPrefix+"held", "Requests held waiting for a ready endpoint.", nil, nil)
-	fleetResponsesDesc  = prometheus.NewDesc(metricPrefix+"responses_total", "Responses by status class.", []string{"code"}, nil)
-	fleetColdStartsDesc = prometheus.NewDesc(metricPrefix+"cold_starts_total", "Requests that arrived while their app had no ready endpoint.", nil, nil)
-	fleetRejectedDesc   = prometheus.NewDesc(metricPrefix+"queue_rejections_total", "Requests refused with 503 because their app's hold queue was full.", nil, nil)
-	fleetCrossZoneDesc  = prometheus.NewDesc(metricPrefix+"cross_zone_forwards_total", "Requests forwarded to an endpoint in another zone than this replica's.", nil, nil)
-	fleetUpstreamDesc   = prometheus.NewDesc(metricPrefix+"upstream_errors_total", "Requests that failed because of the upstream or a timeout (client disconnects excluded).", []string{"reason"}, nil)
+	fleetInFlightDesc    = prometheus.NewDesc(metricPrefix+"in_flight", "Requests forwarded and not finished (open WebSockets included).", nil, nil)
+	fleetHeldDesc        = prometheus.NewDesc(metricPrefix+"held", "Requests held waiting for a ready endpoint.", nil, nil)
+	fleetResponsesDesc   = prometheus.NewDesc(metricPrefix+"responses_total", "Responses by status class.", []string{"code"}, nil)
+	fleetColdStartsDesc  = prometheus.NewDesc(metricPrefix+"cold_starts_total", "Requests that arrived while their app had no ready endpoint.", nil, nil)
+	fleetRejectedDesc    = prometheus.NewDesc(metricPrefix+"queue_rejections_total", "Requests refused with 503 because their app's hold queue was full.", nil, nil)
+	fleetCrossZoneDesc   = prometheus.NewDesc(metricPrefix+"cross_zone_forwards_total", "Requests forwarded to an endpoint in another zone than this replica's.", nil, nil)
+	fleetPoolRefusedDesc = prometheus.NewDesc(metricPrefix+"held_pool_refusals_total", "Requests refused with 503 because the interceptor held as many requests or bytes as it may and their app held at least its fair share.", nil, nil)
+	fleetEvictedDesc     = prometheus.NewDesc(metricPrefix+"held_pool_evictions_total", "Held requests answered 503 to give their room to an app below its fair share of the interceptor's pool.", nil, nil)
+	fleetUpstreamDesc    = prometheus.NewDesc(metricPrefix+"upstream_errors_total", "Requests that failed because of the upstream or a timeout (client disconnects excluded).", []string{"reason"}, nil)
 )
 
 // Describe sends nothing: the collector is unchecked, since which of its series exist depends on
@@ -247,6 +255,8 @@ func (c *appCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(coldStartsDesc, t[slotColdStarts].Load(), key)
 		counter(rejectedDesc, t[slotRejections].Load(), key)
 		counter(crossZoneDesc, t[slotCrossZone].Load(), key)
+		counter(poolRefusedDesc, t[slotPoolRefused].Load(), key)
+		counter(evictedDesc, t[slotEvicted].Load(), key)
 		for i, reason := range upstreamReasons {
 			counter(upstreamDesc, t[slotUpstream+i].Load(), key, reason)
 		}
@@ -270,7 +280,34 @@ func (c *appCollector) collectFleet(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(fleetColdStartsDesc, prometheus.CounterValue, float64(t[slotColdStarts].Load()))
 	ch <- prometheus.MustNewConstMetric(fleetRejectedDesc, prometheus.CounterValue, float64(t[slotRejections].Load()))
 	ch <- prometheus.MustNewConstMetric(fleetCrossZoneDesc, prometheus.CounterValue, float64(t[slotCrossZone].Load()))
+	ch <- prometheus.MustNewConstMetric(fleetPoolRefusedDesc, prometheus.CounterValue, float64(t[slotPoolRefused].Load()))
+	ch <- prometheus.MustNewConstMetric(fleetEvictedDesc, prometheus.CounterValue, float64(t[slotEvicted].Load()))
 	for i, reason := range upstreamReasons {
 		ch <- prometheus.MustNewConstMetric(fleetUpstreamDesc, prometheus.CounterValue, float64(t[slotUpstream+i].Load()), reason)
 	}
+}
+
+// RegisterPoolMetrics registers gauges of what pool holds and its limits, read at scrape time, and
+// the counts of its refusals and evictions over every app.
+func RegisterPoolMetrics(reg prometheus.Registerer, pool *queue.Pool) error {
+	l := pool.Limits()
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricPrefix + "held_pool_requests", Help: "Requests held for every app together.",
+		}, func() float64 { n, _ := pool.Usage(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricPrefix + "held_pool_bytes", Help: "Memory charged for the held requests (a base cost plus a multiple of each head's size).",
+		}, func() float64 { _, b := pool.Usage(); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricPrefix + "held_pool_max_requests", Help: "Bound of held_pool_requests (0: none).",
+		}, func() float64 { return float64(l.MaxRequests) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metricPrefix + "held_pool_max_bytes", Help: "Bound of held_pool_bytes (0: none).",
+		}, func() float64 { return float64(l.MaxBytes) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -60,6 +60,16 @@ type Options struct {
 	ResponseHeaderTimeout time.Duration
 	// QueueLimit is the default per-app hold-queue limit; Entry.ColdStart.QueueLimit overrides.
 	QueueLimit int
+	// Caps on what an app's own settings may ask for (0: none): an entry asking more, or none at
+	// all (a timeout of 0 with no default), gets the cap. They keep one tenant's object from holding
+	// requests (and their memory) longer or in greater number than the fleet's administrator allows.
+	// MaxRequestTimeout caps the response-header timeout too.
+	MaxQueueLimit       int
+	MaxReadinessTimeout time.Duration
+	MaxRequestTimeout   time.Duration
+	// Pool, when not nil, bounds the requests held for every app together and shares them fairly
+	// (see queue.Pool); a request it refuses, or a hold it evicts, is answered 503 with Retry-After.
+	Pool *queue.Pool
 	// RetryAfter is the Retry-After of a 503 for a full queue.
 	RetryAfter time.Duration
 	// DialTimeout bounds one connection attempt to an endpoint.
@@ -70,6 +80,9 @@ type Options struct {
 	// It keeps a burst of released held requests from opening thousands of connections to a pod
 	// that just started.
 	MaxConnsPerEndpoint int
+	// MaxWaitingPerEndpoint bounds the requests waiting for a connection to one endpoint (0: no
+	// bound); one more is answered 503 upstream_busy with Retry-After.
+	MaxWaitingPerEndpoint int
 	// MaxDialAttempts bounds the endpoints tried for one request when connections fail.
 	MaxDialAttempts int
 	// WakeEvery is the minimum interval between two wake events of one app.

@@ -134,6 +134,8 @@ type exchange struct {
 	tried   [engine.MaxAttempts]string // the endpoints Pick returned, by attempt
 	start   time.Time
 	holding bool
+	hold    *queue.Hold // the request's room in the interceptor's pool while held; nil without one
+	cost    int64       // what holding the request costs (holdCost), set by WaitRequest
 	cold    bool
 	waited  time.Duration
 	code    int
@@ -199,19 +201,29 @@ func (x *exchange) Wait(ctx context.Context) error {
 	}
 	x.cold = true
 	a.series().coldStart()
+	// Before any refusal: an app at zero is woken by a request it cannot hold too, so it does not
+	// stay at zero while the interceptor's pool is taken by others.
+	wakeAt, streams := a.counts.Wake(p.opts.WakeEvery)
 	if !a.counts.TryHold(a.queueLimit) {
 		a.series().rejected()
+		x.wokeUnheld(wakeAt, streams)
 		return fmt.Errorf("%s: %w (limit %d)", a.key, ErrQueueFull, a.queueLimit)
 	}
 	x.holding = true
-	wakeAt, streams := a.counts.Wake(p.opts.WakeEvery)
+	hctx, evict := context.WithCancelCause(ctx)
+	defer evict(nil)
+	if err := x.admit(func() { evict(queue.ErrEvicted) }); err != nil {
+		x.unhold()
+		x.wokeUnheld(wakeAt, streams)
+		return err
+	}
 	if t := p.opts.ColdStarts; t != nil {
 		x.cs = t.Begin(a.coldApp, x.start)
 		if !wakeAt.IsZero() {
 			x.cs.WakeSent(wakeAt, streams)
 		}
 	}
-	wctx, cancel := context.WithTimeoutCause(ctx, a.readiness, ErrReadinessTimeout)
+	wctx, cancel := context.WithTimeoutCause(hctx, a.readiness, ErrReadinessTimeout)
 	defer cancel()
 	set, err := p.opts.Endpoints.WaitReady(wctx, a.target.key)
 	x.waited = p.opts.Now().Sub(x.start)
@@ -228,11 +240,13 @@ func (x *exchange) Wait(ctx context.Context) error {
 		x.cs.Released(errors.Is(context.Cause(wctx), ErrReadinessTimeout))
 		x.cs = nil
 	}
-	a.counts.Unhold()
-	x.holding = false
+	x.unhold()
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("holding %s: %w", a.key, ErrClientGone)
+	case errors.Is(context.Cause(hctx), queue.ErrEvicted):
+		a.series().evicted()
+		return fmt.Errorf("holding %s: %w", a.key, queue.ErrEvicted)
 	case errors.Is(context.Cause(wctx), ErrReadinessTimeout):
 		if a.fallback != nil {
 			x.backend = a.fallback
@@ -252,10 +266,7 @@ func (x *exchange) Forwarding() {
 		return
 	}
 	x.done = x.app.counts.StartForward()
-	if x.holding {
-		x.app.counts.Unhold()
-		x.holding = false
-	}
+	x.unhold()
 }
 
 // direct reports whether the request goes to the Service's address: asked for, or a fallback
@@ -369,7 +380,7 @@ func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 		p.log.V(1).Info("client went away", "app", a.key, "status", code, "error", err.Error())
 		return engine.Reply{Code: code, Abort: true} // nobody to answer
 	}
-	expected := reason == "queue_full" || reason == "app_idle" || reason == "bad_path" // answers by design, not upstream failures
+	expected := reason == "queue_full" || reason == "app_idle" || reason == "pool_full" || reason == "evicted" || reason == "bad_path" // answers by design, not upstream failures
 	if code >= 500 && !expected {
 		a.series().upstreamError(reason)
 	}
@@ -379,7 +390,7 @@ func (x *exchange) Fail(err error, h http.Header) engine.Reply {
 	}
 	log.Info("request failed", "app", a.key, "status", code, "reason", reason, "error", err.Error())
 	x.coldHeaders(h)
-	if errors.Is(err, ErrQueueFull) || errors.Is(err, ErrIdle) {
+	if errors.Is(err, ErrQueueFull) || errors.Is(err, ErrIdle) || errors.Is(err, queue.ErrPoolFull) || errors.Is(err, queue.ErrEvicted) || errors.Is(err, engine.ErrUpstreamBusy) {
 		h.Set("Retry-After", strconv.Itoa(int((p.opts.RetryAfter+time.Second-1)/time.Second)))
 	}
 	if errors.Is(err, ErrIdle) {
@@ -431,9 +442,7 @@ func (x *exchange) End() {
 	if x.cs != nil {
 		x.cs.Released(false) // held, then never forwarded (every endpoint refused, the client went away)
 	}
-	if x.holding {
-		a.counts.Unhold()
-	}
+	x.unhold()
 	if x.done != nil {
 		x.done()
 	}

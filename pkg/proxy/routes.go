@@ -246,9 +246,9 @@ func (p *Proxy) newApp(e *routing.Entry, old *routes) *app {
 		key:            key,
 		counts:         p.opts.Registry.App(key),
 		zoneAware:      p.opts.ZoneAware,
-		readiness:      orDefault(e.Timeouts.Readiness, p.opts.ReadinessTimeout),
-		request:        orDefault(e.Timeouts.Request, p.opts.RequestTimeout),
-		responseHeader: orDefault(e.Timeouts.ResponseHeader, p.opts.ResponseHeaderTimeout),
+		readiness:      capped(orDefault(e.Timeouts.Readiness, p.opts.ReadinessTimeout), p.opts.MaxReadinessTimeout),
+		request:        capped(orDefault(e.Timeouts.Request, p.opts.RequestTimeout), p.opts.MaxRequestTimeout),
+		responseHeader: capped(orDefault(e.Timeouts.ResponseHeader, p.opts.ResponseHeaderTimeout), p.opts.MaxRequestTimeout),
 		queueLimit:     int64(p.opts.QueueLimit),
 	}
 	a.metrics = p.opts.Metrics
@@ -258,6 +258,7 @@ func (p *Proxy) newApp(e *routing.Entry, old *routes) *app {
 	if e.ColdStart.QueueLimit > 0 {
 		a.queueLimit = int64(e.ColdStart.QueueLimit)
 	}
+	a.queueLimit = capped(a.queueLimit, int64(p.opts.MaxQueueLimit))
 	var prev *app
 	if old != nil {
 		prev, _ = old.byKey.Get(key)
@@ -320,6 +321,15 @@ func (a *app) series() *appMetrics {
 	m := a.metrics.forApp(a.key, a.counts)
 	a.m.Store(m)
 	return m
+}
+
+// capped returns v, or limit when limit is positive and v is above it or 0 (none): a cap bounds an
+// app without a bound of its own too.
+func capped[T int64 | time.Duration](v, limit T) T {
+	if limit > 0 && (v > limit || v <= 0) {
+		return limit
+	}
+	return v
 }
 
 func orDefault(d, def time.Duration) time.Duration {

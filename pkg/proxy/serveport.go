@@ -9,13 +9,14 @@ import (
 // engineOptions are the options of every engine serving this proxy's requests.
 func (p *Proxy) engineOptions() engine.Options {
 	return engine.Options{
-		Log:                 p.opts.Log,
-		DialContext:         p.opts.DialContext,
-		DialTimeout:         p.opts.DialTimeout,
-		MaxConnsPerEndpoint: p.opts.MaxConnsPerEndpoint,
-		Now:                 p.opts.Now,
-		Discarded:           p.opts.Metrics.discarded,
-		TrustedProxies:      p.opts.TrustedProxies,
+		Log:                   p.opts.Log,
+		DialContext:           p.opts.DialContext,
+		DialTimeout:           p.opts.DialTimeout,
+		MaxConnsPerEndpoint:   p.opts.MaxConnsPerEndpoint,
+		MaxWaitingPerEndpoint: p.opts.MaxWaitingPerEndpoint,
+		Now:                   p.opts.Now,
+		Discarded:             p.opts.Metrics.discarded,
+		TrustedProxies:        p.opts.TrustedProxies,
 	}
 }
 

@@ -19,9 +19,10 @@ var errWaitingPage = errors.New("answered with the waiting page while the app wa
 // WaitRequest implements engine.RequestWaiter: the wait step. A browser navigation (GET or HEAD
 // accepting text/html) to an app with a waiting page wakes the app exactly as a held request does
 // and is answered at once; every other request is held (Wait).
-func (x *exchange) WaitRequest(ctx context.Context, method string, h engine.Header) error {
+func (x *exchange) WaitRequest(ctx context.Context, rq engine.Waiting) error {
 	a := x.app
-	if x.badPath || a.entry.ColdStart.WaitingPage == nil || !wantsPage(method, h) {
+	if x.badPath || a.entry.ColdStart.WaitingPage == nil || !wantsPage(rq.Method, rq.Header) {
+		x.cost = holdCost(rq)
 		return x.Wait(ctx)
 	}
 	x.cold = true

@@ -37,6 +37,9 @@ type ServerOptions struct {
 	ShutdownTimeout time.Duration
 	// Log receives server errors.
 	Log logr.Logger
+	// FleetNamespace, when set, is the only namespace whose ScaledObjects may read the interceptor
+	// fleet's metric (the install namespace).
+	FleetNamespace string
 }
 
 // Server serves the ExternalScaler Service and the standard gRPC health service. It is a
@@ -68,7 +71,9 @@ func NewServer(opts ServerOptions, state *State) *Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 	)
 	s := &Server{opts: opts, grpc: grpc.NewServer(gopts...), health: health.NewServer(), stop: make(chan struct{}), stopped: make(chan struct{})}
-	externalscaler.RegisterExternalScalerServer(s.grpc, NewService(state, opts.Clock, opts.Log, s.stop))
+	svc := NewService(state, opts.Clock, opts.Log, s.stop)
+	svc.fleetNamespace = opts.FleetNamespace
+	externalscaler.RegisterExternalScalerServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	return s
 }

@@ -3,6 +3,7 @@ package scaling
 import (
 	"context"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -24,6 +25,9 @@ type Service struct {
 	clock clock.PassiveClock
 	log   logr.Logger
 	stop  <-chan struct{}
+	// fleetNamespace, when set, is the only namespace whose ScaledObjects may read the fleet metric
+	// (the interceptors' own ScaledObject lives in the install namespace).
+	fleetNamespace string
 }
 
 // NewService returns a Service reading state. Closing stop ends every StreamIsActive stream, which
@@ -51,9 +55,26 @@ func (s *Service) metadata(ref *externalscaler.ScaledObjectRef) (trigger.Metadat
 		if err := admin.CheckAppKey(md.App); err != nil {
 			return trigger.Metadata{}, status.Errorf(codes.InvalidArgument, "ScaledObject %s/%s: %v", ref.GetNamespace(), ref.GetName(), err)
 		}
+		// KEDA asks on behalf of any ScaledObject, with the same client certificate: one in a
+		// tenant's namespace naming another namespace's app would read that app's traffic.
+		if ns, _, _ := strings.Cut(md.App, "/"); ns != ref.GetNamespace() {
+			return trigger.Metadata{}, status.Errorf(codes.PermissionDenied, "ScaledObject %s/%s: %s names an app of namespace %q; a ScaledObject may only scale on apps of its own namespace",
+				clip(ref.GetNamespace()), clip(ref.GetName()), trigger.KeyHTTPScaledObject, ns)
+		}
 		s.state.SetWindow(md.App, md.Window, md.Granularity)
+	} else if s.fleetNamespace != "" && ref.GetNamespace() != s.fleetNamespace {
+		return trigger.Metadata{}, status.Errorf(codes.PermissionDenied, "ScaledObject %s/%s: the interceptor fleet's metric is for ScaledObjects of namespace %q only",
+			clip(ref.GetNamespace()), clip(ref.GetName()), s.fleetNamespace)
 	}
 	return md, nil
+}
+
+// clip shortens a name quoted in an error (it comes from the caller).
+func clip(v string) string {
+	if len(v) <= 253 {
+		return v
+	}
+	return v[:253] + "..."
 }
 
 // active is the answer to IsActive for md: the app's activity in the current snapshot (concurrency

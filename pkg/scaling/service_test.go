@@ -253,3 +253,40 @@ func TestCallsWaitForTheFirstSnapshotUnlessAWakeAnswersThem(t *testing.T) {
 		t.Fatal("GetMetrics still waiting after the first snapshot")
 	}
 }
+
+// KEDA calls the scaler with one client certificate for every ScaledObject: a ScaledObject in one
+// tenant's namespace naming another namespace's app (or the fleet's metric) is refused, so it cannot
+// read that app's traffic through its HPA.
+func TestScaledObjectsReadOnlyTheirOwnNamespacesApps(t *testing.T) {
+	state := NewState(time.Minute)
+	svc := NewService(state, nil, testLog(t), nil)
+	svc.fleetNamespace = "httpscale-system"
+	state.Publish(&Snapshot{At: t0, Apps: map[string]*AppStats{}}, nil) // calls that need counts wait for a first one
+	victim := trigger.Metadata{App: "team-b/shop", ConcurrencyTarget: 1}.Encode("scaler:9090")
+	fleet := trigger.Metadata{Fleet: true, ConcurrencyTarget: 1}.Encode("scaler:9090")
+	ctx := context.Background()
+	for name, r := range map[string]*externalscaler.ScaledObjectRef{
+		"another namespace's app":        {Namespace: "team-a", Name: "spy", ScalerMetadata: victim},
+		"no namespace":                   {Name: "spy", ScalerMetadata: victim},
+		"the fleet metric from a tenant": {Namespace: "team-a", Name: "spy", ScalerMetadata: fleet},
+		"the fleet metric, no namespace": {Name: "spy", ScalerMetadata: fleet},
+	} {
+		if _, err := svc.IsActive(ctx, r); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s: IsActive %v, want PermissionDenied", name, err)
+		}
+		if _, err := svc.GetMetricSpec(ctx, r); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s: GetMetricSpec %v, want PermissionDenied", name, err)
+		}
+		if _, err := svc.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: r, MetricName: trigger.MetricConcurrency}); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s: GetMetrics %v, want PermissionDenied", name, err)
+		}
+	}
+	for name, r := range map[string]*externalscaler.ScaledObjectRef{
+		"its own app":                      {Namespace: "team-b", Name: "shop", ScalerMetadata: victim},
+		"the fleet from its own namespace": {Namespace: "httpscale-system", Name: "httpscale-interceptor", ScalerMetadata: fleet},
+	} {
+		if _, err := svc.IsActive(ctx, r); err != nil {
+			t.Errorf("%s: IsActive %v", name, err)
+		}
+	}
+}

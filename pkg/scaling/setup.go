@@ -28,6 +28,9 @@ type Options struct {
 	GRPCAddr   string
 	TLS        *tls.Config
 	DrainDelay time.Duration
+	// AdminTokenFile, when set, is a projected ServiceAccount token sent to every interceptor's
+	// admin port (see admin.TokenTransport).
+	AdminTokenFile string
 }
 
 // SetupWithManager adds the Collector and the gRPC Server to mgr, plus readiness checks that pass
@@ -41,18 +44,25 @@ func SetupWithManager(mgr manager.Manager, opts Options, log logr.Logger) error 
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true, // loopback-fast JSON inside the cluster; gzip would cost more CPU than it saves
 	}
+	var rt http.RoundTripper = transport
+	if opts.AdminTokenFile != "" {
+		var err error
+		if rt, err = admin.TokenTransport(opts.AdminTokenFile, transport); err != nil {
+			return err
+		}
+	}
 	collector := NewCollector(CollectorOptions{
 		Discovery: &EndpointSliceDiscovery{
 			Reader: mgr.GetCache(), Namespace: opts.Namespace, Selector: opts.Selector, PortName: opts.PortName,
 		},
-		Counts:     admin.Client{HTTP: &http.Client{Transport: transport}},
-		Wake:       admin.Client{HTTP: &http.Client{Transport: transport}},
+		Counts:     admin.Client{HTTP: &http.Client{Transport: rt}},
+		Wake:       admin.Client{HTTP: &http.Client{Transport: rt}},
 		Interval:   opts.Interval,
 		Timeout:    opts.Timeout,
 		StaleGrace: opts.StaleGrace,
 		Log:        log.WithName("scaling.collector"),
 	}, state)
-	server := NewServer(ServerOptions{Addr: opts.GRPCAddr, TLS: opts.TLS, DrainDelay: opts.DrainDelay, Log: log.WithName("scaling.grpc")}, state)
+	server := NewServer(ServerOptions{Addr: opts.GRPCAddr, TLS: opts.TLS, DrainDelay: opts.DrainDelay, FleetNamespace: opts.Namespace, Log: log.WithName("scaling.grpc")}, state)
 	if err := mgr.Add(server); err != nil {
 		return fmt.Errorf("adding gRPC server: %w", err)
 	}

@@ -119,3 +119,57 @@ func TestLoadTLSRejectsBadFiles(t *testing.T) {
 		t.Errorf("server-only TLS: %v, client auth %v; want no error and no client certificate", err, cfg.ClientAuth)
 	}
 }
+
+// A rotated CA (a regenerated Secret: new CA, new server and client certificates) takes effect on
+// the next handshake, without restarting the scaler: KEDA's new client certificate is accepted and
+// one from the old CA is refused.
+func TestMutualTLSFollowsARotatedCA(t *testing.T) {
+	dir := t.TempDir()
+	oldCA, newCA := newCA(t), newCA(t)
+	srvCert, srvKey := oldCA.issue(t, 2)
+	crtPath, keyPath, caPath := writeFile(t, dir, "tls.crt", srvCert), writeFile(t, dir, "tls.key", srvKey), writeFile(t, dir, "ca.crt", oldCA.pem)
+	tlsCfg, err := LoadTLS(crtPath, keyPath, caPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := func(ca testCA, serial int64) *tls.Config {
+		c, k := ca.issue(t, serial)
+		pair, err := tls.X509KeyPair(c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(ca.pem)
+		return &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}}
+	}
+	h := startHarness(t, harnessOptions{replicas: 1, server: ServerOptions{TLS: tlsCfg}, dial: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(client(oldCA, 3)))}})
+	if h.isActive(appMD) {
+		t.Error("active before traffic")
+	}
+	call := func(cfg *tls.Config) error {
+		conn, err := grpc.NewClient(h.conn.Target(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = externalscaler.NewExternalScalerClient(conn).IsActive(ctx, ref(appMD))
+		return err
+	}
+	// Rotate: files written as the kubelet updates a mounted Secret, with a later modification time.
+	srvCert, srvKey = newCA.issue(t, 4)
+	later := time.Now().Add(2 * time.Second)
+	for path, data := range map[string][]byte{crtPath: srvCert, keyPath: srvKey, caPath: newCA.pem} {
+		writeFile(t, dir, filepath.Base(path), data)
+		if err := os.Chtimes(path, later, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := call(client(newCA, 5)); err != nil {
+		t.Errorf("client certificate of the rotated CA: %v, want accepted", err)
+	}
+	if err := call(client(oldCA, 6)); err == nil {
+		t.Error("client certificate of the old CA accepted after the rotation")
+	}
+}

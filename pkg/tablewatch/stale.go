@@ -140,10 +140,13 @@ func (s *staleness) err(now time.Time) error {
 		s.newer, now.Sub(s.since).Round(time.Second), s.bound, s.delivered)
 }
 
-// probeLoop asks the API server for the head every interval until ctx ends.
+// probeLoop asks the API server for the head every interval until ctx ends; once a probe has seen a
+// newer head, the probe that can confirm the bound is made when the bound is up, not at the next
+// interval after it, so that readiness fails within the bound plus one interval of the write (the
+// first probe to see it) plus the probes' round trips.
 func (w *Watcher) probeLoop(ctx context.Context, log logr.Logger) {
 	interval := ProbeInterval(w.staleAfter)
-	t := time.NewTicker(interval)
+	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -151,6 +154,7 @@ func (w *Watcher) probeLoop(ctx context.Context, log logr.Logger) {
 			return
 		case <-t.C:
 		}
+		fired := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, max(interval, 5*time.Second))
 		head, err := w.probe.CoreV1().ConfigMaps(w.namespace).Get(rctx, w.base, metav1.GetOptions{})
 		cancel()
@@ -166,7 +170,13 @@ func (w *Watcher) probeLoop(ctx context.Context, log logr.Logger) {
 			w.metrics.probeErrors.Inc()
 			log.V(1).Info("routing table staleness probe failed", "error", err.Error())
 		}
-		w.reportStaleness(w.stale.probed(rv, err, w.now()), log)
+		v := w.stale.probed(rv, err, w.now())
+		w.reportStaleness(v, log)
+		next := interval - time.Since(fired) // the usual pace
+		if v.newer != "" && !v.unconfirmed && !v.stale {
+			next = min(next, w.staleAfter-v.behind) // the bound is up then
+		}
+		t.Reset(max(next, time.Millisecond))
 	}
 }
 

@@ -47,6 +47,8 @@ type Server struct {
 	// ReadHeaderTimeout bounds the TLS handshake, from the connection's accept, and then each
 	// HTTP/1.1 request's header block from its first byte (default 30s, as the cleartext port).
 	ReadHeaderTimeout time.Duration
+	// MaxHeaderBytes bounds a request's header block (0: net/http's default, 1 MiB).
+	MaxHeaderBytes int
 
 	DrainDelay   time.Duration
 	DrainTimeout time.Duration
@@ -82,6 +84,7 @@ func (s *Server) Start(ctx context.Context) error {
 	// net/http bounds the handshake by the smallest of its read timeouts: ReadHeaderTimeout.
 	srv := engine.NewHTTPServer(httpsHandler{store: s.Store, h: s.Handler}, s.ReadHeaderTimeout, hard)
 	srv.TLSConfig = s.config()
+	srv.MaxHeaderBytes = s.MaxHeaderBytes
 	// A failed handshake (a client asking for a name no certificate serves) is the client's
 	// business: debug level, not a log line per connection.
 	srv.ErrorLog = log.New(debugWriter{s.Log.V(1)}, "", 0)

@@ -97,3 +97,61 @@ securityContext:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* A byte count value as the binaries' flags read it: a quantity string as written, a number as an
+integer (a YAML number would otherwise print as 2.68435456e+08). */}}
+{{- define "httpscale.quantity" -}}
+{{- if kindIs "string" . }}{{ . }}{{ else }}{{ int64 . }}{{ end }}
+{{- end }}
+
+{{/* The ServiceAccounts (namespace/name) that may call the interceptors' admin port: the fleet's
+scaler and operator, then interceptor.adminAuth.extraAllowedServiceAccounts. */}}
+{{- define "httpscale.adminAllowed" -}}
+{{- $p := include "httpscale.prefix" . -}}
+{{- $own := list (printf "%s/%s-scaler" .Release.Namespace $p) (printf "%s/%s-operator" .Release.Namespace $p) -}}
+{{- join "," (concat $own .Values.interceptor.adminAuth.extraAllowedServiceAccounts) -}}
+{{- end }}
+
+{{/* Where the scaler and the operator mount their projected admin-port token. */}}
+{{- define "httpscale.adminTokenDir" -}}
+/var/run/secrets/httpscale.dev/interceptor-admin
+{{- end }}
+
+{{/* The projected token volume of a pod that calls the admin port (with adminAuth). */}}
+{{- define "httpscale.adminTokenVolume" -}}
+{{- if .Values.interceptor.adminAuth.enabled }}
+- name: interceptor-admin-token
+  projected:
+    sources:
+      - serviceAccountToken:
+          audience: {{ .Values.interceptor.adminAuth.audience | quote }}
+          expirationSeconds: {{ int .Values.interceptor.adminAuth.tokenExpirationSeconds }}
+          path: token
+{{- end }}
+{{- end }}
+
+{{- define "httpscale.adminTokenMount" -}}
+{{- if .Values.interceptor.adminAuth.enabled }}
+- name: interceptor-admin-token
+  mountPath: {{ include "httpscale.adminTokenDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "httpscale.adminTokenArg" -}}
+{{- if .Values.interceptor.adminAuth.enabled }}
+- --interceptor-admin-token-file={{ include "httpscale.adminTokenDir" . }}/token
+{{- end }}
+{{- end }}
+
+{{/* Names of the scaler's TLS objects: its Secret, KEDA's client Secret (in scaler.tls.kedaNamespace)
+and the ClusterTriggerAuthentication every trigger names. */}}
+{{- define "httpscale.scalerTLSSecret" -}}
+{{- .Values.scaler.tls.secretName | default (printf "%s-scaler-tls" (include "httpscale.prefix" .)) -}}
+{{- end }}
+{{- define "httpscale.kedaClientSecret" -}}
+{{- .Values.scaler.tls.clientSecretName | default (printf "%s-keda-client-tls" (include "httpscale.prefix" .)) -}}
+{{- end }}
+{{- define "httpscale.scalerTLSAuth" -}}
+{{ include "httpscale.prefix" . }}-scaler-tls
+{{- end }}

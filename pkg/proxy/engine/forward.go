@@ -43,6 +43,10 @@ type Options struct {
 	DialTimeout time.Duration
 	// MaxConnsPerEndpoint bounds the connections open to one endpoint; more requests wait for one.
 	MaxConnsPerEndpoint int
+	// MaxWaitingPerEndpoint bounds the requests waiting in line for a connection to one endpoint
+	// (0: no bound); one more fails with ErrUpstreamBusy. The line of the net/http path's requests
+	// with a body or an upgrade (http.Transport's own) is not bounded by it.
+	MaxWaitingPerEndpoint int
 	// Now is the clock of the upstream pool's idle timeouts; nil means time.Now.
 	Now func() time.Time
 	// Discarded counts upstream connections closed because of bytes nobody asked for; nil
@@ -88,8 +92,15 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.Begin()
 	defer x.End()
 	if !x.Ready() {
-		if err := wait(x, r.Context(), r.Method, r.Header); err != nil {
-			writeReply(w, x.Fail(err, w.Header()))
+		if err := wait(x, r.Context(), waitingOf(r)); err != nil {
+			rep := x.Fail(err, w.Header())
+			if unreadBody(r) && !rep.Abort {
+				// The event loops close such a connection too (fail): what is left of the body
+				// is not read, so a client trickling it cannot keep a refused request in memory.
+				w.Header().Set("Connection", "close")
+				rep.close = true
+			}
+			writeReply(w, rep)
 			return
 		}
 	}
@@ -97,11 +108,22 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.forward(w, r, x, target, set)
 }
 
+// unreadBody reports whether r is an HTTP/1 request with a body nobody has read yet.
+func unreadBody(r *http.Request) bool {
+	return r.ProtoMajor == 1 && (r.ContentLength != 0 || len(r.TransferEncoding) > 0)
+}
+
 // writeReply sends an answer the logic chose.
 func writeReply(w http.ResponseWriter, rep Reply) {
 	if rep.Abort {
 		abortResponse(w)
 		return
+	}
+	if rep.close {
+		// net/http reads up to 256 KiB of an unread body after the handler, even when the answer
+		// closes the connection: a client trickling its body would keep the request (and its head)
+		// in memory. An expired read deadline ends that read at once.
+		defer func() { _ = http.NewResponseController(w).SetReadDeadline(time.Now()) }()
 	}
 	w.WriteHeader(rep.Code)
 	_, _ = io.WriteString(w, rep.Body) // a failed write means the client went away
@@ -133,7 +155,8 @@ var callPool = sync.Pool{New: func() any { return new(call) }}
 // forward sends the request through the ReverseProxy, to target instead of the client's target
 // when the logic rewrote it (see Rewriter; "" keeps the client's).
 func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, target string, set http.Header) {
-	if r.Header.Get("Upgrade") != "" {
+	upgrade := r.Header.Get("Upgrade") != ""
+	if upgrade {
 		e.upgrades.add(1)
 		defer e.upgrades.add(-1)
 	}
@@ -149,7 +172,10 @@ func (e *Engine) forward(w http.ResponseWriter, r *http.Request, x Exchange, tar
 	}()
 	ctx := context.WithValue(r.Context(), callKey{}, c)
 	plan := x.Plan()
-	if d := plan.RequestTimeout; d > 0 {
+	// An upgraded connection (a WebSocket) lives on past its request: the request timeout would cut
+	// it off (the ReverseProxy closes the backend connection when the request's context ends). The
+	// response-header timeout still bounds the wait for its 101.
+	if d := plan.RequestTimeout; d > 0 && !upgrade {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, d, ErrRequestTimeout)
 		defer cancel()

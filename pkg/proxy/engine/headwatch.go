@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/textproto"
+	"os"
 	"sync"
 	"time"
 
@@ -31,8 +32,11 @@ import (
 // bodies and upgrades, the fast path's common requests never meet it.
 
 // headWatchMaxPending bounds the bytes read on the connection that the watch has not parsed yet;
-// a reader ahead by more waits for it.
-const headWatchMaxPending = 256 << 10
+// a reader ahead by more waits for it. It is small so that the copy stays small: with thousands of
+// connections sending large heads at once the parsers fall behind, and each copy grew to the whole
+// head (at 256 KiB: 706 MB allocated for 3,000 heads of 100 KiB, a quarter of all; see
+// docs/benchmarks.md#held-requests-under-a-flood).
+const headWatchMaxPending = 16 << 10
 
 // headWatchMaxHead bounds the head the watch reads (net/http's default MaxHeaderBytes and its
 // slack); a longer one is refused by net/http, which closes the connection.
@@ -250,32 +254,54 @@ func (w *headWatch) frame(wp *watchParser) bool {
 	}
 }
 
-// readHead reads a request head into head: lines up to and including the empty one. Lines end in
-// LF, with or without CR, as net/http's textproto reads them.
+// readHead reads a request head and returns the part of it that frames the request, in head: the
+// request line and the Content-Length and Transfer-Encoding lines, each with the continuation lines
+// (obsolete folding) that follow it. Lines end in LF, with or without CR, as net/http's textproto
+// reads them. The other lines are read past, not kept: http.ReadRequest frames the part as it frames
+// the whole head (a request net/http refuses for a line left out is one whose connection it closes,
+// where the watch is no longer needed), and a flood of large heads costs the watch what a line
+// costs, not a copy of every head. The limit applies to the whole head.
 func readHead(br *bufio.Reader, head []byte) ([]byte, error) {
+	size := 0
+	first, keep, atStart := true, true, true // keep: the line being read (and its continuations) is kept
 	for {
 		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			head = append(head, line...)
-			if len(head) > headWatchMaxHead {
-				return nil, err
-			}
-			continue
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
 			return nil, err
 		}
-		head = append(head, line...)
-		if len(head) > headWatchMaxHead {
+		size += len(line)
+		if size > headWatchMaxHead {
 			return nil, errors.New("request head too large")
 		}
-		if string(line) == "\r\n" || string(line) == "\n" {
-			if len(head) == len(line) {
-				return nil, errors.New("empty request line") // net/http refuses it and closes
+		if atStart { // the start of a line: decide whether it is kept
+			switch {
+			case string(line) == "\r\n" || string(line) == "\n":
+				if first {
+					return nil, errors.New("empty request line") // net/http refuses it and closes
+				}
+				return append(head, line...), nil
+			case first:
+				keep = true
+			case line[0] == ' ' || line[0] == '\t':
+				// a continuation of the line before: kept with it
+			default:
+				keep = framingLine(line)
 			}
-			return head, nil
+			first = false
 		}
+		if keep {
+			head = append(head, line...)
+		}
+		atStart = err == nil // a line longer than br's buffer goes on in the next slice
 	}
+}
+
+// framingLine reports whether a header line (its start, at least up to a colon when it has one)
+// is a Content-Length or Transfer-Encoding line, named as lengthLines names them.
+func framingLine(line []byte) bool {
+	name, _, _ := bytes.Cut(line, []byte(":"))
+	name = bytes.TrimRight(name, " \t")
+	return h1.EqualFold(name, "Content-Length") || h1.EqualFold(name, "Transfer-Encoding")
 }
 
 // lengthLines reports whether a request head has a Content-Length line and a Transfer-Encoding
@@ -303,6 +329,8 @@ type watchedConn struct {
 	tls *tls.ConnectionState
 	// headerBy, when set, is the header deadline the fast path started (see h1ServerConn.headerBy).
 	headerBy time.Time
+	// gate bounds the heads parsed at once on the connections the loops hand over (see headGate).
+	gate gateState
 }
 
 func newWatchedConn(c net.Conn, r io.Reader, headerBy time.Time) *watchedConn {
@@ -310,14 +338,45 @@ func newWatchedConn(c net.Conn, r io.Reader, headerBy time.Time) *watchedConn {
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
+	n, err := 0, error(nil)
+	if c.gate.holding() {
+		// What has arrived is read without waiting, keeping the slot: a head sent at once is
+		// parsed to its end before the slot goes to another (thousands of heads parsed a piece
+		// each in turn would all be half-parsed in memory at once). The slot is given up only to
+		// wait for the client.
+		n, err = c.readNow(p)
+		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+			c.gate.release()
+			n, err = c.r.Read(p)
+			if n > 0 {
+				c.gate.acquire()
+			}
+		}
+	} else if n, err = c.r.Read(p); n > 0 {
+		c.gate.acquire() // before what arrived is parsed
+	}
 	if n > 0 {
 		c.watch.feed(p[:n])
 	}
 	return n, err
 }
 
+// readNow reads what has arrived, without waiting (os.ErrDeadlineExceeded: nothing has), and
+// restores the read deadline net/http set.
+func (c *watchedConn) readNow(p []byte) (int, error) {
+	_ = c.Conn.SetReadDeadline(time.Unix(1, 0))
+	n, err := c.r.Read(p)
+	_ = c.Conn.SetReadDeadline(c.gate.deadline())
+	return n, err
+}
+
+func (c *watchedConn) Write(p []byte) (int, error) {
+	c.gate.release() // an answer is written: the head was parsed (or refused)
+	return c.Conn.Write(p)
+}
+
 func (c *watchedConn) Close() error {
+	c.gate.close()
 	c.watch.stop()
 	return c.Conn.Close()
 }
@@ -332,7 +391,13 @@ func (c *watchedConn) SetReadDeadline(t time.Time) error {
 			t = by
 		}
 	}
+	c.gate.setDeadline(t)
 	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *watchedConn) SetDeadline(t time.Time) error {
+	c.gate.setDeadline(t)
+	return c.Conn.SetDeadline(t)
 }
 
 // watchedListener wraps the connections of a listener net/http serves directly.
@@ -365,6 +430,8 @@ type closeAfterBothLengths struct{ h http.Handler }
 
 func (c closeAfterBothLengths) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if wc, ok := r.Context().Value(watchedConnKey{}).(*watchedConn); ok && r.ProtoMajor == 1 {
+		wc.gate.served()
+		defer wc.gate.next(r.Header.Get("Upgrade") != "")
 		if wc.watch.sawBoth() {
 			w.Header().Set("Connection", "close")
 		}

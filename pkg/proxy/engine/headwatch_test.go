@@ -3,8 +3,11 @@ package engine
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
+	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -148,4 +151,40 @@ func TestHeadWatchParksBetweenRequests(t *testing.T) {
 		t.Error("a head with both lengths after parked runs was not seen")
 	}
 	w.stop()
+}
+
+// A large head costs the watch what its framing lines cost, not a copy of the head: 3,000
+// connections sending 100 KiB heads at once had the watch allocate 1.2 GB for its copies of them,
+// a third of what the interceptor allocated, and kept the collector running back to back while
+// the event loops waited on it (docs/benchmarks.md#held-requests-under-a-flood). The head is fed
+// as net/http reads it, 4 KiB at a time, each piece parsed before the next (so the pending copy
+// stays one piece); the watch must still see the request line and the framing.
+func TestHeadWatchDoesNotCopyLargeHeads(t *testing.T) {
+	var head bytes.Buffer
+	head.WriteString("POST /flood HTTP/1.1\r\nHost: a\r\n")
+	for i := range 12 {
+		fmt.Fprintf(&head, "X-Pad-%d: %s\r\n", i, bytes.Repeat([]byte("a"), 8<<10))
+	}
+	head.WriteString("Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+	in := head.Bytes()
+	var seen []string
+	w := startHeadWatch(func(h []byte) {
+		line, _, _ := bytes.Cut(h, []byte("\r\n"))
+		seen = append(seen, string(line))
+	})
+	defer w.stop()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for p := range slices.Chunk(in, 4<<10) {
+		w.feed(p)
+		w.sawBoth() // parsed before the next piece
+	}
+	both := w.sawBoth()
+	runtime.ReadMemStats(&after)
+	if !both || len(seen) != 1 || seen[0] != "POST /flood HTTP/1.1" {
+		t.Fatalf("the watch saw heads %q, both lengths %v; want the one POST with both", seen, both)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 32<<10 {
+		t.Errorf("watching a %d-byte head allocated %d bytes; want at most 32 KiB (no copy of the head)", len(in), got)
+	}
 }

@@ -144,6 +144,9 @@ type Reply struct {
 	Body string
 	// Abort: no answer is to be sent; the connection is closed (the client went away).
 	Abort bool
+	// close: the connection is closed after the answer, without reading what is left of the
+	// request's body (the answer's header says "Connection: close"); the engine's own decision.
+	close bool
 }
 
 // Errors the engine reports to Exchange.Fail.
@@ -154,6 +157,8 @@ var (
 	ErrResponseHeaderTimeout = errors.New("timeout awaiting response headers")
 	// ErrRequestTimeout: the whole forwarded request took longer than the app's request timeout.
 	ErrRequestTimeout = errors.New("request timeout")
+	// ErrUpstreamBusy: MaxWaitingPerEndpoint requests already wait for a connection to the endpoint.
+	ErrUpstreamBusy = errors.New("too many requests waiting for a connection to the endpoint")
 	// ErrClientGone: the client went away (or the interceptor's drain deadline cut the request);
 	// logged as status 499 and never counted as an upstream failure.
 	ErrClientGone = errors.New("client went away")

@@ -237,6 +237,7 @@ func (l *evLoop) handOff(c *evClient) {
 		headerBy = c.since.Add(ls.headerTimeout) // the header timeout runs from its first byte
 	}
 	wc := newWatchedConn(nc, io.MultiReader(bytes.NewReader(pending), nc), headerBy)
+	wc.gate.start(ls.heads, pending)
 	// Counted until net/http has it, so that a drain never sees zero in between; given on a
 	// goroutine, so that the loop never waits for net/http's accept.
 	go func() {

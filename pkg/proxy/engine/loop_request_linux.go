@@ -85,7 +85,7 @@ func (l *evLoop) startWait(c *evClient) {
 	l.pending++
 	x, rq, reqID := c.x, c.rq, c.reqID
 	go func() {
-		err := wait(x, ctx, rq.Method, rq)
+		err := wait(x, ctx, Waiting{Method: rq.Method, Header: rq, HeadBytes: int64(rq.HeadLen)})
 		cancel()
 		l.post(evMsg{kind: evWaited, c: c, reqID: reqID, err: err})
 	}()

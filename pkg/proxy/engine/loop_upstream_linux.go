@@ -4,6 +4,7 @@ package engine
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"time"
 
@@ -88,7 +89,10 @@ func (u *loopPool) acquire(c *evClient) {
 		return
 	}
 	w := &loopWaiter{l: u.l, c: c, reqID: c.reqID}
-	if !u.p.wait(addr, w) {
+	if queued, err := u.p.wait(addr, w); err != nil {
+		u.l.fail(c, fmt.Errorf("connecting to %s: %w", addr, err))
+		return
+	} else if !queued {
 		u.dial(c) // a slot came free
 		return
 	}

@@ -39,7 +39,9 @@ type evLoops struct {
 	e       *Engine
 	base    context.Context // waits and dials derive from it; cancelled when a drain is cut short
 	handoff *handoffListener
-	log     logr.Logger
+	// heads bounds the handed-over connections whose heads are parsed at once (see headGate).
+	heads *headGate
+	log   logr.Logger
 	// idleTimeout closes a kept-alive connection idle for longer; headerTimeout bounds a request
 	// head from its first byte; watchAfter is how long a request whose client closed its sending
 	// side still gets to be answered (see hungUp).
@@ -62,6 +64,7 @@ type loopConfig struct {
 	n                                      int
 	base                                   context.Context
 	handoff                                *handoffListener
+	heads                                  *headGate
 	idleTimeout, headerTimeout, watchAfter time.Duration
 	log                                    logr.Logger
 }
@@ -82,7 +85,7 @@ const (
 
 // newEvLoops starts cfg.n loops.
 func newEvLoops(cfg loopConfig) (*evLoops, error) {
-	ls := &evLoops{e: cfg.e, base: cfg.base, handoff: cfg.handoff, log: cfg.log,
+	ls := &evLoops{e: cfg.e, base: cfg.base, handoff: cfg.handoff, log: cfg.log, heads: cfg.heads,
 		idleTimeout: cfg.idleTimeout, headerTimeout: cfg.headerTimeout, watchAfter: cfg.watchAfter}
 	for range cfg.n {
 		l, err := newEvLoop(ls)

@@ -23,6 +23,7 @@ type pool struct {
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	maxIdle     int           // idle connections of the net/http path kept per address
 	maxConns    int           // connections open at once per address; 0 means no limit
+	maxWaiting  int           // requests waiting for a connection per address; 0 means no limit
 	idleTimeout time.Duration // idle connections older than this are closed
 	now         func() time.Time
 	discarded   DiscardCounters
@@ -65,7 +66,7 @@ func newPool(o Options) *pool {
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}
-	return &pool{dial: dial, maxIdle: o.MaxConnsPerEndpoint, maxConns: o.MaxConnsPerEndpoint,
+	return &pool{dial: dial, maxIdle: o.MaxConnsPerEndpoint, maxConns: o.MaxConnsPerEndpoint, maxWaiting: o.MaxWaitingPerEndpoint,
 		idleTimeout: 90 * time.Second, now: o.Now, discarded: o.Discarded}
 }
 
@@ -96,14 +97,19 @@ func (p *pool) reserve(addr string) bool {
 }
 
 // wait queues w for a connection to addr. The caller found none idle and reserve refused.
-// It returns false, queuing nothing, when a slot came free since: the caller dials.
-func (p *pool) wait(addr string, w waiter) bool {
+// It returns false, queuing nothing, when a slot came free since: the caller dials; and
+// ErrUpstreamBusy, queuing nothing, when maxWaiting requests wait already.
+func (p *pool) wait(addr string, w waiter) (bool, error) {
 	p.mu.Lock()
 	hp := p.hostLocked(addr)
 	if p.maxConns <= 0 || hp.open < p.maxConns && len(hp.waiters) == 0 {
 		hp.open++
 		p.mu.Unlock()
-		return false
+		return false, nil
+	}
+	if p.maxWaiting > 0 && len(hp.waiters) >= p.maxWaiting {
+		p.mu.Unlock()
+		return false, ErrUpstreamBusy
 	}
 	hp.waiters = append(hp.waiters, w)
 	p.waiting.Add(1)
@@ -111,7 +117,7 @@ func (p *pool) wait(addr string, w waiter) bool {
 	if f := p.onWait.Load(); f != nil {
 		(*f)(addr)
 	}
-	return true
+	return true, nil
 }
 
 // cancel takes w out of addr's line; false: it was granted something already (its grant runs or

@@ -49,6 +49,12 @@ type Server struct {
 	// (default 30s), once for the whole connection's path: a connection the loops hand to net/http
 	// keeps the deadline they started.
 	ReadHeaderTimeout time.Duration
+	// MaxHeaderBytes bounds a request's header block as net/http's does (0: its default, 1 MiB);
+	// the fast path hands heads over 4 KiB to net/http.
+	MaxHeaderBytes int
+	// HeadParsers bounds how many of the connections the event loops hand to net/http have their
+	// request heads parsed at once (0: half of GOMAXPROCS, at least one; see headGate).
+	HeadParsers int
 
 	DrainDelay   time.Duration
 	DrainTimeout time.Duration
@@ -100,6 +106,7 @@ func (s *Server) Start(ctx context.Context) error {
 	defer cut()
 	srv := NewHTTPServer(closeAfterBothLengths{handler}, s.ReadHeaderTimeout, hard)
 	srv.ConnContext = watchedContext
+	srv.MaxHeaderBytes = s.MaxHeaderBytes
 	if s.H2C {
 		var p http.Protocols
 		p.SetHTTP1(true)
@@ -127,7 +134,11 @@ func (s *Server) Start(ctx context.Context) error {
 		if watch == 0 {
 			watch = 50 * time.Millisecond
 		}
-		loops, err = newEvLoops(loopConfig{e: s.Engine, n: n, base: hard, handoff: handoff,
+		parsers := s.HeadParsers
+		if parsers <= 0 {
+			parsers = defaultHeadParsers()
+		}
+		loops, err = newEvLoops(loopConfig{e: s.Engine, n: n, base: hard, handoff: handoff, heads: newHeadGate(parsers),
 			idleTimeout: srv.IdleTimeout, headerTimeout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log})
 		if err != nil {
 			_ = ln.Close()

@@ -216,7 +216,9 @@ func (p *pool) acquire(ctx context.Context, addr string) (*upConn, bool, error) 
 		return p.dialConn(ctx, addr)
 	}
 	ch := make(chanWaiter, 1)
-	if !p.wait(addr, ch) {
+	if queued, err := p.wait(addr, ch); err != nil {
+		return nil, false, fmt.Errorf("connecting to %s: %w", addr, err)
+	} else if !queued {
 		return p.dialConn(ctx, addr) // a slot came free
 	}
 	select {

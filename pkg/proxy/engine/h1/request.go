@@ -28,6 +28,8 @@ type requestFields struct {
 	Close bool
 	// BodyLen is the length of the request body (its Content-Length; 0: none).
 	BodyLen int64
+	// HeadLen is the length of the head Parse was given (request line, header lines, empty line).
+	HeadLen int
 	// IdempotencyKey: an Idempotency-Key or X-Idempotency-Key header (see Replayable).
 	IdempotencyKey bool
 
@@ -63,6 +65,7 @@ func (rq *Request) Reset() {
 // does on the TLS port (or rejects it). FuzzFastRequest holds it to net/http's server.
 func (rq *Request) Parse(head string) bool {
 	rq.Reset()
+	rq.HeadLen = len(head)
 	line, rest, _ := strings.Cut(head, "\r\n")
 	method, line, ok := strings.Cut(line, " ")
 	if !ok || len(method) == 0 || !IsToken(method) {
