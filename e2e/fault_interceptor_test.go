@@ -87,9 +87,10 @@ func warmBounds(n int32) func(*httpscalev1alpha1.HTTPScaledObjectSpec) {
 	}
 }
 
-// getAdminJSON reads an interceptor admin path into v.
+// getAdminJSON reads an interceptor admin path into v, with the fleet's token (the admin port
+// authenticates callers by default).
 func getAdminJSON(ctx context.Context, ip, path string, v any) error {
-	resp, err := f.Get(ctx, fmt.Sprintf("http://%s:%d%s", ip, localcluster.InterceptorAdmin, path), "")
+	resp, err := adminTokenGet(ctx, ip, path)
 	if err != nil {
 		return err
 	}
