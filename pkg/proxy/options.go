@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"net/netip"
@@ -121,15 +122,15 @@ var Defaults = Options{
 
 func (o *Options) setDefaults() {
 	d := Defaults
-	setIfZero(&o.ReadinessTimeout, d.ReadinessTimeout)
-	setIfZero(&o.QueueLimit, d.QueueLimit)
-	setIfZero(&o.RetryAfter, d.RetryAfter)
-	setIfZero(&o.DialTimeout, d.DialTimeout)
-	setIfZero(&o.BadEndpointFor, d.BadEndpointFor)
-	setIfZero(&o.MaxDialAttempts, d.MaxDialAttempts)
-	setIfZero(&o.MaxConnsPerEndpoint, d.MaxConnsPerEndpoint)
-	setIfZero(&o.WakeEvery, d.WakeEvery)
-	setIfZero(&o.ClusterDomain, d.ClusterDomain)
+	o.ReadinessTimeout = cmp.Or(o.ReadinessTimeout, d.ReadinessTimeout)
+	o.QueueLimit = cmp.Or(o.QueueLimit, d.QueueLimit)
+	o.RetryAfter = cmp.Or(o.RetryAfter, d.RetryAfter)
+	o.DialTimeout = cmp.Or(o.DialTimeout, d.DialTimeout)
+	o.BadEndpointFor = cmp.Or(o.BadEndpointFor, d.BadEndpointFor)
+	o.MaxDialAttempts = cmp.Or(o.MaxDialAttempts, d.MaxDialAttempts)
+	o.MaxConnsPerEndpoint = cmp.Or(o.MaxConnsPerEndpoint, d.MaxConnsPerEndpoint)
+	o.WakeEvery = cmp.Or(o.WakeEvery, d.WakeEvery)
+	o.ClusterDomain = cmp.Or(o.ClusterDomain, d.ClusterDomain)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -139,13 +140,6 @@ func (o *Options) setDefaults() {
 	if o.SessionKeys == nil {
 		k := sessioncookie.RandomKeys()
 		o.SessionKeys = func() *sessioncookie.Keys { return k }
-	}
-}
-
-func setIfZero[T comparable](p *T, def T) {
-	var zero T
-	if *p == zero {
-		*p = def
 	}
 }
 
