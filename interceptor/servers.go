@@ -187,17 +187,19 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		}
 		close(drained)
 	}()
+	// The table's and the watches' reasons come first: until the first table the proxy ports are
+	// not listening either, and "no table yet" is what the operator needs to read.
 	ready := func() error {
+		if kube.ready != nil {
+			if err := kube.ready(); err != nil {
+				return err
+			}
+		}
 		if err := proxySrv.Ready(); err != nil {
 			return err
 		}
 		if tlsSrv != nil {
-			if err := tlsSrv.Ready(); err != nil {
-				return err
-			}
-		}
-		if kube.ready != nil {
-			return kube.ready()
+			return tlsSrv.Ready()
 		}
 		return nil
 	}

@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -72,17 +71,6 @@ func waitHealthy(ctx context.Context, url string, done <-chan error) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("%s did not answer 200 within 60s", url)
-}
-
-// FreeAddr returns a loopback host:port that was free a moment ago.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // LogBuffer collects a binary's log lines while it runs; safe for concurrent writes.

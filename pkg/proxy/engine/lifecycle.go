@@ -15,6 +15,9 @@ import (
 // ErrDraining is what Lifecycle.Ready returns once the drain began.
 var ErrDraining = errors.New("draining")
 
+// ErrNotListening is what Lifecycle.Ready returns until Listen has bound the port.
+var ErrNotListening = errors.New("not listening yet")
+
 // Lifecycle is the part of a server's life that does not depend on what it serves: the listener,
 // readiness, and the graceful drain once its context ends. Servers embed it (Server here, the TLS
 // terminating server in pkg/tlsterm), call Listen and then Run from their Start, and get
@@ -60,10 +63,15 @@ type Serving struct {
 // NeedLeaderElection is false: every replica serves.
 func (l *Lifecycle) NeedLeaderElection() bool { return false }
 
-// Ready returns ErrDraining once the drain began; wire it to the readiness probe.
+// Ready returns ErrNotListening until Listen bound the port and ErrDraining once the drain began;
+// wire it to the readiness probe. A server started late (the proxy ports wait for the first
+// routing table) is thus not reported ready while its port still refuses connections.
 func (l *Lifecycle) Ready() error {
 	if l.draining.Load() {
 		return ErrDraining
+	}
+	if l.addr.Load() == nil {
+		return ErrNotListening
 	}
 	return nil
 }

@@ -48,14 +48,26 @@ func (f *fakeServing) wantCalls(t *testing.T, want string) {
 	}
 }
 
+// addrOnly is a listener that only has an address: what Listen records when given one.
+type addrOnly struct{ net.Listener }
+
+func (addrOnly) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080} }
+
 func TestLifecycleListen(t *testing.T) {
 	var l Lifecycle
 	if got := l.ListenAddr(); got != "" {
 		t.Fatalf("ListenAddr before Listen = %q, want empty", got)
 	}
+	// A port that refuses connections must not pass the readiness probe.
+	if err := l.Ready(); !errors.Is(err, ErrNotListening) {
+		t.Fatalf("Ready before Listen = %v, want ErrNotListening", err)
+	}
 	ln, err := l.Listen("test", nil, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := l.Ready(); err != nil {
+		t.Fatalf("Ready once listening = %v, want nil", err)
 	}
 	defer ln.Close()
 	if got, want := l.ListenAddr(), ln.Addr().String(); got != want {
@@ -69,6 +81,9 @@ func TestLifecycleListen(t *testing.T) {
 func TestLifecycleDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var l Lifecycle
+		if _, err := l.Listen("test", addrOnly{}, ""); err != nil {
+			t.Fatal(err)
+		}
 		f := &fakeServing{errs: make(chan error, 1)}
 		after := make(chan struct{})
 		ctx, cancel := context.WithCancel(context.Background())
