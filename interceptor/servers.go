@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -119,6 +120,7 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		Pool:                  pool,
 		RetryAfter:            cfg.RetryAfter,
 		DialTimeout:           cfg.DialTimeout,
+		DeadPeerTimeout:       cmp.Or(cfg.UpstreamDeadPeerTimeout, -1), // 0 turns it off
 		MaxConnsPerEndpoint:   cfg.MaxConnsPerEndpoint,
 		MaxWaitingPerEndpoint: cfg.MaxWaitingPerEndpoint,
 		ClusterDomain:         cfg.ClusterDomain,

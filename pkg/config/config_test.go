@@ -179,11 +179,26 @@ func TestInterceptorDefaultsArePkgProxys(t *testing.T) {
 	}
 	d := proxy.Defaults
 	if c.ReadinessTimeout != d.ReadinessTimeout || c.QueueLimit != d.QueueLimit || c.RetryAfter != d.RetryAfter ||
-		c.DialTimeout != d.DialTimeout || c.MaxConnsPerEndpoint != d.MaxConnsPerEndpoint || c.ClusterDomain != d.ClusterDomain {
+		c.DialTimeout != d.DialTimeout || c.MaxConnsPerEndpoint != d.MaxConnsPerEndpoint || c.ClusterDomain != d.ClusterDomain ||
+		c.UpstreamDeadPeerTimeout != d.DeadPeerTimeout {
 		t.Errorf("interceptor defaults %+v differ from proxy.Defaults %+v", c, d)
 	}
 	if c.RetryAfter != 5*time.Second || c.QueueLimit != 1000 {
 		t.Errorf("retry-after %s queue-limit %d, want the documented 5s and 1000", c.RetryAfter, c.QueueLimit)
+	}
+}
+
+func TestUpstreamDeadPeerTimeout(t *testing.T) {
+	for _, v := range []string{"1s", "-1s"} {
+		_, err := parseInterceptor(t, "--upstream-dead-peer-timeout="+v)
+		if err == nil || !strings.Contains(err.Error(), "--upstream-dead-peer-timeout "+v+": want 0 (off) or at least 2s") {
+			t.Errorf("--upstream-dead-peer-timeout=%s: error %v, want 0 (off) or at least 2s", v, err)
+		}
+	}
+	for _, v := range []string{"0s", "2s", "1m"} {
+		if _, err := parseInterceptor(t, "--upstream-dead-peer-timeout="+v); err != nil {
+			t.Errorf("--upstream-dead-peer-timeout=%s rejected: %v", v, err)
+		}
 	}
 }
 

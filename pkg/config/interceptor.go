@@ -59,6 +59,9 @@ type Interceptor struct {
 	RetryAfter time.Duration
 	// DialTimeout bounds one connection attempt to a pod.
 	DialTimeout time.Duration
+	// UpstreamDeadPeerTimeout closes a connection to a pod whose kernel acknowledged nothing (data
+	// or keepalive probes) for about this long: a pod on a lost node; 0 turns it off.
+	UpstreamDeadPeerTimeout time.Duration
 	// ClusterDomain builds Service names for apps forwarded via their Service.
 	ClusterDomain string
 	// TableResync is the period of the routing table's full re-read.
@@ -133,6 +136,7 @@ func (i *Interceptor) Bind(fs *flag.FlagSet) {
 	i.AdminAuth.Bind(fs)
 	fs.DurationVar(&i.RetryAfter, "retry-after", proxy.Defaults.RetryAfter, "Retry-After sent with a 503 for a full hold queue, in whole seconds (at least 1s).")
 	fs.DurationVar(&i.DialTimeout, "dial-timeout", proxy.Defaults.DialTimeout, "Bound of one connection attempt to a pod.")
+	fs.DurationVar(&i.UpstreamDeadPeerTimeout, "upstream-dead-peer-timeout", proxy.Defaults.DeadPeerTimeout, "Close a connection to a pod, answering its request 502, once the pod's host acknowledged nothing (neither the request nor keepalive probes) for about this long, as when its node is lost; a slow but running app is not affected. 0 turns it off (a request sent to a lost node may then wait up to --response-header-timeout).")
 	fs.StringVar(&i.ClusterDomain, "cluster-domain", proxy.Defaults.ClusterDomain, "Cluster DNS domain, for apps forwarded via their Service.")
 	fs.DurationVar(&i.TableResync, "table-resync", time.Minute, "Period of the routing table's full re-read.")
 	fs.DurationVar(&i.TableStaleAfter, "table-stale-after", 30*time.Second, "Fail readiness while the API server has had a newer routing table than this replica's watch delivered for longer than this; 0 turns the check off.")
@@ -205,6 +209,9 @@ func (i *Interceptor) Validate() error {
 	}
 	if i.ColdStartProbeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--cold-start-probe-timeout %s: want a positive duration", i.ColdStartProbeTimeout))
+	}
+	if d := i.UpstreamDeadPeerTimeout; d < 0 || d > 0 && d < 2*time.Second {
+		errs = append(errs, fmt.Errorf("--upstream-dead-peer-timeout %s: want 0 (off) or at least 2s", d))
 	}
 	if i.QueueLimit < 1 {
 		errs = append(errs, fmt.Errorf("--queue-limit %d: want at least 1", i.QueueLimit))

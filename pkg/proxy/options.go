@@ -75,6 +75,10 @@ type Options struct {
 	RetryAfter time.Duration
 	// DialTimeout bounds one connection attempt to an endpoint.
 	DialTimeout time.Duration
+	// DeadPeerTimeout closes an upstream connection whose peer acknowledged nothing (the request,
+	// keepalive probes) for about this long, answering its request 502: a pod on a lost node. A
+	// negative value turns it off.
+	DeadPeerTimeout time.Duration
 	// BadEndpointFor keeps an endpoint that refused a connection out of the rotation.
 	BadEndpointFor time.Duration
 	// MaxConnsPerEndpoint bounds the connections open to one endpoint; more requests wait for one.
@@ -113,6 +117,7 @@ var Defaults = Options{
 	QueueLimit:          1000,
 	RetryAfter:          5 * time.Second,
 	DialTimeout:         2 * time.Second,
+	DeadPeerTimeout:     engine.DefaultDeadPeerTimeout,
 	BadEndpointFor:      5 * time.Second,
 	MaxDialAttempts:     3,
 	MaxConnsPerEndpoint: 512,
@@ -126,6 +131,7 @@ func (o *Options) setDefaults() {
 	o.QueueLimit = cmp.Or(o.QueueLimit, d.QueueLimit)
 	o.RetryAfter = cmp.Or(o.RetryAfter, d.RetryAfter)
 	o.DialTimeout = cmp.Or(o.DialTimeout, d.DialTimeout)
+	o.DeadPeerTimeout = cmp.Or(o.DeadPeerTimeout, d.DeadPeerTimeout)
 	o.BadEndpointFor = cmp.Or(o.BadEndpointFor, d.BadEndpointFor)
 	o.MaxDialAttempts = cmp.Or(o.MaxDialAttempts, d.MaxDialAttempts)
 	o.MaxConnsPerEndpoint = cmp.Or(o.MaxConnsPerEndpoint, d.MaxConnsPerEndpoint)

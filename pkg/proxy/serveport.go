@@ -12,6 +12,7 @@ func (p *Proxy) engineOptions() engine.Options {
 		Log:                   p.opts.Log,
 		DialContext:           p.opts.DialContext,
 		DialTimeout:           p.opts.DialTimeout,
+		DeadPeerTimeout:       p.opts.DeadPeerTimeout,
 		MaxConnsPerEndpoint:   p.opts.MaxConnsPerEndpoint,
 		MaxWaitingPerEndpoint: p.opts.MaxWaitingPerEndpoint,
 		Now:                   p.opts.Now,

@@ -41,6 +41,9 @@ type Options struct {
 	// DialContext dials upstream connections (nil: a net.Dialer with DialTimeout).
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	DialTimeout time.Duration
+	// DeadPeerTimeout closes an upstream connection whose peer acknowledged nothing for about this
+	// long (see watchDeadPeer); 0 means DefaultDeadPeerTimeout, a negative value turns it off.
+	DeadPeerTimeout time.Duration
 	// MaxConnsPerEndpoint bounds the connections open to one endpoint; more requests wait for one.
 	MaxConnsPerEndpoint int
 	// MaxWaitingPerEndpoint bounds the requests waiting in line for a connection to one endpoint

@@ -18,6 +18,7 @@ type loopConfig struct {
 	n                                      int
 	base                                   context.Context
 	handoff                                *handoffListener
+	heads                                  *headGate
 	idleTimeout, headerTimeout, watchAfter time.Duration
 	log                                    logr.Logger
 }

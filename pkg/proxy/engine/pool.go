@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -62,9 +64,21 @@ type handed struct {
 }
 
 func newPool(o Options) *pool {
-	dial := o.DialContext
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	dialer := o.DialContext
+	if dialer == nil {
+		dialer = (&net.Dialer{Timeout: o.DialTimeout}).DialContext
+	}
+	deadPeer := cmp.Or(o.DeadPeerTimeout, DefaultDeadPeerTimeout)
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := dialer(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if err := watchDeadPeer(nc, deadPeer); err != nil {
+			_ = nc.Close()
+			return nil, fmt.Errorf("connection to %s: %w", addr, err)
+		}
+		return nc, nil
 	}
 	return &pool{dial: dial, maxIdle: o.MaxConnsPerEndpoint, maxConns: o.MaxConnsPerEndpoint, maxWaiting: o.MaxWaitingPerEndpoint,
 		idleTimeout: 90 * time.Second, now: o.Now, discarded: o.Discarded}
