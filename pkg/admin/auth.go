@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -97,8 +99,8 @@ type Auth struct {
 	bg      sync.WaitGroup // background reviews
 
 	mu       sync.Mutex
-	accepted fifo[*acceptance]
-	refused  fifo[decision]
+	accepted *simplelru.LRU[cacheKey, *acceptance]
+	refused  *simplelru.LRU[cacheKey, decision]
 	// down is set when a review got no answer from the API server and cleared by the next answer;
 	// downStale counts the stale acceptances since, for the log line at recovery.
 	down      bool
@@ -133,18 +135,32 @@ func NewAuth(o AuthOptions) (*Auth, error) {
 	if o.Audience == "" {
 		o.Audience = DefaultTokenAudience
 	}
-	defaults(&o.CacheSize, 1024)
-	defaults(&o.CacheTTL, time.Minute)
-	defaults(&o.NegativeTTL, 10*time.Second)
-	defaults(&o.ReviewRate, 20)
-	defaults(&o.ReviewBurst, 40)
-	defaults(&o.ReviewTimeout, 5*time.Second)
-	defaults(&o.RetryInterval, 2*time.Second)
+	if o.CacheSize < 0 || o.CacheTTL < 0 || o.NegativeTTL < 0 || o.ReviewRate < 0 || o.ReviewBurst < 0 ||
+		o.ReviewTimeout < 0 || o.RetryInterval < 0 {
+		return nil, errors.New("admin auth: CacheSize, CacheTTL, NegativeTTL, ReviewRate, ReviewBurst, ReviewTimeout and RetryInterval must not be negative (0: the default)")
+	}
+	o.CacheSize = cmp.Or(o.CacheSize, 1024)
+	o.CacheTTL = cmp.Or(o.CacheTTL, time.Minute)
+	o.NegativeTTL = cmp.Or(o.NegativeTTL, 10*time.Second)
+	o.ReviewRate = cmp.Or(o.ReviewRate, 20)
+	o.ReviewBurst = cmp.Or(o.ReviewBurst, 40)
+	o.ReviewTimeout = cmp.Or(o.ReviewTimeout, 5*time.Second)
+	o.RetryInterval = cmp.Or(o.RetryInterval, 2*time.Second)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	// Least recently used first: a flood of new tokens pushes out only other refusals, and an
+	// acceptance in use (the fleet's own callers) stays.
+	accepted, err := simplelru.NewLRU[cacheKey, *acceptance](o.CacheSize, nil)
+	if err != nil {
+		return nil, fmt.Errorf("admin auth: %w", err)
+	}
+	refused, err := simplelru.NewLRU[cacheKey, decision](o.CacheSize, nil)
+	if err != nil {
+		return nil, fmt.Errorf("admin auth: %w", err)
+	}
 	a := &Auth{o: o, allowed: map[string]bool{}, limit: rate.NewLimiter(rate.Limit(o.ReviewRate), o.ReviewBurst),
-		accepted: newFIFO[*acceptance](o.CacheSize), refused: newFIFO[decision](o.CacheSize),
+		accepted: accepted, refused: refused,
 		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricStaleAccepted,
 			Help: "Admin port calls accepted on an earlier review of their token because the API server could not review it now."}),
 		errs: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricReviewErrors,
@@ -165,12 +181,6 @@ func NewAuth(o AuthOptions) (*Auth, error) {
 		a.allowed[ServiceAccountUser(ns, name)] = true
 	}
 	return a, nil
-}
-
-func defaults[T int | float64 | time.Duration](p *T, def T) {
-	if *p <= 0 {
-		*p = def
-	}
 }
 
 // ServiceAccountUser is the username the API server gives a ServiceAccount's tokens.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -319,5 +320,22 @@ func TestNewAuthRejectsMalformedServiceAccounts(t *testing.T) {
 		if _, err := admin.NewAuth(admin.AuthOptions{Tokens: &reviewer{}, Allowed: []string{sa}}); err == nil {
 			t.Errorf("allowed ServiceAccount %q accepted", sa)
 		}
+	}
+}
+
+// A negative bound is a mistake in the caller's code, not a request for the default.
+func TestNewAuthRejectsNegativeBounds(t *testing.T) {
+	for name, o := range map[string]admin.AuthOptions{
+		"CacheSize":   {CacheSize: -1},
+		"NegativeTTL": {NegativeTTL: -time.Second},
+		"ReviewRate":  {ReviewRate: -1},
+	} {
+		o.Tokens = &reviewer{}
+		if _, err := admin.NewAuth(o); err == nil || !strings.Contains(err.Error(), "must not be negative") {
+			t.Errorf("%s negative: error %v, want one saying it must not be negative", name, err)
+		}
+	}
+	if _, err := admin.NewAuth(admin.AuthOptions{Tokens: &reviewer{}}); err != nil {
+		t.Errorf("zero options (the defaults): %v", err)
 	}
 }

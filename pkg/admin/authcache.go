@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,13 +38,13 @@ func (p *acceptance) canServeStale(now time.Time) bool {
 // cannot be served stale.
 func (a *Auth) checkAccepted(ctx context.Context, key cacheKey, now time.Time) (int, bool) {
 	a.mu.Lock()
-	p, ok := a.accepted.get(key)
+	p, ok := a.accepted.Get(key)
 	if !ok {
 		a.mu.Unlock()
 		return 0, false
 	}
 	if !p.expiry.IsZero() && !now.Before(p.expiry) {
-		a.accepted.del(key)
+		a.accepted.Remove(key)
 		a.mu.Unlock()
 		return 0, false // the claims refuse it as expired
 	}
@@ -75,7 +74,7 @@ func (a *Auth) checkAccepted(ctx context.Context, key cacheKey, now time.Time) (
 	now = a.o.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if p, ok := a.accepted.get(key); ok {
+	if p, ok := a.accepted.Get(key); ok {
 		switch {
 		case now.Before(p.fresh):
 			return 0, true
@@ -85,7 +84,7 @@ func (a *Auth) checkAccepted(ctx context.Context, key cacheKey, now time.Time) (
 		}
 		return http.StatusServiceUnavailable, true
 	}
-	if d, ok := a.refused.get(key); ok && now.Before(d.expires) {
+	if d, ok := a.refused.Get(key); ok && now.Before(d.expires) {
 		return d.code, true
 	}
 	return 0, false
@@ -133,8 +132,8 @@ func (a *Auth) revalidate(key cacheKey, p *acceptance, done chan struct{}) {
 		p.fresh = freshUntil(now, a.o.CacheTTL, p.expiry)
 		p.staleSince = time.Time{}
 	default:
-		if cur, ok := a.accepted.get(key); ok && cur == p {
-			a.accepted.del(key)
+		if cur, ok := a.accepted.Get(key); ok && cur == p {
+			a.accepted.Remove(key)
 		}
 		a.refuseLocked(key, d, now, p.expiry)
 		a.o.Log.Info("an admin port caller accepted before is refused now", "user", p.user, "status", d.code)
@@ -205,8 +204,8 @@ func (a *Auth) accept(key cacheKey, p *acceptance, now time.Time) {
 	p.fresh = freshUntil(now, a.o.CacheTTL, p.expiry)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.refused.del(key)
-	a.accepted.put(key, p)
+	a.refused.Remove(key)
+	a.accepted.Add(key, p)
 }
 
 // refuse remembers d for NegativeTTL (never past the token's expiry) and returns d.code.
@@ -219,13 +218,13 @@ func (a *Auth) refuse(key cacheKey, d decision, now, tokenExpiry time.Time) int 
 
 func (a *Auth) refuseLocked(key cacheKey, d decision, now, tokenExpiry time.Time) {
 	d.expires = freshUntil(now, a.o.NegativeTTL, tokenExpiry)
-	a.refused.put(key, d)
+	a.refused.Add(key, d)
 }
 
 func (a *Auth) cachedRefusal(key cacheKey, now time.Time) (decision, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	d, ok := a.refused.get(key)
+	d, ok := a.refused.Get(key)
 	if !ok || !now.Before(d.expires) {
 		return decision{}, false
 	}
@@ -236,43 +235,8 @@ func (a *Auth) cachedRefusal(key cacheKey, now time.Time) (decision, bool) {
 func (a *Auth) CacheLen() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.accepted.m) + len(a.refused.m)
+	return a.accepted.Len() + a.refused.Len()
 }
 
 // Wait blocks until the background reviews started so far have ended.
 func (a *Auth) Wait() { a.bg.Wait() }
-
-// fifo is a map bounded in size that forgets its oldest entries first.
-type fifo[V any] struct {
-	max   int
-	m     map[cacheKey]V
-	order []cacheKey
-}
-
-func newFIFO[V any](size int) fifo[V] { return fifo[V]{max: size, m: map[cacheKey]V{}} }
-
-func (f *fifo[V]) get(k cacheKey) (V, bool) {
-	v, ok := f.m[k]
-	return v, ok
-}
-
-func (f *fifo[V]) put(k cacheKey, v V) {
-	if _, ok := f.m[k]; !ok {
-		for len(f.order) >= f.max {
-			delete(f.m, f.order[0])
-			f.order = f.order[1:]
-		}
-		f.order = append(f.order, k)
-	}
-	f.m[k] = v
-}
-
-func (f *fifo[V]) del(k cacheKey) {
-	if _, ok := f.m[k]; !ok {
-		return
-	}
-	delete(f.m, k)
-	if i := slices.Index(f.order, k); i >= 0 {
-		f.order = slices.Delete(f.order, i, i+1)
-	}
-}
