@@ -43,6 +43,47 @@ type sampler struct {
 
 	mu      sync.Mutex
 	samples []sample
+
+	// token is the fleet's own token for the interceptors' admin port (its /metrics and /status
+	// answer 401 without one, see pkg/admin.Auth), renewed before it expires.
+	tokenMu      sync.Mutex
+	token        string
+	tokenExpires time.Time
+}
+
+// tokenLife is the life of the admin-port token the sampler creates; it is renewed with a quarter left.
+const tokenLife = time.Hour
+
+// adminToken returns a token of the scaler's ServiceAccount bound to the admin port's audience, as
+// the scaler presents.
+func (s *sampler) adminToken(ctx context.Context) (string, error) {
+	s.tokenMu.Lock()
+	defer s.tokenMu.Unlock()
+	if s.token != "" && time.Until(s.tokenExpires) > tokenLife/4 {
+		return s.token, nil
+	}
+	created := time.Now()
+	out, err := s.f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "create", "token", "httpscale-scaler",
+		"--audience", admin.DefaultTokenAudience, "--duration", tokenLife.String())
+	if err != nil {
+		return "", fmt.Errorf("creating an admin-port token: %w", err)
+	}
+	s.token, s.tokenExpires = strings.TrimSpace(out), created.Add(tokenLife)
+	return s.token, nil
+}
+
+// adminGet GETs url from an interceptor's admin port with the fleet's token.
+func (s *sampler) adminGet(ctx context.Context, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := s.adminToken(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	return s.hc.Do(req)
 }
 
 func newSampler(f *framework.Framework, log func(string, ...any)) *sampler {
@@ -52,7 +93,7 @@ func newSampler(f *framework.Framework, log func(string, ...any)) *sampler {
 }
 
 // metricsPorts are where each component serves /metrics (the chart's defaults).
-var metricsPorts = map[string]int{"operator": 8080, "interceptor": localcluster.InterceptorAdmin, "scaler": 9190}
+var metricsPorts = map[string]int{"operator": localcluster.OperatorMetrics, "interceptor": localcluster.InterceptorAdmin, "scaler": localcluster.ScalerMetricsPort}
 
 // loop samples every period until ctx ends.
 func (s *sampler) loop(ctx context.Context, period time.Duration) {
@@ -80,7 +121,7 @@ func (s *sampler) sampleOnce(ctx context.Context) {
 			if p.Deleting || p.IP == "" {
 				continue
 			}
-			m, err := s.metrics(ctx, p.IP, metricsPorts[comp])
+			m, err := s.metrics(ctx, p.IP, metricsPorts[comp], comp == "interceptor")
 			if err != nil {
 				s.log("reading the metrics of %s: %v", p.Name, err)
 				continue
@@ -109,12 +150,19 @@ func (s *sampler) sampleOnce(ctx context.Context) {
 }
 
 // metrics reads the unlabelled series of a /metrics page.
-func (s *sampler) metrics(ctx context.Context, ip string, port int) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/metrics", ip, port), nil)
-	if err != nil {
-		return nil, err
+// withToken: the interceptor's admin port, which wants the fleet's token.
+func (s *sampler) metrics(ctx context.Context, ip string, port int, withToken bool) (map[string]float64, error) {
+	url := fmt.Sprintf("http://%s:%d/metrics", ip, port)
+	var resp *http.Response
+	var err error
+	if withToken {
+		resp, err = s.adminGet(ctx, url)
+	} else {
+		var req *http.Request
+		if req, err = http.NewRequestWithContext(ctx, http.MethodGet, url, nil); err == nil {
+			resp, err = s.hc.Do(req)
+		}
 	}
-	resp, err := s.hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -139,8 +187,7 @@ func (s *sampler) metrics(ctx context.Context, ip string, port int) (map[string]
 
 // servedVersion is the routing-table version an interceptor serves.
 func (s *sampler) servedVersion(ctx context.Context, ip string) string {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d%s", ip, localcluster.InterceptorAdmin, admin.PathStatus), nil)
-	resp, err := s.hc.Do(req)
+	resp, err := s.adminGet(ctx, fmt.Sprintf("http://%s:%d%s", ip, localcluster.InterceptorAdmin, admin.PathStatus))
 	if err != nil {
 		return ""
 	}
