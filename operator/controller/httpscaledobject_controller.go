@@ -195,22 +195,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.setColdStartStatus(hso, key)
 	hso.Status.ObservedGeneration = hso.Generation
 
-	if !equality.Semantic.DeepEqual(orig.Status, hso.Status) {
-		patch := client.MergeFrom(orig)
-		if hso.Spec.Serve() || meta.FindStatusCondition(orig.Status.Conditions, v1.ConditionServing) != nil {
-			// The Serve controller writes this object's Serving condition: a patch of the
-			// conditions from a copy older than its last write would put the old one back (or
-			// drop the one it just added).
-			patch = client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
+	if err := patchStatus(ctx, r.Client, orig, hso); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 		}
-		if err := r.Client.Status().Patch(ctx, hso, patch); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("writing status of %s: %w", key, err)
-		}
+		return ctrl.Result{}, fmt.Errorf("writing status of %s: %w", key, err)
 	}
 	return result, nil
+}
+
+// patchStatus writes hso's status where it differs from orig, the copy it was computed from, and
+// only if orig is still the stored object (a Conflict otherwise).
+//
+// A merge patch holds only the fields that differ from orig. Computed from a cached copy older than
+// the last write (the cache lags the API server under load), it would keep a field that write
+// changed and this one sets back as it was: interceptorsTotal stayed 1 beside interceptorsReady 2
+// after a replica came back, and status-only changes trigger no reconcile that would mend it. (The
+// Serve controller's Serving condition was lost the same way.) The optimistic lock refuses such a
+// patch; the object is read again and the status computed anew.
+func patchStatus(ctx context.Context, c client.Client, orig, hso *v1.HTTPScaledObject) error {
+	if equality.Semantic.DeepEqual(orig.Status, hso.Status) {
+		return nil
+	}
+	return c.Status().Patch(ctx, hso, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 }
 
 // finalize releases the object once the routing controller decided to take it out of the routing table

@@ -13,9 +13,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/httpscale/httpscale/api/v1alpha1"
+	"github.com/httpscale/httpscale/operator/controller"
 	"github.com/httpscale/httpscale/pkg/testenv/ginkgoenv"
 )
 
@@ -176,3 +178,29 @@ func newHostileInterceptor(ip string, handle http.HandlerFunc) *fakeInterceptor 
 	DeferCleanup(func() { f.srv.CloseClientConnections(); f.srv.Close() })
 	return f
 }
+
+// A status computed from a cached copy older than the last status write must not be merged over it:
+// the merge patch would carry only the fields that differ from that old copy and keep a field the
+// last write changed. Seen under load: interceptorsTotal stayed 1 beside interceptorsReady 2.
+var _ = Describe("The status write", func() {
+	It("refuses a status computed from a copy older than the stored object", func() {
+		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
+		h := app(ns, "stale", "stale.example.com")
+		Expect(k8s.Create(ctx, h)).To(Succeed())
+		Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }).ShouldNot(BeNil())
+
+		stale := current(h) // the copy a lagging cache still returns
+		stale.Status.Routing = &v1.RoutingStatus{TableVersion: "v1", InterceptorsReady: 1, InterceptorsTotal: 2}
+		// What the stored object says after a write the cache has not seen: one replica left.
+		newer := stale.DeepCopy()
+		newer.Status.Routing = &v1.RoutingStatus{TableVersion: "v1", InterceptorsReady: 1, InterceptorsTotal: 1}
+		Expect(k8s.Status().Update(ctx, newer)).To(Succeed())
+
+		// Computed from the stale copy once the replica is back: 2 of 2.
+		computed := stale.DeepCopy()
+		computed.Status.Routing = &v1.RoutingStatus{TableVersion: "v1", InterceptorsReady: 2, InterceptorsTotal: 2}
+		err := controller.PatchStatus(ctx, k8s, stale, computed)
+		Expect(apierrors.IsConflict(err)).To(BeTrue(), "patching from a stale copy: %v, want a Conflict (a merge would leave interceptorsTotal at 1: %+v)",
+			err, current(h).Status.Routing)
+	})
+})
