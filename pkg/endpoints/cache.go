@@ -380,7 +380,7 @@ func (c *Cache) CachedSlices() int {
 	n := 0
 	for _, ws := range []map[watchKey]*sliceWatch{c.active, c.pending} {
 		for _, w := range ws {
-			n += len(w.store.ListKeys())
+			n += w.store.len()
 		}
 	}
 	return n

@@ -77,6 +77,28 @@ var _ = Describe("Cache", func() {
 		Expect(c.CachedSlices()).To(Equal(1), "only shop-1: other-1 belongs to an untracked Service, shop-2 is gone")
 	})
 
+	It("keeps what routing reads of a slice: zones, hints and pods; a slice relabelled to another Service leaves the first", func() {
+		shop := endpoints.ServiceKey{Namespace: ns, Service: "shop", PortName: "web"}
+		cart := endpoints.ServiceKey{Namespace: ns, Service: "cart", PortName: "web"}
+		c, _ := startCache(endpoints.CacheOptions{})
+		c.Track([]endpoints.ServiceKey{shop, cart}) // one watch covers both
+		Eventually(c.Synced, 30*time.Second).Should(BeTrue())
+
+		a := ready("198.18.0.1")
+		a.zone, a.forZones, a.pod = "z1", []string{"z1", "z2"}, "shop-a"
+		s := create(ctx, sliceFor(ns, "moving", "shop", "web", 8080, a, notReady("198.18.0.2"), stopping("198.18.0.3")))
+		want := endpoints.Endpoint{IP: "198.18.0.1", Port: 8080, Zone: "z1", ForZones: []string{"z1", "z2"}, Pod: "shop-a", PodUID: "uid-shop-a"}
+		Eventually(func() *endpoints.Set { return c.Ready(shop) }, 30*time.Second).Should(Equal(&endpoints.Set{Key: shop, Endpoints: []endpoints.Endpoint{want}}))
+		Expect(c.Listed(shop).Pending).To(Equal([]endpoints.Endpoint{{IP: "198.18.0.2", Port: 8080}}), "the terminating one is neither")
+
+		s.Labels[discoveryv1.LabelServiceName] = "cart"
+		update(ctx, s)
+		Eventually(addrs(c, cart), 30*time.Second).Should(Equal([]string{"198.18.0.1:8080"}))
+		Expect(c.Ready(shop)).To(BeNil(), "the endpoints left with the slice")
+		Expect(c.Listed(shop).Pending).To(BeEmpty())
+		Expect(c.CachedSlices()).To(Equal(1))
+	})
+
 	It("never takes the operator's Serve-mode redirect slice for the app's endpoints", func() {
 		k := endpoints.ServiceKey{Namespace: ns, Service: "shop", PortName: "http"}
 		c, _ := startCache(endpoints.CacheOptions{})

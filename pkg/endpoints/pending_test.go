@@ -58,7 +58,7 @@ func TestListEndpoints(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ready, pending := listEndpoints(k, tc.slices)
+			ready, pending := listSlices(k, tc.slices)
 			var want *Set
 			if tc.ready != nil {
 				want = &Set{Key: k, Endpoints: tc.ready}

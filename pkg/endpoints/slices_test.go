@@ -51,6 +51,15 @@ func redirect(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	return s
 }
 
+// listSlices is listEndpoints of the entries of ss.
+func listSlices(k ServiceKey, ss []*discoveryv1.EndpointSlice) (*Set, []Endpoint) {
+	entries := make([]sliceEntry, len(ss))
+	for i, s := range ss {
+		entries[i] = newSliceEntry(s)
+	}
+	return listEndpoints(k, entries)
+}
+
 func TestBuildSet(t *testing.T) {
 	v4, v6 := discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6
 	web := []discoveryv1.EndpointPort{port("web", 8080), port("metrics", 9090)}
@@ -119,7 +128,7 @@ func TestBuildSet(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := ServiceKey{Namespace: "ns", Service: "svc", PortName: tc.portName}
-			got := buildSet(k, tc.slices)
+			got, _ := listSlices(k, tc.slices)
 			var want *Set
 			if tc.want != nil {
 				want = &Set{Key: k, Endpoints: tc.want}

@@ -22,9 +22,6 @@ import (
 // label selector stays far below URL length limits.
 const servicesPerWatch = 64
 
-// serviceIndex indexes a watch's store by the kubernetes.io/service-name label.
-const serviceIndex = "service"
-
 // watchKey names one watch: a namespace and a bucket of its Services.
 type watchKey struct {
 	namespace string
@@ -152,11 +149,7 @@ func (c *Cache) startWatch(wk watchKey, services []string) *sliceWatch {
 		},
 	}, c.cs)
 	w := &sliceWatch{key: wk, services: services, cancel: cancel}
-	w.store = &sliceStore{
-		Indexer:  cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{serviceIndex: indexByService}),
-		onChange: func(o any) { c.onSlice(w, o) },
-		onList:   func() { c.onList(w) },
-	}
+	w.store = newSliceStore(func(services []string) { c.onSlice(w, services) }, func() { c.onList(w) })
 	r := cache.NewReflectorWithOptions(lw, &discoveryv1.EndpointSlice{}, w.store,
 		cache.ReflectorOptions{Name: "EndpointSlices " + wk.namespace + " " + strconv.FormatUint(uint64(wk.bucket), 10)})
 	c.log.V(1).Info("watching EndpointSlices", "namespace", wk.namespace, "bucket", wk.bucket, "services", len(services))
@@ -196,23 +189,17 @@ func (c *Cache) promoteLocked(w *sliceWatch) {
 	c.checkSynced()
 }
 
-// onSlice recomputes the endpoints of the Service of a changed slice, if the watch that saw the
-// change is in use.
-func (c *Cache) onSlice(w *sliceWatch, obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	s, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return
-	}
-	svc := s.Labels[discoveryv1.LabelServiceName]
+// onSlice recomputes the endpoints of the Services of a changed slice (before and after the
+// change), if the watch that saw the change is in use.
+func (c *Cache) onSlice(w *sliceWatch, services []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.active[w.key] != w {
 		return
 	}
-	c.recompute(w, s.Namespace, svc)
+	for _, svc := range services {
+		c.recompute(w, w.key.namespace, svc)
+	}
 }
 
 // recompute publishes the ready endpoints of every tracked port of a Service from w's store. c.mu held.
@@ -221,22 +208,11 @@ func (c *Cache) recompute(w *sliceWatch, namespace, service string) {
 	if len(ports) == 0 {
 		return
 	}
-	objs, err := w.store.ByIndex(serviceIndex, service)
-	if err != nil {
-		c.log.Error(err, "reading cached EndpointSlices", "namespace", namespace, "service", service)
-		return
-	}
-	ss := make([]*discoveryv1.EndpointSlice, 0, len(objs))
-	for _, o := range objs {
-		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
-			ss = append(ss, s)
-		}
-	}
 	keys := c.keys.Load()
 	for _, p := range ports {
 		k := ServiceKey{Namespace: namespace, Service: service, PortName: p}
 		if ks, _ := keys.Get(k); ks != nil {
-			ready, pending := listEndpoints(k, ss)
+			ready, pending := w.store.list(k)
 			c.update(ks, ready, pending)
 		}
 	}
@@ -259,53 +235,4 @@ func (c *Cache) checkSynced() {
 	if !c.synced && c.tracked && c.ctx != nil && len(c.pending) == 0 {
 		c.synced = true
 	}
-}
-
-func indexByService(obj any) ([]string, error) {
-	s, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return nil, nil
-	}
-	if svc, ok := s.Labels[discoveryv1.LabelServiceName]; ok {
-		return []string{svc}, nil
-	}
-	return nil, nil
-}
-
-// sliceStore is a watch's store: the Reflector writes the slices it lists and watches into the
-// Indexer (trimmed first, see trimSlice), and the Cache hears of every change after it is stored.
-type sliceStore struct {
-	cache.Indexer
-	onChange func(obj any) // after a slice was added, updated or deleted
-	onList   func()        // after a complete list replaced the contents
-}
-
-func (s *sliceStore) Add(obj any) error    { return s.change(trimmed(obj), s.Indexer.Add) }
-func (s *sliceStore) Update(obj any) error { return s.change(trimmed(obj), s.Indexer.Update) }
-func (s *sliceStore) Delete(obj any) error { return s.change(obj, s.Indexer.Delete) }
-
-// change stores obj with op, then tells the Cache.
-func (s *sliceStore) change(obj any, op func(any) error) error {
-	if err := op(obj); err != nil {
-		return err
-	}
-	s.onChange(obj)
-	return nil
-}
-
-func (s *sliceStore) Replace(list []any, resourceVersion string) error {
-	for i := range list {
-		list[i] = trimmed(list[i])
-	}
-	if err := s.Indexer.Replace(list, resourceVersion); err != nil {
-		return err
-	}
-	s.onList()
-	return nil
-}
-
-// trimmed is obj after trimSlice, which never fails.
-func trimmed(obj any) any {
-	obj, _ = trimSlice(obj)
-	return obj
 }
