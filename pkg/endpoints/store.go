@@ -10,9 +10,10 @@ import (
 )
 
 // sliceEntry is what the cache keeps of one EndpointSlice: what listEndpoints reads, converted when
-// the slice arrives. The decoded slice (its object meta, labels, conditions, pointers) is dropped;
-// an entry is about a fifth of a trimmed slice with one endpoint, and nothing indexes it but its
-// Service's list in sliceStore. It is never modified once built.
+// the slice arrives. The decoded slice (its object meta, labels, conditions, pointers) is dropped,
+// and nothing indexes an entry but its Service's list in sliceStore: a slice of one endpoint and one
+// port took 1,397 bytes of heap trimmed in a client-go Indexer with a Service index, and takes 333
+// as an entry. It is never modified once built.
 type sliceEntry struct {
 	name string
 	// ports are the slice's TCP ports with a number (the usable ones, see slicePort); single is
