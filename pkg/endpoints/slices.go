@@ -14,6 +14,22 @@ import (
 // while the EndpointSlice controller moves it, appears once); an address that is ready in one slice
 // is not also pending. Equal inputs give equal Sets.
 func listEndpoints(k ServiceKey, entries []sliceEntry) (*Set, []Endpoint) {
+	if len(entries) == 1 && entries[0].canonical {
+		// The Service's only slice, already as listed: share its endpoints.
+		e := &entries[0]
+		if _, ok := e.port(k.PortName); !ok {
+			return nil, nil
+		}
+		var set *Set
+		var pending []Endpoint
+		if e.ready > 0 {
+			set = &Set{Key: k, Endpoints: e.eps[:e.ready:e.ready]}
+		}
+		if e.ready < len(e.eps) {
+			pending = e.eps[e.ready:len(e.eps):len(e.eps)]
+		}
+		return set, pending
+	}
 	var eps, pending []Endpoint
 	for i := range entries {
 		e := &entries[i]

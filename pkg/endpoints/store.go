@@ -1,6 +1,8 @@
 package endpoints
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"unique"
 
@@ -16,16 +18,20 @@ import (
 // as an entry. It is never modified once built.
 type sliceEntry struct {
 	name string
-	// ports are the slice's TCP ports with a number (the usable ones, see slicePort); single is
-	// true when the slice lists exactly one port, usable or not.
-	ports  []namedPort
-	single bool
+	// ports are the slice's TCP ports with a number (the usable ones, see slicePort).
+	ports []namedPort
 	// eps are the endpoints listed ready, then (from ready on) those listed neither ready nor
-	// terminating, one per address, each without its port (the Service port's is set by
-	// listEndpoints). Terminating endpoints are never used and not kept. A slice of FQDN addresses
-	// or of the operator's Serve-mode redirect has none.
+	// terminating, one per address; listEndpoints sets the Service port's port on them (a slice
+	// with one usable port has it set already). Terminating endpoints are never used and not kept.
+	// A slice of FQDN addresses or of the operator's Serve-mode redirect has none.
 	eps   []Endpoint
 	ready int
+	// single is true when the slice lists exactly one port, usable or not.
+	single bool
+	// canonical is true when the slice has one usable port and eps[:ready] and eps[ready:] are each
+	// sorted and without duplicates, with no address in both: as listEndpoints returns them, so that
+	// a Service of this one slice shares them.
+	canonical bool
 }
 
 // namedPort is a usable port of a slice.
@@ -101,7 +107,26 @@ func newSliceEntry(s *discoveryv1.EndpointSlice) sliceEntry {
 		e.eps = append(append(e.eps, ready...), pending...)
 		e.ready = len(ready)
 	}
+	if len(e.ports) == 1 {
+		for i := range e.eps {
+			e.eps[i].Port = e.ports[0].port
+		}
+		e.canonical = canonical(e.eps[:e.ready]) && canonical(e.eps[e.ready:]) &&
+			!slices.ContainsFunc(e.eps[e.ready:], func(p Endpoint) bool {
+				return slices.ContainsFunc(e.eps[:e.ready], func(r Endpoint) bool { return r.IP == p.IP })
+			})
+	}
 	return e
+}
+
+// canonical reports whether eps is sorted as sortEndpoints sorts and has no two of one address.
+func canonical(eps []Endpoint) bool {
+	for i := 1; i < len(eps); i++ {
+		if c := cmp.Or(cmp.Compare(eps[i-1].IP, eps[i].IP), cmp.Compare(eps[i-1].Port, eps[i].Port)); c >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func intern(s string) string { return unique.Make(s).Value() }

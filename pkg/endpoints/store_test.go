@@ -141,3 +141,47 @@ func TestSliceEntryPorts(t *testing.T) {
 		})
 	}
 }
+
+// TestListEndpointsSharesACanonicalSlice: a Service's only slice whose endpoints are already as
+// listed gives its endpoints to the Set and the pending list without copying; any other gives what
+// the general path gives.
+func TestListEndpointsSharesACanonicalSlice(t *testing.T) {
+	v4 := discoveryv1.AddressTypeIPv4
+	web := []discoveryv1.EndpointPort{port("web", 8080)}
+	k := ServiceKey{Namespace: "ns", Service: "svc", PortName: "web"}
+	for _, tc := range []struct {
+		name      string
+		slice     *discoveryv1.EndpointSlice
+		canonical bool
+	}{
+		{"sorted", slice(v4, web, ep("198.18.0.1"), ep("198.18.0.2"), ep("198.18.0.3", notReady)), true},
+		{"only pending", slice(v4, web, ep("198.18.0.3", notReady)), true},
+		{"unsorted", slice(v4, web, ep("198.18.0.2"), ep("198.18.0.1")), false},
+		{"an address twice", slice(v4, web, ep("198.18.0.1"), ep("198.18.0.1", inZone("z"))), false},
+		{"an address ready and pending", slice(v4, web, ep("198.18.0.1"), ep("198.18.0.1", notReady)), false},
+		{"two ports", slice(v4, []discoveryv1.EndpointPort{port("web", 8080), port("metrics", 9090)}, ep("198.18.0.1")), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newSliceEntry(tc.slice)
+			if e.canonical != tc.canonical {
+				t.Fatalf("canonical = %v, want %v", e.canonical, tc.canonical)
+			}
+			ready, pending := listEndpoints(k, []sliceEntry{e})
+			general := e
+			general.canonical = false
+			wantReady, wantPending := listEndpoints(k, []sliceEntry{general})
+			if d := cmp.Diff(wantReady, ready); d != "" {
+				t.Errorf("ready (-general +got):\n%s", d)
+			}
+			if d := cmp.Diff(wantPending, pending); d != "" {
+				t.Errorf("pending (-general +got):\n%s", d)
+			}
+			if tc.canonical && e.ready > 0 && &ready.Endpoints[0] != &e.eps[0] {
+				t.Error("the ready endpoints were copied")
+			}
+			if ready, _ := listEndpoints(ServiceKey{Namespace: "ns", Service: "svc", PortName: "other"}, []sliceEntry{e}); ready != nil {
+				t.Errorf("another port name listed %v", ready.Endpoints)
+			}
+		})
+	}
+}
