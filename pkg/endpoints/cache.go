@@ -140,6 +140,10 @@ func (c *Cache) WaitReady(ctx context.Context, k ServiceKey) (*Set, error) {
 			ks = c.stateFor(k)
 			continue
 		}
+		if st.ready == nil {
+			c.arm(ks) // and look again
+			continue
+		}
 		select {
 		case <-st.ready:
 		case <-ctx.Done():
@@ -428,6 +432,12 @@ type keyState struct {
 // first ready endpoint, a snapshot with the set is published and then ready is closed, waking every
 // waiter; when it drops to none, a snapshot with a new open channel is published. Every replacement
 // closes changed.
+//
+// The channels exist only once someone waits for the key or follows its listing (Cache.arm): until
+// then ready and changed are nil in every snapshot, which saves a key that is only ever read with
+// Ready (one that had a ready endpoint whenever a request came, or none) two channels and one
+// more per change. Nobody can wait on a snapshot without channels: arm and publish run under
+// Cache.mu, and a snapshot with channels is only ever followed by snapshots with channels.
 type readyState struct {
 	set     *Set
 	ready   chan struct{}
@@ -445,10 +455,40 @@ type readyState struct {
 	changed chan struct{}
 }
 
+// unarmed is the state of a key nothing was listed for and nobody waited for (no channels).
+var unarmed = &readyState{}
+
+// closedChan is the ready channel of every snapshot with a ready endpoint, and the channels of a
+// removed key: closed once and for all.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
 func newKeyState(k ServiceKey) *keyState {
 	ks := &keyState{key: k}
-	ks.state.Store(&readyState{ready: make(chan struct{}), changed: make(chan struct{})})
+	ks.state.Store(unarmed)
 	return ks
+}
+
+// arm gives ks's snapshot its channels if it has none yet, and returns the current snapshot.
+func (c *Cache) arm(ks *keyState) *readyState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := ks.state.Load()
+	if st.changed != nil || st.removed {
+		return st
+	}
+	next := *st
+	next.changed = make(chan struct{})
+	if next.set != nil {
+		next.ready = closedChan
+	} else {
+		next.ready = make(chan struct{})
+	}
+	ks.state.Store(&next)
+	return &next
 }
 
 // update publishes the endpoints k's slices list now: listed ready (nil for none) and pending, with
@@ -501,8 +541,7 @@ func (ks *keyState) publish(old *readyState, listed *Set, pending []Endpoint, no
 		slices.EqualFunc(old.pending, pending, sameEndpoint) {
 		return
 	}
-	next := &readyState{set: set, listed: listed, pending: pending, ready: old.ready, changed: make(chan struct{}),
-		listedAt: old.listedAt, readyAt: old.readyAt}
+	next := &readyState{set: set, listed: listed, pending: pending, listedAt: old.listedAt, readyAt: old.readyAt}
 	switch {
 	case listed == nil && len(pending) == 0:
 		next.listedAt = time.Time{}
@@ -515,14 +554,25 @@ func (ks *keyState) publish(old *readyState, listed *Set, pending []Endpoint, no
 	case next.readyAt.IsZero():
 		next.readyAt = now
 	}
-	if set == nil && old.set != nil {
-		next.ready = make(chan struct{})
+	armed := old.changed != nil
+	if armed {
+		next.changed = make(chan struct{})
+		switch {
+		case set != nil:
+			next.ready = closedChan
+		case old.set != nil:
+			next.ready = make(chan struct{})
+		default:
+			next.ready = old.ready
+		}
 	}
 	ks.state.Store(next)
-	if set != nil && old.set == nil {
-		close(old.ready)
+	if armed {
+		if set != nil && old.set == nil {
+			close(old.ready)
+		}
+		close(old.changed)
 	}
-	close(old.changed)
 }
 
 // sameSet reports whether a and b hold equal endpoints of the same origin.
@@ -533,14 +583,16 @@ func sameSet(a, b *Set) bool {
 // remove marks the key untracked and wakes its waiters so that they look it up again. Cache.mu held.
 func (ks *keyState) remove() {
 	old := ks.state.Load()
-	closed := make(chan struct{})
-	close(closed)
 	ks.answered, ks.kept, ks.unreadySince = nil, nil, time.Time{}
-	ks.state.Store(&readyState{ready: closed, removed: true, changed: closed})
-	if old.set == nil && !old.removed {
+	ks.state.Store(removedState)
+	if old.removed || old.changed == nil {
+		return // nobody waits on it
+	}
+	if old.set == nil {
 		close(old.ready)
 	}
-	if !old.removed {
-		close(old.changed)
-	}
+	close(old.changed)
 }
+
+// removedState is the state of every key no longer tracked.
+var removedState = &readyState{ready: closedChan, removed: true, changed: closedChan}

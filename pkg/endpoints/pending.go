@@ -47,7 +47,11 @@ func (c *Cache) Listed(k ServiceKey) Listing {
 	ks := c.stateFor(k)
 	st := ks.state.Load()
 	if st.removed {
-		st = c.stateFor(k).state.Load()
+		ks = c.stateFor(k)
+		st = ks.state.Load()
+	}
+	if st.changed == nil {
+		st = c.arm(ks)
 	}
 	l := Listing{Ready: st.listed, Pending: st.pending, Changed: st.changed, ListedAt: st.listedAt, ReadyAt: st.readyAt}
 	if st.listed == nil && st.set != nil && st.set.Probed {

@@ -194,3 +194,75 @@ func BenchmarkReady(b *testing.B) {
 		}
 	})
 }
+
+// TestChannelsOnlyOnceWaitedFor: a key nobody waits for or follows has no channels however its
+// endpoints change; the first waiter or Listed gives it channels, which then wake as always.
+func TestChannelsOnlyOnceWaitedFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newTestCache(t)
+		k := ServiceKey{Namespace: "ns", Service: "a"}
+		c.Track([]ServiceKey{k})
+		ks, _ := c.keys.Load().Get(k)
+		unarmedNow := func(step string) {
+			t.Helper()
+			if st := ks.state.Load(); st.ready != nil || st.changed != nil {
+				t.Fatalf("%s: the key has channels though nobody waited", step)
+			}
+		}
+		unarmedNow("tracked")
+		publish(c, k, Endpoint{IP: "198.18.0.1", Port: 80})
+		unarmedNow("ready")
+		if c.Ready(k).Len() != 1 {
+			t.Fatal("not ready")
+		}
+		if r := <-wait(t.Context(), c, k); r.set.Len() != 1 {
+			t.Fatalf("a waiter of a ready key got %+v, %v", r.set, r.err)
+		}
+
+		publish(c, k)
+		l := c.Listed(k)
+		if l.Changed == nil {
+			t.Fatal("Listed gave no Changed channel")
+		}
+		w := wait(t.Context(), c, k)
+		synctest.Wait()
+		select {
+		case r := <-w:
+			t.Fatalf("a waiter of a key without endpoints returned %+v, %v", r.set, r.err)
+		default:
+		}
+		publish(c, k, Endpoint{IP: "198.18.0.2", Port: 80})
+		synctest.Wait()
+		select {
+		case r := <-w:
+			if r.set.Len() != 1 || r.set.Endpoints[0].IP != "198.18.0.2" {
+				t.Fatalf("the waiter got %+v, %v", r.set, r.err)
+			}
+		default:
+			t.Fatal("the waiter was not woken")
+		}
+		select {
+		case <-l.Changed:
+		default:
+			t.Fatal("Changed was not closed")
+		}
+
+		// A key that never had channels is dropped without waking anyone; its next state is armed
+		// by its next waiter.
+		other := ServiceKey{Namespace: "ns", Service: "b"}
+		c.Track([]ServiceKey{k, other})
+		c.Track([]ServiceKey{k})
+		w = wait(t.Context(), c, other)
+		c.Track([]ServiceKey{k, other})
+		publish(c, other, Endpoint{IP: "198.18.0.3", Port: 80})
+		synctest.Wait()
+		select {
+		case r := <-w:
+			if r.set.Len() != 1 || r.set.Endpoints[0].IP != "198.18.0.3" {
+				t.Fatalf("the waiter of the key tracked again got %+v, %v", r.set, r.err)
+			}
+		default:
+			t.Fatal("the waiter of the key tracked again was not woken")
+		}
+	})
+}
