@@ -232,6 +232,16 @@ func (w *TableWriter) seed(ctx context.Context) error {
 		}
 		seeded[e.Key()] = c
 	}
+	// The objects the seed routes: their status may already say "not written yet", computed from
+	// the empty view before the seed (the controllers start with the writer, and the seed waits for
+	// the cache). The writer's next write does not touch them when it leaves them as they are, so
+	// they are brought back to the controller here, once the view knows them.
+	var routed []string
+	defer func() {
+		if w.Notify != nil && len(routed) > 0 {
+			w.Notify(routed)
+		}
+	}()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	early := w.early
@@ -261,6 +271,7 @@ func (w *TableWriter) seed(ctx context.Context) error {
 			continue
 		}
 		w.state.set(key, c)
+		routed = append(routed, key)
 	}
 	w.written.Store(next)
 	w.markDirty()

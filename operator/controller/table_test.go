@@ -677,3 +677,46 @@ func TestSeedKeepsDecisionsMadeBeforeIt(t *testing.T) {
 		t.Error("ns/kept, not decided yet, was not carried over from the stored table")
 	}
 }
+
+// An object reconciled before the seed (the controllers start with the writer; the seed waits for the
+// cache) is told "the routing table holding this generation is not written yet". If the stored table
+// routes it and the next write leaves it as it is, that write does not name it: the seed must hand it
+// back to the controller, or its status stays Pending (seen when the operator leader was killed in a
+// burst: 1 of 1,000 objects stayed Pending).
+func TestSeedHandsBackTheObjectsItRoutes(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	obj := &v1.HTTPScaledObject{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "early", UID: "uid-early", Generation: 1}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj).Build()
+	prev := &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
+		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard()}
+	cd := cand("ns/early", "early.example.com", time.Hour)
+	cd.uid = "uid-early"
+	prev.Set("ns/early", &cd)
+	if err := prev.write(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var notified []string
+	w := &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
+		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard(), Notify: func(keys []string) { notified = append(notified, keys...) }}
+	gen := cd.entry.Generation
+	if _, _, routed := w.Written().Introduced("ns/early", gen); routed {
+		t.Fatal("the view before the seed routes ns/early; the test's premise is gone")
+	}
+	if err := w.seed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, routed := w.Written().Introduced("ns/early", gen); !routed {
+		t.Fatal("the view after the seed does not route ns/early")
+	}
+	if !slices.Contains(notified, "ns/early") {
+		t.Errorf("the seed notified %v, want ns/early: its status was computed before the view knew it", notified)
+	}
+}
