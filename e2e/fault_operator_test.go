@@ -130,6 +130,17 @@ var _ = Describe("Fault: the operator leader killed in the middle of a 1,000-obj
 			err := f.Client.List(ctx, &list, client.InNamespace(sc.ns))
 			return len(list.Items), err
 		}).WithContext(ctx).WithTimeout(5 * time.Minute).WithPolling(2 * time.Second).Should(BeZero())
+
+		// KEDA tears down the 1,000 ScaledObjects (and their HPAs) at its own pace, minutes at this
+		// size; the specs that run next need KEDA's attention for their own ScaledObjects (one of
+		// them waited 60 s for KEDA to report a new ScaledObject inactive). The spec ends once KEDA
+		// has let go of every one.
+		By("KEDA done with the burst's ScaledObjects")
+		Eventually(func() (int, error) {
+			var list kedav1alpha1.ScaledObjectList
+			err := f.Client.List(ctx, &list, client.InNamespace(sc.ns))
+			return len(list.Items), err
+		}).WithContext(ctx).WithTimeout(10 * time.Minute).WithPolling(2 * time.Second).Should(BeZero())
 	})
 })
 
