@@ -67,9 +67,12 @@ type Collector struct {
 }
 
 type runner struct {
-	rep        Replica
-	polling    bool
-	failing    bool // the last poll failed; transitions are logged at Info, repeats at V(1)
+	rep     Replica
+	polling bool
+	// failing is the reason of the last poll's failure, "" after a good answer. A failure is logged at
+	// Info when its reason differs from the previous poll's (a replica whose first poll timed out and
+	// that then answers impossible counts is named with both reasons), repeats at V(1).
+	failing    string
 	cancelWake context.CancelFunc
 }
 
@@ -183,17 +186,17 @@ func (c *Collector) apply(r pollResult) {
 		metricPollErrors.WithLabelValues(reason).Inc()
 		c.agg.Fail(r.key, r.err)
 		log := c.log.V(1)
-		if !run.failing {
+		if run.failing != reason {
 			log = c.log
 		}
 		log.Info("polling interceptor counts failed; keeping its last counts for the grace period",
 			"replica", r.key, "url", run.rep.URL, "reason", reason, "error", r.err.Error())
-		run.failing = true
+		run.failing = reason
 		return
 	}
-	if run.failing {
+	if run.failing != "" {
 		c.log.Info("polling interceptor counts works again", "replica", r.key)
-		run.failing = false
+		run.failing = ""
 	}
 	c.agg.Observe(r.key, r.counts, c.opts.Clock.Now())
 }

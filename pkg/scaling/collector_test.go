@@ -99,3 +99,71 @@ func TestCollectorKeepsAHungReplicaForTheGracePeriod(t *testing.T) {
 		}
 	})
 }
+
+// TestCollectorLogsEachNewFailureReason runs, in virtual time, a replica whose first polls time out
+// and that then answers impossible counts, then good ones, then times out again. An operator reading
+// the Info log learns each reason as it starts (a first timeout must not hide the invalid answers
+// that follow), repeats of the same reason stay at V(1), and the recovery is logged.
+func TestCollectorLogsEachNewFailureReason(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mode atomic.Value // "hung", "invalid" or "good"
+		mode.Store("hung")
+		transport := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			body := `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/app","i":1}]}`
+			switch mode.Load() {
+			case "hung":
+				<-req.Context().Done()
+				return nil, req.Context().Err()
+			case "invalid":
+				body = `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/app","i":-5}]}`
+			}
+			rec := httptest.NewRecorder()
+			rec.Header().Set("Content-Type", "application/json")
+			rec.WriteString(body)
+			return rec.Result(), nil
+		})
+		book, log := newLogBook(t)
+		c := NewCollector(CollectorOptions{
+			Discovery: DiscoverFunc(func(context.Context) ([]Replica, error) {
+				return []Replica{{Key: "r", URL: "http://r"}}, nil
+			}),
+			Counts:   admin.Client{HTTP: &http.Client{Transport: transport}},
+			Wake:     admin.Client{HTTP: &noWake},
+			Interval: 200 * time.Millisecond, Timeout: time.Second, StaleGrace: 15 * time.Second,
+			Log: log,
+		}, NewState(30*time.Second))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- c.Start(ctx) }()
+
+		failed := func(reason string) int {
+			return book.count("polling interceptor counts failed", `"replica"="r"`, `"reason"="`+reason+`"`)
+		}
+		step := func(m string, d time.Duration) {
+			mode.Store(m)
+			time.Sleep(d) // virtual time
+			synctest.Wait()
+		}
+		step("hung", 3*time.Second) // a few timed-out polls
+		step("invalid", 3*time.Second)
+		if n := failed("timeout"); n != 1 {
+			t.Errorf("%d Info lines with reason timeout after several timed-out polls, want 1", n)
+		}
+		if n := failed("invalid"); n != 1 {
+			t.Errorf("%d Info lines with reason invalid after several invalid answers following a timeout, want 1", n)
+		}
+		step("good", time.Second)
+		if !book.has("polling interceptor counts works again", `"replica"="r"`) {
+			t.Error("no Info line for the replica answering again")
+		}
+		step("hung", 3*time.Second)
+		if n := failed("timeout"); n != 2 {
+			t.Errorf("%d Info lines with reason timeout after the replica failed again, want 2", n)
+		}
+
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Start returned %v", err)
+		}
+	})
+}

@@ -37,19 +37,28 @@ func newLogBook(t *testing.T) (*logBook, logr.Logger) {
 }
 
 // has reports whether one line contains every part.
-func (b *logBook) has(parts ...string) bool {
+func (b *logBook) has(parts ...string) bool { return b.count(parts...) > 0 }
+
+// count returns how many lines contain every part.
+func (b *logBook) count(parts ...string) int {
+	return len(b.matching(parts...))
+}
+
+// matching returns the lines that contain every part.
+func (b *logBook) matching(parts ...string) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	var out []string
 	for _, l := range b.lines {
 		ok := true
 		for _, p := range parts {
 			ok = ok && strings.Contains(l, p)
 		}
 		if ok {
-			return true
+			out = append(out, l)
 		}
 	}
-	return false
+	return out
 }
 
 // hostileCounts serves /counts with handle and answers 404 everywhere else (the wake stream too).
