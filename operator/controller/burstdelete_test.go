@@ -30,7 +30,7 @@ var _ = Describe("Objects deleted during a burst", func() {
 		name := func(i int) string { return fmt.Sprintf("app-%05d", i) }
 		key := func(i int) string { return ns + "/" + name(i) }
 		obj := func(i int) *v1.HTTPScaledObject {
-			h := hso(ns, name(i), name(i)+".example.com")
+			h := hso(ns, name(i), name(i)+"."+ns+".example.com") // hosts no other spec claims
 			h.Spec.ScaleTargetRef.Name, h.Spec.ScaleTargetRef.Service = "burst", "burst"
 			return h
 		}
