@@ -5,9 +5,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
-	"strings"
 	"syscall"
 	"time"
 
@@ -58,10 +59,12 @@ var _ = Describe("Fault: an interceptor killed under steady load", Label("fault"
 		for _, s := range shots {
 			switch {
 			case s.ok():
-			case s.sent.Before(signalled) && s.done.After(at) && s.err != nil && !strings.Contains(s.err.Error(), "connection refused"):
+			case s.sent.Before(signalled) && s.done.After(at) && s.err != nil && !notConnected(s.err):
 				inFlight = append(inFlight, s) // the connection died with the process
-			case s.err != nil && strings.Contains(s.err.Error(), "connection refused"):
-				refused = append(refused, s) // nothing was sent
+			case notConnected(s.err):
+				// Nothing was sent: refused, or reset while connecting (the dying process's listener
+				// took the SYN and was closed before accepting it).
+				refused = append(refused, s)
 			default:
 				others = append(others, s)
 			}
@@ -79,6 +82,13 @@ var _ = Describe("Fault: an interceptor killed under steady load", Label("fault"
 		Expect(ready.current).To(ContainElement(ready.version), "the table it served at its first Ready, against the other interceptor's just before and after")
 	})
 })
+
+// notConnected reports whether err ended a request before its connection was made: a dial error,
+// so that nothing of the request was sent.
+func notConnected(err error) bool {
+	var op *net.OpError
+	return err != nil && errors.As(err, &op) && op.Op == "dial"
+}
 
 // warmBounds keeps an app at exactly n replicas.
 func warmBounds(n int32) func(*httpscalev1alpha1.HTTPScaledObjectSpec) {
