@@ -236,13 +236,7 @@ func TestChangedKeys(t *testing.T) {
 // stream of changes is written at its first change and then once per MaxDelay, not once per change.
 func TestTableWriterCoalesces(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		scheme := runtime.NewScheme()
-		if err := clientgoscheme.AddToScheme(scheme); err != nil {
-			t.Fatal(err)
-		}
-		if err := v1.AddToScheme(scheme); err != nil {
-			t.Fatal(err)
-		}
+		scheme := fakeScheme(t)
 		c := fake.NewClientBuilder().WithScheme(scheme).Build()
 		w := &TableWriter{
 			Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
@@ -502,13 +496,7 @@ func TestReleasedWaitsForAWriteAfterTheDecision(t *testing.T) {
 // RoutingPropagated stayed False.
 func TestVersionKnownBeforeTheHeadIsWritten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		scheme := runtime.NewScheme()
-		if err := clientgoscheme.AddToScheme(scheme); err != nil {
-			t.Fatal(err)
-		}
-		if err := v1.AddToScheme(scheme); err != nil {
-			t.Fatal(err)
-		}
+		scheme := fakeScheme(t)
 		var w *TableWriter
 		var heads, unknown []string
 		checkHead := func(obj client.Object) {
@@ -629,13 +617,7 @@ func TestFailedCleanupStillRecordsTheStoredHead(t *testing.T) {
 // with it) are newer than that table: a removal decided then is not undone by the seed, and the
 // object is released once a table without it is written.
 func TestSeedKeepsDecisionsMadeBeforeIt(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := fakeScheme(t)
 	ctx := context.Background()
 	objs := []client.Object{}
 	for _, name := range []string{"gone", "kept"} {
@@ -684,13 +666,7 @@ func TestSeedKeepsDecisionsMadeBeforeIt(t *testing.T) {
 // back to the controller, or its status stays Pending (seen when the operator leader was killed in a
 // burst: 1 of 1,000 objects stayed Pending).
 func TestSeedHandsBackTheObjectsItRoutes(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := fakeScheme(t)
 	ctx := context.Background()
 	obj := &v1.HTTPScaledObject{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "early", UID: "uid-early", Generation: 1}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj).Build()
@@ -719,4 +695,17 @@ func TestSeedHandsBackTheObjectsItRoutes(t *testing.T) {
 	if !slices.Contains(notified, "ns/early") {
 		t.Errorf("the seed notified %v, want ns/early: its status was computed before the view knew it", notified)
 	}
+}
+
+// fakeScheme is the scheme of the fake clients of the writer's tests: client-go's types and ours.
+func fakeScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
 }

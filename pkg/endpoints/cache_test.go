@@ -171,7 +171,7 @@ var _ = Describe("Cache", func() {
 		for _, k := range keys {
 			Eventually(c.Ready).WithArguments(k).WithTimeout(30 * time.Second).ShouldNot(BeNil())
 		}
-		before := heapInUse()
+		before := endpoints.HeapInUse()
 
 		// 10,000 slices of 10,000 other Services: half beside the routed ones, half elsewhere.
 		const noise = 10000
@@ -206,7 +206,7 @@ var _ = Describe("Cache", func() {
 		Expect(c.CachedSlices()).To(Equal(3))
 		Expect(metricValue(reg, endpoints.MetricCachedSlices)).To(Equal(3.0))
 		Expect(metricValue(reg, endpoints.MetricWatches)).To(Equal(1.0))
-		filtered := int64(heapInUse()) - int64(before)
+		filtered := int64(endpoints.HeapInUse()) - int64(before)
 
 		// For scale: what an informer on every EndpointSlice of the cluster holds.
 		informerCtx, stop := context.WithCancel(ctx)
@@ -214,7 +214,7 @@ var _ = Describe("Cache", func() {
 		go all.RunWithContext(informerCtx)
 		Expect(cache.WaitForCacheSync(informerCtx.Done(), all.HasSynced)).To(BeTrue())
 		unfilteredCount := len(all.GetStore().ListKeys())
-		unfiltered := int64(heapInUse()) - int64(before)
+		unfiltered := int64(endpoints.HeapInUse()) - int64(before)
 		stop()
 
 		report := fmt.Sprintf("heap growth with %d unrelated EndpointSlices: endpoint cache %+d KiB (%d slices held); "+
@@ -236,13 +236,13 @@ var _ = Describe("Cache", func() {
 		c, reg := startCache(endpoints.CacheOptions{})
 		c.Track(nil)
 		Eventually(c.Synced, 30*time.Second).Should(BeTrue())
-		heapBefore, goroutinesBefore := heapInUse(), runtime.NumGoroutine()
+		heapBefore, goroutinesBefore := endpoints.HeapInUse(), runtime.NumGoroutine()
 		c.Track(keys)
 		for _, k := range keys {
 			Eventually(c.Ready).WithArguments(k).WithTimeout(30 * time.Second).ShouldNot(BeNil())
 		}
 		Expect(metricValue(reg, endpoints.MetricWatches)).To(Equal(float64(namespaces)))
-		heapPer := (int64(heapInUse()) - int64(heapBefore)) / namespaces
+		heapPer := (int64(endpoints.HeapInUse()) - int64(heapBefore)) / namespaces
 		goroutinesPer := float64(runtime.NumGoroutine()-goroutinesBefore) / namespaces
 		report := fmt.Sprintf("%d namespaces with one routed Service each: %d watches, %.1f goroutines and %d KiB heap per watch",
 			namespaces, namespaces, goroutinesPer, heapPer/1024)
@@ -435,12 +435,3 @@ var _ = Describe("Cache", func() {
 		Eventually(candidates(true), 30*time.Second).Should(Equal([]string{"198.18.0.2", "cross=true"}))
 	})
 })
-
-// heapInUse returns the live heap after a full collection.
-func heapInUse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
