@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
@@ -122,37 +121,12 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.rt.RoundTrip(r)
 }
 
-// fleetTokenLife is how long the token fleetToken creates is valid; a new one is created when less than
-// fleetTokenRenew of it is left.
-const fleetTokenLife, fleetTokenRenew = 2 * time.Hour, 30 * time.Minute
-
-// fleetTokenMemo is fleetToken's token, created once for the suite's run (and again before it
-// expires): the interceptors review a token once and then cache their decision, so reads on the admin
-// port with one token cost no review each and cannot fail for lack of one (an interceptor cut off from
-// the API server still accepts a token it has reviewed, see pkg/admin.Auth), as with the scaler's and
-// the operator's tokens; and a poll costs no kubectl run.
-var fleetTokenMemo struct {
-	sync.Mutex
-	token   string
-	expires time.Time
-}
-
-// fleetToken returns a token of the scaler's ServiceAccount bound to the admin port's audience: what
-// the scaler and the operator present (see admin.TokenTransport).
+// fleetToken returns the fleet's own admin-port token (framework.FleetToken).
 func fleetToken(ctx context.Context) string {
 	GinkgoHelper()
-	m := &fleetTokenMemo
-	m.Lock()
-	defer m.Unlock()
-	if m.token != "" && time.Until(m.expires) > fleetTokenRenew {
-		return m.token
-	}
-	created := time.Now()
-	tok, err := f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "create", "token", "httpscale-scaler",
-		"--audience", admin.DefaultTokenAudience, "--duration", fleetTokenLife.String())
+	tok, err := f.FleetToken(ctx)
 	Expect(err).NotTo(HaveOccurred())
-	m.token, m.expires = strings.TrimSpace(tok), created.Add(fleetTokenLife)
-	return m.token
+	return tok
 }
 
 // adminTokenGet GETs path of an interceptor's admin port from the test process as the fleet's own peers

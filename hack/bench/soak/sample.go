@@ -43,33 +43,6 @@ type sampler struct {
 
 	mu      sync.Mutex
 	samples []sample
-
-	// token is the fleet's own token for the interceptors' admin port (its /metrics and /status
-	// answer 401 without one, see pkg/admin.Auth), renewed before it expires.
-	tokenMu      sync.Mutex
-	token        string
-	tokenExpires time.Time
-}
-
-// tokenLife is the life of the admin-port token the sampler creates; it is renewed with a quarter left.
-const tokenLife = time.Hour
-
-// adminToken returns a token of the scaler's ServiceAccount bound to the admin port's audience, as
-// the scaler presents.
-func (s *sampler) adminToken(ctx context.Context) (string, error) {
-	s.tokenMu.Lock()
-	defer s.tokenMu.Unlock()
-	if s.token != "" && time.Until(s.tokenExpires) > tokenLife/4 {
-		return s.token, nil
-	}
-	created := time.Now()
-	out, err := s.f.Cluster.KubectlRun(ctx, "", "-n", localcluster.Namespace, "create", "token", "httpscale-scaler",
-		"--audience", admin.DefaultTokenAudience, "--duration", tokenLife.String())
-	if err != nil {
-		return "", fmt.Errorf("creating an admin-port token: %w", err)
-	}
-	s.token, s.tokenExpires = strings.TrimSpace(out), created.Add(tokenLife)
-	return s.token, nil
 }
 
 // adminGet GETs url from an interceptor's admin port with the fleet's token.
@@ -78,7 +51,7 @@ func (s *sampler) adminGet(ctx context.Context, url string) (*http.Response, err
 	if err != nil {
 		return nil, err
 	}
-	tok, err := s.adminToken(ctx)
+	tok, err := s.f.FleetToken(ctx) // the interceptors' admin port answers 401 without it
 	if err != nil {
 		return nil, err
 	}
