@@ -28,6 +28,7 @@ import (
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/e2e/framework"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+	"github.com/httpscale/httpscale/pkg/endpoints"
 )
 
 // expectProxying fails the calling container unless every interceptor serves its proxy port within
@@ -174,6 +175,31 @@ func podIPs(ctx context.Context, ns, name string) []string {
 		}
 	}
 	return ips
+}
+
+// readyEndpoints returns the ready endpoints (address, zone, topology hints) that the EndpointSlices
+// of Service name in ns list: what an interceptor balances over once its watch has them.
+func readyEndpoints(ctx context.Context, ns, name string) *endpoints.Set {
+	var list discoveryv1.EndpointSliceList
+	Expect(f.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name})).To(Succeed())
+	set := &endpoints.Set{}
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			if !ptr.Deref(e.Conditions.Ready, false) {
+				continue
+			}
+			var hints []string
+			if e.Hints != nil {
+				for _, z := range e.Hints.ForZones {
+					hints = append(hints, z.Name)
+				}
+			}
+			for _, ip := range e.Addresses {
+				set.Endpoints = append(set.Endpoints, endpoints.Endpoint{IP: ip, Zone: ptr.Deref(e.Zone, ""), ForZones: hints})
+			}
+		}
+	}
+	return set
 }
 
 // replicas returns the Deployment's desired replica count.

@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 
 	httpscalev1alpha1 "github.com/httpscale/httpscale/api/v1alpha1"
 	"github.com/httpscale/httpscale/hack/cluster/localcluster"
+	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/sessioncookie"
 )
 
@@ -33,7 +36,15 @@ var _ = Describe("Session persistence", func() {
 			s.Replicas = &httpscalev1alpha1.ReplicaBounds{Min: ptr.To[int32](3), Max: ptr.To[int32](3)}
 			s.SessionPersistence = &httpscalev1alpha1.SessionPersistence{CookieName: cookieName, Lifetime: ptr.To(httpscalev1alpha1.Duration("1h"))}
 		})
+		// A pod has its IP from its sandbox on, before its readiness probe passes: the spec waits for
+		// the three endpoints to be ready in the EndpointSlice, and then (below) for each interceptor
+		// to balance over them, before it looks at where requests go. (Sent within a second of the
+		// pods' start, requests all reach the one pod ready so far: a pin proves nothing, and the
+		// check that requests without a cookie are spread fails.)
 		Eventually(func() []string { return podIPs(ctx, ns, "cart") }).WithContext(ctx).Should(HaveLen(3))
+		withIPs := time.Now()
+		Eventually(func() []endpoints.Endpoint { return readyEndpoints(ctx, ns, "cart").Endpoints }).WithContext(ctx).WithPolling(50 * time.Millisecond).Should(HaveLen(3))
+		AddReportEntry("three pod IPs -> three ready endpoints in the EndpointSlice", time.Since(withIPs).Round(time.Millisecond).String())
 		// try is one GET through the interceptor of zone z (a new connection each time), with the
 		// cookie when it is not empty; it returns the app's answer and the session cookie set, if any.
 		try := func(g Gomega, z int, cookie string) (answer, string) {
@@ -81,6 +92,33 @@ var _ = Describe("Session persistence", func() {
 			}
 		}).WithContext(ctx).WithTimeout(4 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 		AddReportEntry("session keys shared by both interceptors after", time.Since(start).Round(time.Second).String())
+
+		By("each interceptor balances over the ready endpoints it should")
+		listed := time.Now()
+		// Without a cookie an interceptor balances over Candidates of the app's ready endpoints for
+		// its zone (the chart's interceptors are zone-aware): its zone's, or all when its zone has
+		// none. Until then a request may go to an endpoint a cold-start probe found answering before
+		// the kubelet's readiness reached the EndpointSlice. The watch brings the EndpointSlice to an
+		// interceptor within milliseconds; 30 s is far beyond that, so an endpoint watch that did not
+		// recover (after an API server outage, say) fails here rather than being waited out.
+		Eventually(func(g Gomega) {
+			set := readyEndpoints(ctx, ns, "cart")
+			g.Expect(set.Endpoints).To(HaveLen(3))
+			for z, ic := range h.Interceptors {
+				cands, _ := endpoints.Candidates(set, ic.Zone, true)
+				var want []string
+				for _, e := range cands {
+					want = append(want, e.IP)
+				}
+				seen := map[string]bool{}
+				for range 6 { // round robin: at least twice over at most three candidates
+					a, _ := try(g, z, "")
+					seen[a.PodIP] = true
+				}
+				g.Expect(slices.Sorted(maps.Keys(seen))).To(ConsistOf(want), "interceptor %d (%s) balanced over these, not over its candidates", z, ic.Zone)
+			}
+		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+		AddReportEntry("three ready endpoints -> every interceptor balances over its candidates", time.Since(listed).Round(time.Millisecond).String())
 
 		By("100 requests with the cookie, alternating between the interceptors: one pod")
 		first, cookie := send(0, "")
