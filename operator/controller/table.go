@@ -232,10 +232,12 @@ func (w *TableWriter) seed(ctx context.Context) error {
 		}
 		seeded[e.Key()] = c
 	}
-	// The objects the seed routes: their status may already say "not written yet", computed from
-	// the empty view before the seed (the controllers start with the writer, and the seed waits for
-	// the cache). The writer's next write does not touch them when it leaves them as they are, so
-	// they are brought back to the controller here, once the view knows them.
+	// The objects the stored table routes: their status may already say "not written yet", computed
+	// from the empty view before the seed (the controllers start with the writer, and the seed waits
+	// for the cache). The writer's next write does not name them when it leaves them as the stored
+	// table has them, so they are brought back to the controller here, once the view knows them —
+	// those decided before the seed too (their decision stands; a write that changes them names
+	// them again).
 	var routed []string
 	defer func() {
 		if w.Notify != nil && len(routed) > 0 {
@@ -268,6 +270,7 @@ func (w *TableWriter) seed(ctx context.Context) error {
 			// Decided meanwhile (a removal, say): the decision stands, and the next write records
 			// what it did to the key, even when it left the key out of a state that never held it.
 			w.touched[key] = struct{}{}
+			routed = append(routed, key)
 			continue
 		}
 		w.state.set(key, c)
