@@ -46,6 +46,17 @@ var _ = Describe("Fault: the operator leader killed in the middle of a 1,000-obj
 	})
 
 	It("routes every object and reports it Ready after the new leader takes over, with no orphans", func(ctx SpecContext) {
+		// Should the spec fail before it deletes the burst, the namespace's deletion would leave KEDA
+		// minutes of work on the 1,000 ScaledObjects while the specs that run next wait for it to
+		// scale their apps from zero (seen: the API server outage and KEDA-away specs run right
+		// after a failure here had their held requests time out, KEDA never reconciling their
+		// ScaledObjects).
+		deleting := false
+		DeferCleanup(func(ctx SpecContext) {
+			if !deleting {
+				deleteBurst(ctx, sc.ns, burst)
+			}
+		})
 		leader := operatorLeader(ctx)
 		var created atomic.Int64
 		killAt := int64(burst * 3 / 10)
@@ -124,34 +135,42 @@ var _ = Describe("Fault: the operator leader killed in the middle of a 1,000-obj
 			allReady.Sub(killed).Round(time.Millisecond), allReady.Sub(lastCreate).Round(time.Millisecond), newLeader.Name)
 
 		By("deleting the burst: the objects leave the API once the table no longer routes them")
-		// One request per object: a delete-collection of 1,000 objects, each with a finalizer the
-		// operator releases, outlasted the API server's 60 s request timeout.
-		inParallel(burst, func(i int) {
-			obj := &httpscalev1alpha1.HTTPScaledObject{ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: burstName(i)}}
-			if err := f.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-				Expect(err).NotTo(HaveOccurred())
-			}
-		})
-		Eventually(func() (int, error) {
-			var list httpscalev1alpha1.HTTPScaledObjectList
-			err := f.Client.List(ctx, &list, client.InNamespace(sc.ns))
-			return len(list.Items), err
-		}).WithContext(ctx).WithTimeout(5 * time.Minute).WithPolling(2 * time.Second).Should(BeZero())
-
-		// KEDA tears down the 1,000 ScaledObjects (and their HPAs) at its own pace, minutes at this
-		// size; the specs that run next need KEDA's attention for their own ScaledObjects (one of
-		// them waited 60 s for KEDA to report a new ScaledObject inactive). The spec ends once KEDA
-		// has let go of every one.
-		By("KEDA done with the burst's ScaledObjects")
-		Eventually(func() (int, error) {
-			var list kedav1alpha1.ScaledObjectList
-			err := f.Client.List(ctx, &list, client.InNamespace(sc.ns))
-			return len(list.Items), err
-		}).WithContext(ctx).WithTimeout(10 * time.Minute).WithPolling(2 * time.Second).Should(BeZero())
+		deleting = true
+		deleteBurst(ctx, sc.ns, burst)
 	})
 })
 
 func burstName(i int) string { return fmt.Sprintf("burst-%04d", i) }
+
+// deleteBurst deletes the n objects of the burst in ns, waits until they have left the API (each
+// once the routing table no longer routes it) and until KEDA has let go of their ScaledObjects.
+func deleteBurst(ctx context.Context, ns string, n int) {
+	GinkgoHelper()
+	// One request per object: a delete-collection of 1,000 objects, each with a finalizer the
+	// operator releases, outlasted the API server's 60 s request timeout.
+	inParallel(n, func(i int) {
+		obj := &httpscalev1alpha1.HTTPScaledObject{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: burstName(i)}}
+		if err := f.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			Expect(err).NotTo(HaveOccurred())
+		}
+	})
+	Eventually(func() (int, error) {
+		var list httpscalev1alpha1.HTTPScaledObjectList
+		err := f.Client.List(ctx, &list, client.InNamespace(ns))
+		return len(list.Items), err
+	}).WithContext(ctx).WithTimeout(5 * time.Minute).WithPolling(2 * time.Second).Should(BeZero())
+
+	// KEDA tears down the 1,000 ScaledObjects (and their HPAs) at its own pace, minutes at this
+	// size; the specs that run next need KEDA's attention for their own ScaledObjects (one of
+	// them waited 60 s for KEDA to report a new ScaledObject inactive). It returns once KEDA has
+	// let go of every one.
+	By("KEDA done with the burst's ScaledObjects")
+	Eventually(func() (int, error) {
+		var list kedav1alpha1.ScaledObjectList
+		err := f.Client.List(ctx, &list, client.InNamespace(ns))
+		return len(list.Items), err
+	}).WithContext(ctx).WithTimeout(10 * time.Minute).WithPolling(2 * time.Second).Should(BeZero())
+}
 
 // inParallel calls do(0) … do(n-1) from 16 goroutines and returns once all are done.
 func inParallel(n int, do func(i int)) {
