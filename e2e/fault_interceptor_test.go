@@ -3,12 +3,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"syscall"
 	"time"
 
@@ -49,7 +51,10 @@ var _ = Describe("Fault: an interceptor killed under steady load", Label("fault"
 		for _, pid := range pids {
 			Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
 		}
-		signalled := time.Now() // the signal is sent: a request sent after it cannot reach the process
+		// Until the process has exited its listening socket stays open: the kernel completes the
+		// handshake of a connection sent there after the signal, which then dies with the process
+		// (reset, as one in flight) though nothing of it was processed.
+		exited := waitExited(ctx, pids)
 		var ready replacementReady
 		Eventually(readyAgain).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Receive(&ready))
 		time.Sleep(5 * time.Second)
@@ -59,7 +64,7 @@ var _ = Describe("Fault: an interceptor killed under steady load", Label("fault"
 		for _, s := range shots {
 			switch {
 			case s.ok():
-			case s.sent.Before(signalled) && s.done.After(at) && s.err != nil && !notConnected(s.err):
+			case s.sent.Before(exited) && s.done.After(at) && s.err != nil && !notConnected(s.err):
 				inFlight = append(inFlight, s) // the connection died with the process
 			case notConnected(s.err):
 				// Nothing was sent: refused, or reset while connecting (the dying process's listener
@@ -70,8 +75,8 @@ var _ = Describe("Fault: an interceptor killed under steady load", Label("fault"
 			}
 		}
 		_, summary := loadReport(shots)
-		report("interceptor killed (SIGKILL) under 40 requests/s", "%s; %d in flight on it at the kill failed, %d new connections refused (kube-proxy still listed it, %s), %d other failures; replacement Ready %s after the kill, serving table %s",
-			summary, len(inFlight), len(refused), refusedWindow(refused, at), len(others), ready.at.Sub(at).Round(time.Millisecond), ready.version)
+		report("interceptor killed (SIGKILL) under 40 requests/s", "%s; exited %s after the signal; %d in flight on it at the kill (or taken by its listener before it exited) failed, %d new connections refused (kube-proxy still listed it, %s), %d other failures; replacement Ready %s after the kill, serving table %s",
+			summary, exited.Sub(at).Round(time.Millisecond), len(inFlight), len(refused), refusedWindow(refused, at), len(others), ready.at.Sub(at).Round(time.Millisecond), ready.version)
 		Expect(others).To(BeEmpty(), "failures besides the requests in flight on the killed interceptor and refused connections:\n%s", firstShots(others, 20))
 		// At 40/s and 300 ms each, about 12 are in flight; about half of them on the killed one.
 		Expect(len(inFlight)).To(BeNumerically("<=", 12), "more failed than can have been in flight on it:\n%s", firstShots(inFlight, 20))
@@ -82,6 +87,24 @@ var _ = Describe("Fault: an interceptor killed under steady load", Label("fault"
 		Expect(ready.current).To(ContainElement(ready.version), "the table it served at its first Ready, against the other interceptor's just before and after")
 	})
 })
+
+// waitExited returns the moment every process of pids has exited (a zombie or gone: its sockets are
+// closed), polling every millisecond.
+func waitExited(ctx context.Context, pids []int) time.Time {
+	GinkgoHelper()
+	for _, pid := range pids {
+		Eventually(func() bool {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil {
+				return true // reaped
+			}
+			// "pid (comm) state ...": comm may hold spaces and parentheses, the state follows the last ")".
+			i := bytes.LastIndexByte(stat, ')')
+			return i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X')
+		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(time.Millisecond).Should(BeTrue(), "process %d still running after SIGKILL", pid)
+	}
+	return time.Now()
+}
 
 // notConnected reports whether err ended a request before its connection was made: a dial error,
 // so that nothing of the request was sent.
