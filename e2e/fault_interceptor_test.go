@@ -76,7 +76,7 @@ var _ = Describe("Fault: an interceptor killed under steady load", Label("fault"
 		}
 		_, summary := loadReport(shots)
 		report("interceptor killed (SIGKILL) under 40 requests/s", "%s; exited %s after the signal; %d in flight on it at the kill (or taken by its listener before it exited) failed, %d new connections refused (kube-proxy still listed it, %s), %d other failures; replacement Ready %s after the kill, serving table %s",
-			summary, exited.Sub(at).Round(time.Millisecond), len(inFlight), len(refused), refusedWindow(refused, at), len(others), ready.at.Sub(at).Round(time.Millisecond), ready.version)
+			summary, exited.Sub(at).Round(100*time.Microsecond), len(inFlight), len(refused), refusedWindow(refused, at), len(others), ready.at.Sub(at).Round(time.Millisecond), ready.version)
 		Expect(others).To(BeEmpty(), "failures besides the requests in flight on the killed interceptor and refused connections:\n%s", firstShots(others, 20))
 		// At 40/s and 300 ms each, about 12 are in flight; about half of them on the killed one.
 		Expect(len(inFlight)).To(BeNumerically("<=", 12), "more failed than can have been in flight on it:\n%s", firstShots(inFlight, 20))
@@ -88,19 +88,29 @@ var _ = Describe("Fault: an interceptor killed under steady load", Label("fault"
 	})
 })
 
-// waitExited returns the moment every process of pids has exited (a zombie or gone: its sockets are
-// closed), polling every millisecond.
+// waitExited returns the moment every process of pids has exited, polling every millisecond: each
+// of its threads a zombie or gone (a process's sockets close with its last thread, and a
+// multi-threaded process's main thread may be a zombie while the others still run).
 func waitExited(ctx context.Context, pids []int) time.Time {
 	GinkgoHelper()
 	for _, pid := range pids {
 		Eventually(func() bool {
-			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 			if err != nil {
 				return true // reaped
 			}
-			// "pid (comm) state ...": comm may hold spaces and parentheses, the state follows the last ")".
-			i := bytes.LastIndexByte(stat, ')')
-			return i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X')
+			for _, t := range tasks {
+				stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+				if err != nil {
+					continue // that thread is gone
+				}
+				// "tid (comm) state ...": comm may hold spaces and parentheses, the state follows the last ")".
+				i := bytes.LastIndexByte(stat, ')')
+				if i < 0 || i+2 >= len(stat) || (stat[i+2] != 'Z' && stat[i+2] != 'X') {
+					return false
+				}
+			}
+			return true
 		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(time.Millisecond).Should(BeTrue(), "process %d still running after SIGKILL", pid)
 	}
 	return time.Now()
