@@ -17,9 +17,12 @@ import (
 
 // evClient is a client connection owned by a loop, with the request it serves (rq set: busy).
 type evClient struct {
-	fd       int
-	peer     h1.Peer // the forwarding rules' view of the connection, fixed at its accept
-	in       []byte  // bytes read and not yet consumed: after a request's head, its body and what follows
+	fd   int
+	peer h1.Peer // the forwarding rules' view of the connection, fixed at its accept
+	in   []byte  // bytes read and not yet consumed: after a request's head, its body and what follows
+	// scan is how much of in (before a head was found in it) holds no head end and no bare LF:
+	// a head arriving in many reads is searched once, not again from its start on every read.
+	scan     int
 	out      bytes.Buffer
 	readable bool // an arrival was reported and the socket not read empty since
 	writable bool
@@ -97,7 +100,7 @@ func (l *evLoop) closeClient(c *evClient) {
 	_ = unix.Close(c.fd)
 	l.clients--
 	l.ls.conn(-1)
-	c.in = c.in[:0]
+	c.in, c.scan = c.in[:0], 0
 	c.out = bytes.Buffer{}
 	l.free.releaseIn(c)
 }
@@ -180,10 +183,18 @@ func (l *evLoop) flushClient(c *evClient) bool {
 // serveNext starts the next request once the previous response is out.
 func (l *evLoop) serveNext(c *evClient) {
 	for !c.busy() && !c.closed && c.out.Len() == 0 {
-		end := h1.HeadEnd(c.in)
-		if end < 0 {
-			if c.in != nil && (len(c.in) == cap(c.in) || h1.BareLF(c.in)) {
-				l.handOff(c) // too large, or bare LF: net/http decides
+		from := max(c.scan-3, 0) // a CRLF CRLF may straddle what was searched and what came since
+		end := h1.HeadEnd(c.in[from:])
+		if end >= 0 {
+			end += from
+		} else {
+			if h1.BareLFFrom(c.in, c.scan) {
+				l.handOff(c) // bare LF: net/http decides
+				return
+			}
+			c.scan = len(c.in)
+			if c.in != nil && len(c.in) == cap(c.in) && !l.growIn(c) {
+				l.handOff(c) // larger than the server takes: net/http answers it (431)
 				return
 			}
 			if (c.readable || c.hup) && !c.eof {
@@ -214,13 +225,31 @@ func (l *evLoop) serveNext(c *evClient) {
 	}
 }
 
+// growIn doubles c's full request buffer, up to the largest head the server takes (maxHead); false
+// when it is that large already. A large head is read, searched and parsed on the loop like a small
+// one: handed to net/http, each needed a goroutine that parsed it again (and a copy for the head
+// watch), and thousands of them arriving at once took the cores from the loops.
+func (l *evLoop) growIn(c *evClient) bool {
+	limit := l.ls.maxHead
+	if cap(c.in) >= limit {
+		return false
+	}
+	in := make([]byte, len(c.in), min(2*cap(c.in), limit))
+	copy(in, c.in)
+	scan := c.scan
+	c.in = c.in[:0]
+	l.free.releaseIn(c)
+	c.in, c.scan = in, scan
+	return true
+}
+
 // handOff moves c, with the request bytes it read, to net/http, which serves the rest of the
 // connection. No request of c is in progress. When net/http no longer accepts connections (it is
 // shutting down) the connection is closed.
 func (l *evLoop) handOff(c *evClient) {
 	ls := l.ls
 	pending := bytes.Clone(c.in)
-	c.in = c.in[:0]
+	c.in, c.scan = c.in[:0], 0
 	l.free.releaseIn(c)
 	c.closed = true
 	l.timers.clearAll(c)

@@ -33,22 +33,32 @@ func (f *loopFree) buf() []byte {
 	return make([]byte, 0, evClientBuffer)
 }
 
-// releaseIn gives c's request buffer back when it is empty; a large output buffer goes too.
+// releaseIn gives c's request buffer back when it is empty (one grown for a large head is left to
+// the collector); a large output buffer goes too.
 func (f *loopFree) releaseIn(c *evClient) {
 	if c.in != nil && len(c.in) == 0 {
-		if len(f.bufs) < 256 {
+		if len(f.bufs) < 256 && cap(c.in) == evClientBuffer {
 			f.bufs = append(f.bufs, c.in)
 		}
-		c.in = nil
+		c.in, c.scan = nil, 0
 	}
 	if c.out.Len() == 0 && c.out.Cap() > evClientBuffer {
 		c.out = bytes.Buffer{}
 	}
 }
 
-// consume drops the first n bytes of c.in (a head, or body bytes sent on).
+// consume drops the first n bytes of c.in (a head, or body bytes sent on). What is left of a
+// buffer grown for a large head moves to a buffer of the usual size when it fits, so that a held
+// request does not keep the large one for the few bytes that came after its head.
 func (f *loopFree) consume(c *evClient, n int) {
-	c.in = c.in[:copy(c.in, c.in[n:])]
+	c.scan = 0
+	rest := c.in[n:]
+	if cap(c.in) > evClientBuffer && len(rest) > 0 && len(rest) <= evClientBuffer {
+		b := f.buf()
+		c.in = append(b, rest...)
+		return
+	}
+	c.in = c.in[:copy(c.in, rest)]
 	f.releaseIn(c)
 }
 

@@ -301,8 +301,9 @@ func TestEventLoopsGiveIdleConnectionsToWaiters(t *testing.T) {
 			t.Fatalf("%s: %+v", path, a)
 		}
 	}
-	// A head over 4 KiB goes to net/http, whose forward waits for a connection in h1Transport.
-	big := proxytest.RawGet("/big", "X-Pad: "+strings.Repeat("p", 5000))
+	// A head with bare LF line ends goes to net/http, whose forward waits for a connection in
+	// h1Transport.
+	big := "GET /big HTTP/1.1\nhost: app.example.com\nX-Pad: " + strings.Repeat("p", 5000) + "\n\n"
 	if a := dialRaw(t, h).Do(big); a.Code != http.StatusOK || a.Body != "for /big" {
 		t.Fatalf("/big: %+v", a)
 	}
@@ -354,4 +355,57 @@ func TestEventLoopsSurviveAPanic(t *testing.T) {
 			t.Fatalf("%s after the panic: %+v", path, a)
 		}
 	}
+}
+
+// The loops read a head of any size up to the server's MaxHeaderBytes themselves, however it is cut
+// into reads (the end of the head split between two of them included); a larger one goes to
+// net/http, which answers 431 once it is over its own slack, on both paths alike; a bare LF arriving
+// late in a large head still hands the connection over.
+func TestEventLoopsReadLargeHeadsUpToMaxHeaderBytes(t *testing.T) {
+	const maxHead = 16 << 10
+	onBothPathsWith(t, func(_ *Options, s *Server) { s.MaxHeaderBytes = maxHead }, func(t *testing.T, h *harness, fast bool) {
+		be := proxytest.NewRawBackend(t, func(_ int, r *http.Request) proxytest.Reply {
+			return proxytest.Reply{Resp: proxytest.OKReply(fmt.Sprintf("%s %d %s", r.URL.Path, len(r.Header.Get("X-Pad")), r.Header.Get("X-After")))}
+		})
+		h.src.Set(key("app"), be.Addr)
+		pad := "X-Pad: " + strings.Repeat("p", 12<<10)
+		for _, split := range []int{0, 1, 2, 3, 4, 5, 3000} { // bytes of the head sent in a second write
+			head := proxytest.RawGet(fmt.Sprintf("/split%d", split), "X-A: 1", pad, "X-After: yes")
+			c := dialRaw(t, h)
+			for _, piece := range []string{head[:4000], head[4000 : len(head)-split]} {
+				if _, err := io.WriteString(c.Conn(), piece); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(5 * time.Millisecond) // read apart
+			}
+			a := c.Do(head[len(head)-split:])
+			if want := fmt.Sprintf("/split%d %d yes", split, 12<<10); a.Code != http.StatusOK || a.Body != want {
+				t.Fatalf("a %d-byte head, its last %d bytes sent apart: %+v, want 200 %q", len(head), split, a, want)
+			}
+		}
+		kept := dialRaw(t, h)
+		for i, size := range []int{12 << 10, 100, 15 << 10, 100} { // a kept connection's buffer grows and shrinks
+			path := fmt.Sprintf("/kept%d", i)
+			if a := kept.Do(proxytest.RawGet(path, "X-Pad: "+strings.Repeat("k", size))); a.Code != http.StatusOK || a.Body != fmt.Sprintf("%s %d ", path, size) {
+				t.Fatalf("request %d on a kept connection: %+v", i, a)
+			}
+		}
+		lateLF := dialRaw(t, h).Do("GET /lf HTTP/1.1\r\nhost: app.example.com\r\n" + pad + "\r\nX-After: lf\n\r\n")
+		if a := lateLF; a.Code != http.StatusOK || a.Body != fmt.Sprintf("/lf %d lf", 12<<10) {
+			t.Fatalf("a large head with a bare LF at its end: %+v", a)
+		}
+		// Over MaxHeaderBytes but within net/http's slack (4 KiB): net/http serves it. Over both: 431.
+		slack := dialRaw(t, h).Do(proxytest.RawGet("/slack", "X-Pad: "+strings.Repeat("s", maxHead+1000)))
+		if slack.Code != http.StatusOK {
+			t.Fatalf("a head within net/http's slack: %+v", slack)
+		}
+		if a := dialRaw(t, h).Do(proxytest.RawGet("/huge", "X-Pad: "+strings.Repeat("h", maxHead+8000))); a.Code != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("a head over MaxHeaderBytes and net/http's slack: %+v, want 431", a)
+		}
+		for _, r := range be.Requests() {
+			if via, want := r.ViaLoops(), fast && !strings.HasPrefix(r.RequestURI, "/lf") && r.RequestURI != "/slack"; via != want {
+				t.Errorf("%s: served by the event loops %v, want %v", r.RequestURI, via, want)
+			}
+		}
+	})
 }

@@ -46,6 +46,9 @@ type evLoops struct {
 	// head from its first byte; watchAfter is how long a request whose client closed its sending
 	// side still gets to be answered (see hungUp).
 	idleTimeout, headerTimeout, watchAfter time.Duration
+	// maxHead is the largest request head the loops read (the server's MaxHeaderBytes): a client's
+	// buffer grows from evClientBuffer up to it while a head arrives (see growIn).
+	maxHead int
 
 	loops []*evLoop
 	next  atomic.Uint32
@@ -67,9 +70,10 @@ type loopConfig struct {
 	heads                                  *headGate
 	idleTimeout, headerTimeout, watchAfter time.Duration
 	log                                    logr.Logger
+	maxHead                                int
 }
 
-// evClientBuffer bounds a request head (a larger one goes to net/http); evUpBuffer is the response
+// evClientBuffer is a client's request buffer (it grows up to evLoops.maxHead for a larger head); evUpBuffer is the response
 // buffer a head is read into (it grows to maxResponseHead for a larger head); evBodyBuffer is the
 // loop's one body buffer (see relayBody): the most of a body read by one system call, and so the
 // most a client that does not keep up holds in its output buffer.
@@ -86,7 +90,8 @@ const (
 // newEvLoops starts cfg.n loops.
 func newEvLoops(cfg loopConfig) (*evLoops, error) {
 	ls := &evLoops{e: cfg.e, base: cfg.base, handoff: cfg.handoff, log: cfg.log, heads: cfg.heads,
-		idleTimeout: cfg.idleTimeout, headerTimeout: cfg.headerTimeout, watchAfter: cfg.watchAfter}
+		idleTimeout: cfg.idleTimeout, headerTimeout: cfg.headerTimeout, watchAfter: cfg.watchAfter,
+		maxHead: max(cfg.maxHead, evClientBuffer)}
 	for range cfg.n {
 		l, err := newEvLoop(ls)
 		if err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,8 +50,9 @@ type Server struct {
 	// (default 30s), once for the whole connection's path: a connection the loops hand to net/http
 	// keeps the deadline they started.
 	ReadHeaderTimeout time.Duration
-	// MaxHeaderBytes bounds a request's header block as net/http's does (0: its default, 1 MiB);
-	// the fast path hands heads over 4 KiB to net/http.
+	// MaxHeaderBytes bounds a request's header block as net/http's does (0: its default, 1 MiB).
+	// The event loops read heads up to that size themselves and hand a larger one, with the
+	// connection, to net/http, which answers 431 (or takes it within its own slack).
 	MaxHeaderBytes int
 	// HeadParsers bounds how many of the connections the event loops hand to net/http have their
 	// request heads parsed at once (0: half of GOMAXPROCS, at least one; see headGate).
@@ -139,7 +141,8 @@ func (s *Server) Start(ctx context.Context) error {
 			parsers = defaultHeadParsers()
 		}
 		loops, err = newEvLoops(loopConfig{e: s.Engine, n: n, base: hard, handoff: handoff, heads: newHeadGate(parsers),
-			idleTimeout: srv.IdleTimeout, headerTimeout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log})
+			idleTimeout: srv.IdleTimeout, headerTimeout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log,
+			maxHead: cmp.Or(s.MaxHeaderBytes, http.DefaultMaxHeaderBytes)})
 		if err != nil {
 			_ = ln.Close()
 			return fmt.Errorf("%s: starting event loops: %w", s.Name, err)

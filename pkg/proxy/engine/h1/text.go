@@ -135,16 +135,20 @@ var crlfcrlf = []byte("\r\n\r\n")
 // BareLF reports whether a head not yet complete (no CRLF CRLF in it) has a line feed without a
 // carriage return before it. net/http's parsers end lines at any LF, so such a head may already be
 // complete for them ("...\n\r\n", "...\n\n").
-func BareLF(b []byte) bool {
-	for i := bytes.IndexByte(b, '\n'); i >= 0; {
-		if i == 0 || b[i-1] != '\r' {
-			return true
-		}
-		j := bytes.IndexByte(b[i+1:], '\n')
+func BareLF(b []byte) bool { return BareLFFrom(b, 0) }
+
+// BareLFFrom is BareLF for a b whose first from bytes are known to hold no bare LF: it looks at the
+// line feeds of b[from:] only (with the byte before each, which may come before from).
+func BareLFFrom(b []byte, from int) bool {
+	for i := from; i < len(b); i++ {
+		j := bytes.IndexByte(b[i:], '\n')
 		if j < 0 {
 			return false
 		}
-		i += 1 + j
+		i += j
+		if i == 0 || b[i-1] != '\r' {
+			return true
+		}
 	}
 	return false
 }
