@@ -92,7 +92,7 @@ func (rq *Request) Parse(head string) bool {
 			return false // includes obsolete line folding (leading space)
 		}
 		value = strings.Trim(value, " \t")
-		if !FieldValue([]byte(value)) {
+		if !FieldValue(value) {
 			return false
 		}
 		h := field{name: name, value: value}

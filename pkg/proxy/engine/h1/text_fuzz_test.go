@@ -20,3 +20,24 @@ func FuzzBareLFFrom(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFieldValue: FieldValue, eight bytes at a time, answers what a check of each byte answers.
+func FuzzFieldValue(f *testing.F) {
+	for _, s := range []string{"", "abc", "a\tb", "0123456789abcdef\x7f", "0123456\x1f89", "\x80\x9f\xff\x7e\x20\x21\x00", "\xa0\xa0\xa0\xa0\xa0\xa0\xa0\x1f", "aaaaaaa\x7faaaaaaaa"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := true
+		for _, c := range b {
+			if c < ' ' && c != '\t' || c == 0x7f {
+				want = false
+			}
+		}
+		if got := FieldValue(b); got != want {
+			t.Fatalf("FieldValue(%q) = %v, want %v", b, got, want)
+		}
+		if got := FieldValue(string(b)); got != want {
+			t.Fatalf("FieldValue(string %q) = %v, want %v", b, got, want)
+		}
+	})
+}
