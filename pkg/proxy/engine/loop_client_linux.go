@@ -23,22 +23,22 @@ type evClient struct {
 	in   []byte  // bytes read and not yet consumed: after a request's head, its body and what follows
 	// scan is how much of in (before a head was found in it) holds no head end and no bare LF:
 	// a head arriving in many reads is searched once, not again from its start on every read.
-	scan     int
-	out      bytes.Buffer
-	queued   bool // in the loop's line for large heads (see evLoop.heavy)
+	scan   int
+	out    bytes.Buffer
+	queued bool // in the loop's line for large heads (see evLoop.heavy)
 	// lingering: the connection was answered without its request being read (refuseHead); what the
 	// client still sends is read and dropped until it ends, or for evLinger (then the sweep closes
 	// it), so that the answer reaches the client: a close with unread bytes resets the connection,
 	// which can destroy the answer on its way. net/http does the same after a 431.
 	lingering bool
 	wrShut    bool // the sending side was shut (lingering)
-	readable bool // an arrival was reported and the socket not read empty since
-	writable bool
-	eof      bool // a read found the end of the stream (or failed)
-	hup      bool // epoll reported the client's side closed (or the connection failed)
-	since    time.Time
-	closed   bool
-	timers   [timerKinds]loopTimer
+	readable  bool // an arrival was reported and the socket not read empty since
+	writable  bool
+	eof       bool // a read found the end of the stream (or failed)
+	hup       bool // epoll reported the client's side closed (or the connection failed)
+	since     time.Time
+	closed    bool
+	timers    [timerKinds]loopTimer
 
 	reqID uint64 // counts the connection's requests; tells a late report for an earlier one
 	step  reqStep
