@@ -497,6 +497,13 @@ func TestLingeringColdStartsCostNoGoroutine(t *testing.T) {
 		if got := runLoops(); got != 0 {
 			t.Errorf("%d run loops left after every cold start ended", got)
 		}
+		r.eps.mu.Lock()
+		defer r.eps.mu.Unlock()
+		for i := range n {
+			if k := app(fmt.Sprintf("idle-%d", i)).Target; r.eps.unfollowed[k] != 1 {
+				t.Fatalf("%s unfollowed %d times once its cold start ended, want once", k, r.eps.unfollowed[k])
+			}
+		}
 	})
 }
 
