@@ -57,7 +57,7 @@ var _ = Describe("Cold-start breakdown in status", func() {
 		DeferCleanup(func() {
 			Expect(k8s.Delete(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "coldstart-fleet", Namespace: installNS}})).To(Succeed())
 		})
-		h := app(ns, "cold", "cold.example.com")
+		h := app(ns, "cold", "cold."+ns+".example.com")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		Eventually(condition(h, v1.ConditionReady)).Should(haveCondition(True, "Ready"))
 		key := ns + "/cold"

@@ -90,7 +90,7 @@ var _ = Describe("An HTTPScaledObject", func() {
 	It("is routed with everything the interceptor needs and gets a ScaledObject, a finalizer and status", func() {
 		svc := createService(ns, "shop", corev1.ServicePort{Name: "web", Port: 80, TargetPort: intstr.FromInt32(8080), AppProtocol: ptr.To("kubernetes.io/h2c")})
 		createDeployment(ns, "shop")
-		h := hso(ns, "shop", "shop.example.com")
+		h := hso(ns, "shop", "shop."+ns+".example.com")
 		h.Spec.ScaleTargetRef.Port = nil
 		h.Spec.ScaleTargetRef.PortName = ptr.To("web")
 		h.Spec.PathPrefixes = []v1.PathPrefix{"/api"}
@@ -111,7 +111,7 @@ var _ = Describe("An HTTPScaledObject", func() {
 		Eventually(entryOf(key)).ShouldNot(BeNil())
 		Expect(*tableEntry(key)).To(Equal(routing.Entry{
 			Namespace: ns, Name: "shop", Generation: 1,
-			Hosts: []string{"shop.example.com"}, PathPrefixes: []string{"/api"},
+			Hosts: []string{"shop." + ns + ".example.com"}, PathPrefixes: []string{"/api"},
 			Headers: []routing.HeaderMatch{{Name: "X-Tenant", Value: ptr.To("blue")}},
 			Service: "shop", Port: 80, PortName: "web", TargetPort: 8080, Protocol: routing.ProtocolH2C,
 			ClusterIP: svc.Spec.ClusterIP, // read from the API: the interceptors never resolve a tenant's name
@@ -153,7 +153,7 @@ var _ = Describe("An HTTPScaledObject", func() {
 	})
 
 	It("follows spec updates into a new table version and the ScaledObject, and skips needless writes", func() {
-		h := app(ns, "web", "web.example.com")
+		h := app(ns, "web", "web."+ns+".example.com")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		key := ns + "/web"
 		Eventually(entryOf(key)).ShouldNot(BeNil())
@@ -161,12 +161,12 @@ var _ = Describe("An HTTPScaledObject", func() {
 		before := tableVersion()
 
 		update(h, func(h *v1.HTTPScaledObject) {
-			h.Spec.Hosts = append(h.Spec.Hosts, "www.example.com")
+			h.Spec.Hosts = append(h.Spec.Hosts, v1.Host("www."+ns+".example.com"))
 			h.Spec.Replicas = &v1.ReplicaBounds{Max: ptr.To[int32](3)}
 		})
 		Eventually(entryOf(key)).Should(And(
 			HaveField("Generation", int64(2)),
-			HaveField("Hosts", []string{"web.example.com", "www.example.com"})))
+			HaveField("Hosts", []string{"web." + ns + ".example.com", "www." + ns + ".example.com"})))
 		Expect(tableVersion()).NotTo(Equal(before))
 		Eventually(func() *int32 { return scaledObject(h)().Spec.MaxReplicaCount }).Should(Equal(ptr.To[int32](3)))
 		Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }).Should(HaveField("TableVersion", tableVersion()))
@@ -180,7 +180,7 @@ var _ = Describe("An HTTPScaledObject", func() {
 	})
 
 	It("leaves the routing table before its finalizer is removed", func() {
-		h := app(ns, "gone", "gone.example.com")
+		h := app(ns, "gone", "gone."+ns+".example.com")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		key := ns + "/gone"
 		Eventually(entryOf(key)).ShouldNot(BeNil())
@@ -208,7 +208,7 @@ var _ = Describe("An HTTPScaledObject", func() {
 
 	It("routes an object that arrives with its finalizer (the mutating webhook's), and lets go of one that never routed", func() {
 		// As the webhook admits it: the routing controller has no patch to make.
-		h := app(ns, "early", "early.example.com")
+		h := app(ns, "early", "early."+ns+".example.com")
 		h.Finalizers = []string{controller.Finalizer}
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		key := ns + "/early"
@@ -222,7 +222,7 @@ var _ = Describe("An HTTPScaledObject", func() {
 
 		// An object whose Service does not exist is never routed; the finalizer it was admitted with
 		// must not keep it from being deleted.
-		stray := hso(ns, "stray", "stray.example.com")
+		stray := hso(ns, "stray", "stray."+ns+".example.com")
 		stray.Finalizers = []string{controller.Finalizer}
 		Expect(k8s.Create(ctx, stray)).To(Succeed())
 		Eventually(condition(stray, v1.ConditionValid)).Should(haveCondition(False, "ServiceNotFound"))
@@ -231,10 +231,10 @@ var _ = Describe("An HTTPScaledObject", func() {
 	})
 
 	It("reports a missing Service and recovers when it appears, without affecting other apps", func() {
-		good := app(ns, "good", "good.example.com")
+		good := app(ns, "good", "good."+ns+".example.com")
 		Expect(k8s.Create(ctx, good)).To(Succeed())
 		createDeployment(ns, "bad")
-		bad := hso(ns, "bad", "bad.example.com")
+		bad := hso(ns, "bad", "bad."+ns+".example.com")
 		Expect(k8s.Create(ctx, bad)).To(Succeed())
 
 		Eventually(condition(bad, v1.ConditionValid)).Should(And(haveCondition(False, "ServiceNotFound"),
@@ -257,7 +257,7 @@ var _ = Describe("An HTTPScaledObject", func() {
 	It("reports a port the Service does not have and recovers when the Service gets it", func() {
 		svc := createService(ns, "ports", corev1.ServicePort{Name: "web", Port: 8080})
 		createDeployment(ns, "ports")
-		h := hso(ns, "ports", "ports.example.com")
+		h := hso(ns, "ports", "ports."+ns+".example.com")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		Eventually(condition(h, v1.ConditionValid)).Should(And(haveCondition(False, "PortNotFound"),
 			HaveField("Message", And(ContainSubstring("no TCP port 80"), ContainSubstring("8080(web)")))))
@@ -272,7 +272,7 @@ var _ = Describe("An HTTPScaledObject", func() {
 
 	It("waits for a Deployment that appears later", func() {
 		createService(ns, "late")
-		h := hso(ns, "late", "late.example.com")
+		h := hso(ns, "late", "late."+ns+".example.com")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		Eventually(condition(h, v1.ConditionValid)).Should(And(haveCondition(False, "TargetNotFound"),
 			HaveField("Message", ContainSubstring("Deployment "+ns+"/late does not exist"))))
@@ -285,7 +285,7 @@ var _ = Describe("An HTTPScaledObject", func() {
 
 	It("scales a StatefulSet, also one that appears later", func() {
 		createService(ns, "db")
-		h := hso(ns, "db", "db.example.com")
+		h := hso(ns, "db", "db."+ns+".example.com")
 		h.Spec.ScaleTargetRef.Kind = "StatefulSet"
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		Eventually(condition(h, v1.ConditionValid)).Should(haveCondition(False, "TargetNotFound"))
@@ -300,11 +300,11 @@ var _ = Describe("An HTTPScaledObject", func() {
 
 	It("rejects scale targets without a /scale subresource and unknown kinds", func() {
 		createService(ns, "cfg")
-		noScale := hso(ns, "cfg", "cfg.example.com")
+		noScale := hso(ns, "cfg", "cfg."+ns+".example.com")
 		noScale.Spec.ScaleTargetRef.APIVersion, noScale.Spec.ScaleTargetRef.Kind = "v1", "ConfigMap"
 		Expect(k8s.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: ns}})).To(Succeed())
 		Expect(k8s.Create(ctx, noScale)).To(Succeed())
-		unknown := hso(ns, "widget", "widget.example.com")
+		unknown := hso(ns, "widget", "widget."+ns+".example.com")
 		unknown.Spec.ScaleTargetRef.Service = "cfg"
 		unknown.Spec.ScaleTargetRef.APIVersion, unknown.Spec.ScaleTargetRef.Kind = "example.com/v1", "Widget"
 		Expect(k8s.Create(ctx, unknown)).To(Succeed())
@@ -318,14 +318,14 @@ var _ = Describe("An HTTPScaledObject", func() {
 	})
 
 	It("lets the oldest object keep a contested route and hands it over when that object goes away", func() {
-		first := app(ns, "zz-first", "shared.example.com")
+		first := app(ns, "zz-first", "shared."+ns+".example.com")
 		Expect(k8s.Create(ctx, first)).To(Succeed())
 		Eventually(entryOf(ns + "/zz-first")).ShouldNot(BeNil())
 		// creationTimestamp has a resolution of one second; wait for the next one so that the second
 		// object is strictly younger. Its name sorts first, so only age can make it lose.
 		created := current(first).CreationTimestamp.Time
 		Eventually(func() time.Time { return time.Now().Truncate(time.Second) }).Should(BeTemporally(">", created))
-		second := app(ns, "aa-second", "shared.example.com")
+		second := app(ns, "aa-second", "shared."+ns+".example.com")
 		Expect(k8s.Create(ctx, second)).To(Succeed())
 
 		Eventually(condition(second, v1.ConditionConflict)).Should(And(haveCondition(True, "RouteClaimed"),
@@ -346,14 +346,14 @@ var _ = Describe("An HTTPScaledObject", func() {
 	})
 
 	It("creates no ScaledObject when the user owns it, deletes ours when told so, and recreates it after", func() {
-		owned := app(ns, "own", "own.example.com")
+		owned := app(ns, "own", "own."+ns+".example.com")
 		owned.Annotations = map[string]string{v1.AnnotationSkipScaledObject: "true"}
 		Expect(k8s.Create(ctx, owned)).To(Succeed())
 		Eventually(condition(owned, v1.ConditionScaledObjectReady)).Should(haveCondition(True, "UserOwned"))
 		Eventually(entryOf(ns + "/own")).ShouldNot(BeNil())
 		Consistently(scaledObject(owned), time.Second).Should(BeNil())
 
-		h := app(ns, "later", "later.example.com")
+		h := app(ns, "later", "later."+ns+".example.com")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		Eventually(scaledObject(h)).ShouldNot(BeNil())
 		update(h, func(h *v1.HTTPScaledObject) {
@@ -377,7 +377,7 @@ var _ = Describe("An HTTPScaledObject", func() {
 			},
 		}
 		Expect(k8s.Create(ctx, foreign)).To(Succeed())
-		h := app(ns, "foreign", "foreign.example.com")
+		h := app(ns, "foreign", "foreign."+ns+".example.com")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		Eventually(condition(h, v1.ConditionScaledObjectReady)).Should(And(haveCondition(False, "ScaledObjectExists"),
 			HaveField("Message", ContainSubstring(v1.AnnotationSkipScaledObject))))

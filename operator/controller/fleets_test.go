@@ -93,9 +93,9 @@ var _ = Describe("Two fleets in one cluster", Ordered, func() {
 
 	It("routes and scales each object only by the fleet it names, and moves it when the fleet changes", func() {
 		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
-		red := app(ns, "red", "red.example.com") // no fleet: the default one
+		red := app(ns, "red", "red."+ns+".example.com") // no fleet: the default one
 		Expect(k8s.Create(ctx, red)).To(Succeed())
-		bl := app(ns, "bl", "bl.example.com")
+		bl := app(ns, "bl", "bl."+ns+".example.com")
 		bl.Spec.Fleet = "blue"
 		Expect(k8s.Create(ctx, bl)).To(Succeed())
 
@@ -175,7 +175,7 @@ var _ = Describe("Two fleets in one cluster", Ordered, func() {
 
 	It("says in the status of an object whose fleet no operator serves why nothing routes it, until one does", func() {
 		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
-		lost := app(ns, "lost", "lost.example.com")
+		lost := app(ns, "lost", "lost."+ns+".example.com")
 		lost.Spec.Fleet = "green"
 		Expect(k8s.Create(ctx, lost)).To(Succeed())
 

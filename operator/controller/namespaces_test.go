@@ -21,9 +21,9 @@ var _ = Describe("An operator limited to some namespaces", func() {
 		scoped := startOperatorAs(restCfg, o, false)
 		DeferCleanup(scoped.stop)
 
-		in := app(watched, "in", "in.example.com")
+		in := app(watched, "in", "in."+watched+".example.com")
 		Expect(k8s.Create(ctx, in)).To(Succeed())
-		out := app(other, "out", "out.example.com")
+		out := app(other, "out", "out."+other+".example.com")
 		Expect(k8s.Create(ctx, out)).To(Succeed())
 
 		Eventually(entryOf(watched+"/in"), time.Minute).ShouldNot(BeNil())

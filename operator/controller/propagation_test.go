@@ -32,7 +32,7 @@ var _ = Describe("Routing propagation", func() {
 			Expect(k8s.Delete(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "fleet", Namespace: installNS}})).To(Succeed())
 		})
 
-		h := app(ns, "prop", "prop.example.com")
+		h := app(ns, "prop", "prop."+ns+".example.com")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }).Should(And(
 			HaveField("InterceptorsReady", int32(2)), HaveField("InterceptorsTotal", int32(2))))
@@ -44,7 +44,7 @@ var _ = Describe("Routing propagation", func() {
 
 		By("holding Ready back while one replica still serves the previous table")
 		b.pin(tableVersion())
-		update(h, func(h *v1.HTTPScaledObject) { h.Spec.Hosts = append(h.Spec.Hosts, "prop2.example.com") })
+		update(h, func(h *v1.HTTPScaledObject) { h.Spec.Hosts = append(h.Spec.Hosts, v1.Host("prop2."+ns+".example.com")) })
 		Eventually(entryOf(ns + "/prop")).Should(HaveField("Generation", int64(2)))
 		Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }).Should(And(
 			HaveField("TableVersion", tableVersion()),
@@ -104,7 +104,7 @@ var _ = Describe("Routing propagation", func() {
 			Expect(k8s.Delete(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "fleet", Namespace: installNS}})).To(Succeed())
 		})
 
-		h := app(ns, "hostile", "hostile.example.com")
+		h := app(ns, "hostile", "hostile."+ns+".example.com")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }).Should(And(
 			HaveField("InterceptorsReady", int32(2)), HaveField("InterceptorsTotal", int32(5))))
@@ -112,7 +112,9 @@ var _ = Describe("Routing propagation", func() {
 			HaveField("Message", ContainSubstring("2 of 5 ready interceptors"))))
 
 		By("following a change on the well-behaved replicas while the others keep misbehaving")
-		update(h, func(h *v1.HTTPScaledObject) { h.Spec.Hosts = append(h.Spec.Hosts, "hostile2.example.com") })
+		update(h, func(h *v1.HTTPScaledObject) {
+			h.Spec.Hosts = append(h.Spec.Hosts, v1.Host("hostile2."+ns+".example.com"))
+		})
 		Eventually(entryOf(ns + "/hostile")).Should(HaveField("Generation", int64(2)))
 		// Each probe round waits at most the 1s probe timeout for the hostile replicas.
 		Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }, 10*time.Second).Should(And(
@@ -185,7 +187,7 @@ func newHostileInterceptor(ip string, handle http.HandlerFunc) *fakeInterceptor 
 var _ = Describe("The status write", func() {
 	It("refuses a status computed from a copy older than the stored object", func() {
 		ns := ginkgoenv.NewNamespace(context.Background(), k8s, "app-")
-		h := app(ns, "stale", "stale.example.com")
+		h := app(ns, "stale", "stale."+ns+".example.com")
 		Expect(k8s.Create(ctx, h)).To(Succeed())
 		Eventually(func() *v1.RoutingStatus { return current(h).Status.Routing }).ShouldNot(BeNil())
 

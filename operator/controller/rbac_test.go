@@ -62,7 +62,7 @@ var _ = Describe("The operator's generated RBAC", func() {
 		})
 		createService(ns, "sts")
 		createStatefulSet(ns, "sts")
-		h := hso(ns, "sts", "rbac.example.com")
+		h := hso(ns, "sts", "rbac."+ns+".example.com")
 		h.Spec.ScaleTargetRef.Kind = "StatefulSet"
 		// A TLS Secret: granting the interceptor access to it passes the API server's escalation check
 		// only if the operator holds that access itself.

@@ -47,13 +47,13 @@ var _ = Describe("Ignored paths and static routes", func() {
 	})
 
 	It("reports a static route another object already routes as a conflict of the younger object", func() {
-		first := app(ns, "zz-first", "static-shared.example.com")
+		first := app(ns, "zz-first", "static-shared."+ns+".example.com")
 		first.Spec.StaticRoutes = []v1.StaticRoute{{PathPrefix: "/status", Response: &v1.StaticResponse{StatusCode: 204}}}
 		Expect(k8s.Create(ctx, first)).To(Succeed())
 		Eventually(entryOf(ns + "/zz-first")).ShouldNot(BeNil())
 		created := current(first).CreationTimestamp.Time
 		Eventually(func() time.Time { return time.Now().Truncate(time.Second) }).Should(BeTemporally(">", created))
-		second := app(ns, "aa-second", "static-shared.example.com")
+		second := app(ns, "aa-second", "static-shared."+ns+".example.com")
 		second.Spec.PathPrefixes = []v1.PathPrefix{"/status/"}
 		Expect(k8s.Create(ctx, second)).To(Succeed())
 

@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/httpscale/httpscale/pkg/admin"
-	"github.com/httpscale/httpscale/pkg/testenv"
 	"github.com/httpscale/httpscale/pkg/trigger"
 )
 
@@ -62,20 +61,6 @@ func (b *logBook) matching(parts ...string) []string {
 		}
 	}
 	return out
-}
-
-// hostileCounts serves /counts with handle and answers 404 everywhere else (the wake stream too).
-func hostileCounts(t *testing.T, handle http.HandlerFunc) string {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != admin.PathCounts {
-			http.NotFound(w, r)
-			return
-		}
-		handle(w, r)
-	}))
-	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
-	return srv.URL
 }
 
 func jsonCounts(body string) http.HandlerFunc {
@@ -260,40 +245,39 @@ func (r stallReader) Read([]byte) (int, error) {
 
 // TestReplicaTurningHostileKeepsItsLastGoodCountsThenExpires checks that a replica whose answers
 // become impossible is treated like one that stopped answering: its last believable counts are kept
-// for the grace period, then dropped; its impossible numbers are never used.
+// for the grace period, then dropped; its impossible numbers are never used. It runs in virtual time
+// with the default flags (200ms interval, 15s grace).
 func TestReplicaTurningHostileKeepsItsLastGoodCountsThenExpires(t *testing.T) {
-	var mu sync.Mutex
-	body := `{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/app","i":4}]}`
-	url := hostileCounts(t, func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		b := body
-		mu.Unlock()
-		jsonCounts(b)(w, r)
-	})
-	h := startHarness(t, harnessOptions{replicas: 1, grace: time.Second})
-	h.ics[0].Counts().Set("ns/app", 1, 0)
-	reps := append(*h.reps.Load(), Replica{Key: "turncoat", URL: url})
-	h.reps.Store(&reps)
-	testenv.EventuallyDetail(t, 10*time.Second, "both replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 5))
-
-	mu.Lock()
-	body = `{"epoch":"e","seq":2,"full":true,"apps":[{"k":"ns/app","i":-100}]}`
-	mu.Unlock()
-	turned := time.Now()
-	for time.Since(turned) < 600*time.Millisecond {
+	synctest.Test(t, func(t *testing.T) {
+		var body atomic.Value
+		body.Store(`{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/app","i":4}]}`)
+		h := startVirtual(t, virtualOptions{replicas: 1})
+		h.ics[0].Counts().Set("ns/app", 1, 0)
+		h.addReplica("turncoat", func(w http.ResponseWriter, r *http.Request) { jsonCounts(body.Load().(string))(w, r) })
+		after(vInterval)
 		if got := h.metric(appMD, trigger.MetricConcurrency); got != 5 {
-			t.Fatalf("ns/app concurrency = %v within the grace period, want 5 (the last good counts)", got)
+			t.Fatalf("ns/app concurrency = %v, want 5 from both replicas", got)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	testenv.EventuallyDetail(t, 10*time.Second, "turncoat's counts dropped after the grace period", metricIs(h, appMD, trigger.MetricConcurrency, 1))
+
+		body.Store(`{"epoch":"e","seq":2,"full":true,"apps":[{"k":"ns/app","i":-100}]}`)
+		// Its last good answer was this instant: its counts are kept for 15s, at every poll.
+		for range (vGrace - vInterval) / vInterval {
+			after(vInterval)
+			if got := h.metric(appMD, trigger.MetricConcurrency); got != 5 {
+				t.Fatalf("at %s: ns/app concurrency = %v within the grace period, want 5 (the last good counts)", time.Now().Format(time.StampMilli), got)
+			}
+		}
+		after(2 * vInterval)
+		if got := h.metric(appMD, trigger.MetricConcurrency); got != 1 {
+			t.Fatalf("ns/app concurrency = %v after the grace period, want 1: the turncoat's counts were not dropped", got)
+		}
+	})
 }
 
 // floodingReplica answers /counts with an empty snapshot and, on /wake, writes the given lines as fast
-// as the connection takes them, then keeps the stream open with heartbeats.
-func floodingReplica(t *testing.T, lines func(w io.Writer)) string {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// as the stream takes them, then keeps the stream open with heartbeats.
+func floodingReplica(lines func(w io.Writer)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case admin.PathCounts:
 			jsonCounts(`{"epoch":"f","seq":1,"full":true,"apps":[]}`)(w, r)
@@ -314,82 +298,74 @@ func floodingReplica(t *testing.T, lines func(w io.Writer)) string {
 		default:
 			http.NotFound(w, r)
 		}
-	}))
-	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
-	return srv.URL
+	}
 }
 
 // TestWakeFloodIsBoundedPerReplica runs a replica that sends thousands of wake notices for
 // apps nobody asked about, and notices whose key is not an app key, next to a well-behaved replica.
 // The scaler keeps at most the flooding replica's allowance, names it in the log, records no
-// malformed key, and still pushes the well-behaved replica's notice to KEDA at once.
+// malformed key, and still pushes the well-behaved replica's notice to KEDA at once. It runs in
+// virtual time: the allowance is exact, and "at once" means no time passes.
 func TestWakeFloodIsBoundedPerReplica(t *testing.T) {
-	// 5,000 notices: 25 times the burst, and read within the wait even at load 45 under -race (20,000
-	// were not: 12,774 in 10 s).
-	const rate, burst, flood = 100, 200, 5000
-	book, log := newLogBook(t)
-	h := startHarness(t, harnessOptions{replicas: 1, wakeRate: rate, wakeBurst: burst, log: log})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	md := trigger.Metadata{App: "ns/app", RequestRateTarget: 1}.Encode("s:1")
-	stream, err := h.client.StreamIsActive(ctx, ref(md))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := recvWithin(t, stream, 5*time.Second); v {
-		t.Fatal("first message true before any traffic")
-	}
-
-	malformed := []string{"no-slash", "a/b/c", "/name", "ns/" + strings.Repeat("x", 400)}
-	url := floodingReplica(t, func(w io.Writer) {
-		for _, k := range malformed {
-			fmt.Fprintf(w, "{\"key\":%q}\n", k)
+	synctest.Test(t, func(t *testing.T) {
+		const rate, burst, flood = 100, 200, 5000 // 25 times the burst
+		book, log := newLogBook(t)
+		h := startVirtual(t, virtualOptions{replicas: 1, wakeRate: rate, wakeBurst: burst, log: log})
+		md := trigger.Metadata{App: "ns/app", RequestRateTarget: 1}.Encode("s:1")
+		stream := h.streamIsActive(md)
+		if v, _ := stream.recvWithin(t, time.Second); v {
+			t.Fatal("first message true before any traffic")
 		}
-		for i := range flood {
-			fmt.Fprintf(w, "{\"key\":\"flood/app-%d\"}\n", i)
-		}
-	})
-	seen := func() float64 {
-		return testutil.ToFloat64(metricWakes) + testutil.ToFloat64(metricWakesDropped.WithLabelValues("rate")) +
-			testutil.ToFloat64(metricWakesDropped.WithLabelValues("malformed"))
-	}
-	before := seen()
-	start := time.Now()
-	reps := append(*h.reps.Load(), Replica{Key: "flooder", URL: url})
-	h.reps.Store(&reps)
-	testenv.EventuallyDetail(t, 10*time.Second, "the whole flood read", func() (bool, string) {
-		n := seen() - before
-		return n >= float64(flood+len(malformed)), fmt.Sprintf("%v notices read", n)
-	})
 
-	// The well-behaved replica's notice is not queued behind the flood.
-	h.ics[0].Wake("ns/app")
-	if v, d := recvWithin(t, stream, 5*time.Second); !v {
-		t.Fatal("message after the well-behaved replica's wake notice is false")
-	} else if d > 2*time.Second {
-		t.Errorf("wake notice took %s to reach KEDA during another replica's flood", d)
-	}
-
-	h.state.mu.Lock()
-	var kept int
-	for app := range h.state.wakes {
-		if strings.HasPrefix(app, "flood/") {
-			kept++
+		malformed := []string{"no-slash", "a/b/c", "/name", "ns/" + strings.Repeat("x", 400)}
+		seen := func() float64 {
+			return testutil.ToFloat64(metricWakes) + testutil.ToFloat64(metricWakesDropped.WithLabelValues("rate")) +
+				testutil.ToFloat64(metricWakesDropped.WithLabelValues("malformed"))
 		}
-		for _, k := range malformed {
-			if app == k {
-				t.Errorf("malformed key %.20q recorded as a wake notice", k)
+		before := seen()
+		start := time.Now()
+		h.addURL("flooder", h.net.serve("flooder", floodingReplica(func(w io.Writer) {
+			for _, k := range malformed {
+				fmt.Fprintf(w, "{\"key\":%q}\n", k)
+			}
+			for i := range flood {
+				fmt.Fprintf(w, "{\"key\":\"flood/app-%d\"}\n", i)
+			}
+		})))
+		after(vInterval) // the flooder is discovered and its stream read to the end
+		if n := seen() - before; n != float64(flood+len(malformed)) {
+			t.Fatalf("%v of the %d notices read", n, flood+len(malformed))
+		}
+
+		// The well-behaved replica's notice is not queued behind the flood.
+		h.ics[0].Wake("ns/app")
+		if v, d := stream.recvWithin(t, time.Second); !v {
+			t.Fatal("message after the well-behaved replica's wake notice is false")
+		} else if d != 0 {
+			t.Errorf("wake notice took %s to reach KEDA after another replica's flood, want at once", d)
+		}
+
+		h.state.mu.Lock()
+		var kept int
+		for app := range h.state.wakes {
+			if strings.HasPrefix(app, "flood/") {
+				kept++
+			}
+			for _, k := range malformed {
+				if app == k {
+					t.Errorf("malformed key %.20q recorded as a wake notice", k)
+				}
 			}
 		}
-	}
-	h.state.mu.Unlock()
-	if allowed := burst + int(rate*time.Since(start).Seconds()) + 1; kept == 0 || kept > allowed {
-		t.Errorf("%d of the flooding replica's %d notices kept, want between 1 and its allowance %d", kept, flood, allowed)
-	}
-	if !book.has("dropping wake notices", `"replica"="flooder"`, `"reason"="rate"`) ||
-		!book.has("dropping wake notices", `"replica"="flooder"`, `"reason"="malformed"`) {
-		t.Error("no log line names the flooding replica with reasons rate and malformed")
-	}
+		h.state.mu.Unlock()
+		if allowed := burst + int(rate*time.Since(start).Seconds()); kept < burst || kept > allowed {
+			t.Errorf("%d of the flooding replica's %d notices kept, want its burst %d and at most its allowance %d", kept, flood, burst, allowed)
+		}
+		if !book.has("dropping wake notices", `"replica"="flooder"`, `"reason"="rate"`) ||
+			!book.has("dropping wake notices", `"replica"="flooder"`, `"reason"="malformed"`) {
+			t.Error("no log line names the flooding replica with reasons rate and malformed")
+		}
+	})
 }
 
 // TestFlappingEpochDoesNotInventRequests runs a replica that answers with a new epoch on every poll,
@@ -397,66 +373,46 @@ func TestWakeFloodIsBoundedPerReplica(t *testing.T) {
 // rate KEDA reads counts the well-behaved replica's requests and at most the flapping replica's first
 // restart, not a thousand requests per poll.
 func TestFlappingEpochDoesNotInventRequests(t *testing.T) {
-	var mu sync.Mutex
-	n := 0
-	url := hostileCounts(t, func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		n++
-		epoch := n
-		mu.Unlock()
-		jsonCounts(fmt.Sprintf(`{"epoch":"flap-%d","seq":1,"full":true,"apps":[{"k":"ns/app","r":1000}]}`, epoch))(w, r)
+	synctest.Test(t, func(t *testing.T) {
+		var polls atomic.Int64
+		h := startVirtual(t, virtualOptions{replicas: 1})
+		h.addReplica("flapper", func(w http.ResponseWriter, r *http.Request) {
+			epoch := polls.Add(1)
+			jsonCounts(fmt.Sprintf(`{"epoch":"flap-%d","seq":1,"full":true,"apps":[{"k":"ns/app","r":1000}]}`, epoch))(w, r)
+		})
+		after(6 * time.Second)
+		if n := polls.Load(); n < 30 {
+			t.Fatalf("flapping replica polled %d times in 6s, want 30", n)
+		}
+		h.ics[0].Counts().AddRequests("ns/app", 10)
+		after(vInterval)
+		// appMD's window is 10s: the well-behaved 10 requests are 1/s, the flapping replica's one counted
+		// restart adds at most 100/s; each further poll would add another 100/s.
+		if got := h.metric(appMD, trigger.MetricRequestRate); got < 1 || got > 101 {
+			t.Errorf("request rate = %v after %d polls of a flapping replica, want 1 to 101 (10 real requests and at most one restart)", got, polls.Load())
+		}
 	})
-	h := startHarness(t, harnessOptions{replicas: 1})
-	reps := append(*h.reps.Load(), Replica{Key: "flapper", URL: url})
-	h.reps.Store(&reps)
-	polls := func() int { mu.Lock(); defer mu.Unlock(); return n }
-	testenv.EventuallyDetail(t, 10*time.Second, "flapping replica polled many times", func() (bool, string) {
-		return polls() >= 30, fmt.Sprintf("%d polls", polls())
-	})
-	h.ics[0].Counts().AddRequests("ns/app", 10)
-	// appMD's window is 10s: the well-behaved 10 requests are 1/s, the flapping replica's one counted
-	// restart adds at most 100/s; each further poll would add another 100/s.
-	testenv.EventuallyDetail(t, 10*time.Second, "well-behaved requests counted", func() (bool, string) {
-		got := h.metric(appMD, trigger.MetricRequestRate)
-		return got >= 1, "got " + formatFloat(got)
-	})
-	if got := h.metric(appMD, trigger.MetricRequestRate); got > 101 {
-		t.Errorf("request rate = %v after %d polls of a flapping replica, want at most 101 (10 real requests and one restart)", got, polls())
-	}
 }
 
 // TestAbsurdRequestCounterIsCut runs a replica whose request counter jumps from 0 to 2^52 between two
 // polls: KEDA reads a rate bounded by MaxAppRequestRate, not one of 10^14 requests a second.
 func TestAbsurdRequestCounterIsCut(t *testing.T) {
-	var mu sync.Mutex
-	requests := 0
-	url := hostileCounts(t, func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		n := requests
-		mu.Unlock()
-		jsonCounts(fmt.Sprintf(`{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/app","r":%d}]}`, n))(w, r)
-	})
-	h := startHarness(t, harnessOptions{replicas: 1})
-	reps := append(*h.reps.Load(), Replica{Key: "jumper", URL: url})
-	h.reps.Store(&reps)
-	testenv.EventuallyDetail(t, 10*time.Second, "baseline from the jumping replica", func() (bool, string) {
-		for _, rs := range h.state.Snapshot().Replicas {
-			if rs.Key == "jumper" && !rs.LastSuccess.IsZero() {
-				return true, ""
-			}
+	synctest.Test(t, func(t *testing.T) {
+		var requests atomic.Uint64
+		h := startVirtual(t, virtualOptions{replicas: 1})
+		h.addReplica("jumper", func(w http.ResponseWriter, r *http.Request) {
+			jsonCounts(fmt.Sprintf(`{"epoch":"e","seq":1,"full":true,"apps":[{"k":"ns/app","r":%d}]}`, requests.Load()))(w, r)
+		})
+		after(vInterval)
+		if !slices.ContainsFunc(h.state.Snapshot().Replicas, func(rs ReplicaStatus) bool { return rs.Key == "jumper" && !rs.LastSuccess.IsZero() }) {
+			t.Fatal("jumping replica not polled after one interval")
 		}
-		return false, "not polled yet"
+		requests.Store(1 << 52)
+		after(vInterval)
+		// appMD's window is 10s; the cut allows MaxAppRequestRate for each second since the previous
+		// answer, at least one.
+		if got, limit := h.metric(appMD, trigger.MetricRequestRate), float64(MaxAppRequestRate)/10; got <= 0 || got > limit {
+			t.Errorf("request rate = %v after one absurd counter, want above 0 and at most %v", got, limit)
+		}
 	})
-	mu.Lock()
-	requests = 1 << 52
-	mu.Unlock()
-	testenv.EventuallyDetail(t, 10*time.Second, "jump observed", func() (bool, string) {
-		got := h.metric(appMD, trigger.MetricRequestRate)
-		return got > 0, "got " + formatFloat(got)
-	})
-	// appMD's window is 10s; the cut allows MaxAppRequestRate for each second since the previous
-	// answer, at least one.
-	if got, limit := h.metric(appMD, trigger.MetricRequestRate), float64(MaxAppRequestRate)/10; got > limit {
-		t.Errorf("request rate = %v after one absurd counter, want at most %v", got, limit)
-	}
 }

@@ -2,13 +2,13 @@ package scaling
 
 import (
 	"context"
-	"fmt"
+	"math"
 	"net"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
@@ -22,7 +22,9 @@ import (
 )
 
 // harness runs a Collector and a gRPC Server against fake interceptor replicas (real pkg/admin
-// handlers on loopback) and talks to the server with a real gRPC client.
+// handlers on loopback) and talks to the server with a real gRPC client. It is for tests whose subject
+// is the wire (the gRPC surface, its limits, TLS); a test whose verdict depends on timing runs in
+// virtual time on startVirtual instead.
 type harness struct {
 	t      *testing.T
 	ics    []*scalingtest.Interceptor
@@ -33,51 +35,35 @@ type harness struct {
 }
 
 type harnessOptions struct {
-	replicas      int
-	grace         time.Duration
-	wakeHeartbeat time.Duration
-	server        ServerOptions
-	dial          []grpc.DialOption
-	// wakeRate and wakeBurst: see CollectorOptions.
-	wakeRate  float64
-	wakeBurst int
-	// log, when set, receives the collector's and server's logs instead of the test log.
-	log logr.Logger
-	// before runs after the replicas started and before the collector's first poll.
-	before func(ics []*scalingtest.Interceptor)
+	replicas int
+	server   ServerOptions
+	dial     []grpc.DialOption
 }
 
 func startHarness(t *testing.T, o harnessOptions) *harness {
 	t.Helper()
-	if o.grace == 0 {
-		o.grace = time.Second
-	}
 	h := &harness{t: t, state: NewState(30 * time.Second)}
 	var reps []Replica
 	for i := range o.replicas {
-		ic := scalingtest.Start(scalingtest.Options{WakeHeartbeat: o.wakeHeartbeat})
+		ic := scalingtest.Start(scalingtest.Options{})
 		t.Cleanup(ic.Close)
 		h.ics = append(h.ics, ic)
 		reps = append(reps, Replica{Key: string(rune('a' + i)), URL: ic.URL()})
 	}
 	h.reps.Store(&reps)
-	if o.before != nil {
-		o.before(h.ics)
-	}
-	log := o.log
-	if log.GetSink() == nil {
-		log = testLog(t)
-	}
+	log := testLog(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	collector := NewCollector(CollectorOptions{
-		Discovery:  DiscoverFunc(func(context.Context) ([]Replica, error) { return *h.reps.Load(), nil }),
-		Counts:     admin.Client{},
-		Wake:       admin.Client{},
-		Interval:   20 * time.Millisecond,
-		Timeout:    100 * time.Millisecond,
-		StaleGrace: o.grace,
-		WakeRate:   o.wakeRate,
-		WakeBurst:  o.wakeBurst,
+		Discovery: DiscoverFunc(func(context.Context) ([]Replica, error) { return *h.reps.Load(), nil }),
+		Counts:    admin.Client{},
+		Wake:      admin.Client{},
+		Interval:  20 * time.Millisecond,
+		Timeout:   100 * time.Millisecond,
+		// Longer than any test runs: no test on real sockets is about a replica's counts expiring
+		// (those run in virtual time, startVirtual), and a loaded machine that answers a loopback poll
+		// late for a second must not drop them from under a test about the gRPC surface (it did:
+		// "ns/app concurrency after a bad call = 0, want 2", 2 of 20 runs under load with a 1s grace).
+		StaleGrace: time.Hour,
 		Log:        log.WithName("collector"),
 	}, h.state)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -182,72 +168,100 @@ func TestGRPCServesCountsSummedOverRealInterceptors(t *testing.T) {
 	}
 }
 
+// TestHungReplicaKeepsItsLastCountsForTheGracePeriodWithoutBlockingReads runs in virtual time with
+// the default flags: a replica that stops answering keeps its last counts, marked stale, for the
+// 15s grace from its last good answer and not a poll longer, the other replica is still polled
+// meanwhile, KEDA's reads never wait on the hung one, and it counts again once it answers.
 func TestHungReplicaKeepsItsLastCountsForTheGracePeriodWithoutBlockingReads(t *testing.T) {
-	h := startHarness(t, harnessOptions{replicas: 2, grace: 1500 * time.Millisecond})
-	h.ics[0].Counts().Set("ns/app", 4, 0)
-	h.ics[1].Counts().Set("ns/app", 1, 0)
-	testenv.EventuallyDetail(t, 10*time.Second, "both replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 5))
-
-	h.ics[0].Hang()
-	hungAt := time.Now()
-	h.ics[1].Counts().Set("ns/app", 2, 0)
-	// The healthy replica's change shows while the hung one's last counts are kept.
-	testenv.EventuallyDetail(t, 10*time.Second, "healthy replica still polled while the other hangs", metricIs(h, appMD, trigger.MetricConcurrency, 6))
-	testenv.EventuallyDetail(t, 10*time.Second, "hung replica marked stale", func() (bool, string) {
-		s := h.state.Snapshot()
-		return s.Apps["ns/app"].Stale && s.Replicas[0].Stale, "not stale yet"
-	})
-	if time.Since(hungAt) < time.Second && h.metric(appMD, trigger.MetricConcurrency) != 6 {
-		t.Error("hung replica's counts were dropped before the grace period ended")
-	}
-	// Reads never wait on the hung replica.
-	for range 20 {
-		start := time.Now()
-		h.metric(appMD, trigger.MetricConcurrency)
-		if d := time.Since(start); d > 500*time.Millisecond {
-			t.Fatalf("GetMetrics took %s while a replica hangs", d)
+	synctest.Test(t, func(t *testing.T) {
+		h := startVirtual(t, virtualOptions{replicas: 2})
+		h.ics[0].Counts().Set("ns/app", 4, 0)
+		h.ics[1].Counts().Set("ns/app", 1, 0)
+		after(vInterval)
+		if got := h.metric(appMD, trigger.MetricConcurrency); got != 5 {
+			t.Fatalf("concurrency %v one interval after the counts were set, want 5 from both replicas", got)
 		}
-	}
-	testenv.EventuallyDetail(t, 10*time.Second, "hung replica ignored after the grace period", metricIs(h, appMD, trigger.MetricConcurrency, 2))
-	// The grace period runs from the last good answer, up to one 20ms interval before Hang.
-	if d := time.Since(hungAt); d < 1400*time.Millisecond {
-		t.Errorf("hung replica dropped after %s, before the 1.5s grace period", d)
-	}
-	h.ics[0].Unhang()
-	testenv.EventuallyDetail(t, 10*time.Second, "replica back after it answers again", metricIs(h, appMD, trigger.MetricConcurrency, 6))
+
+		h.ics[0].Hang() // its last good answer was at most one interval ago
+		h.ics[1].Counts().Set("ns/app", 2, 0)
+		after(2 * time.Second)
+		// The healthy replica's change shows while the hung one's last counts are kept, marked stale.
+		if got := h.metric(appMD, trigger.MetricConcurrency); got != 6 {
+			t.Fatalf("concurrency %v while a replica hangs, want 6 (its last counts and the other's new ones)", got)
+		}
+		if s := h.state.Snapshot(); !s.Apps["ns/app"].Stale || !s.Replicas[0].Stale {
+			t.Errorf("app stale %v, hung replica stale %v after 2s without an answer, want both", s.Apps["ns/app"].Stale, s.Replicas[0].Stale)
+		}
+		// Reads never wait on the hung replica: no virtual time passes in them.
+		for range 20 {
+			start := time.Now()
+			h.metric(appMD, trigger.MetricConcurrency)
+			h.isActive(appMD)
+			if d := time.Since(start); d > 0 {
+				t.Fatalf("GetMetrics and IsActive took %s while a replica hangs", d)
+			}
+		}
+		after(vGrace - 2*time.Second - vInterval) // just short of the grace since its last good answer
+		if got := h.metric(appMD, trigger.MetricConcurrency); got != 6 {
+			t.Fatalf("concurrency %v before the grace ended, want 6: the hung replica's counts were dropped early", got)
+		}
+		after(2 * vInterval) // past the grace
+		if got := h.metric(appMD, trigger.MetricConcurrency); got != 2 {
+			t.Fatalf("concurrency %v after the grace, want 2: the hung replica's counts are still used", got)
+		}
+
+		h.ics[0].Unhang()
+		after(vTimeout + vInterval) // the poll in flight times out, the next one is answered
+		if got := h.metric(appMD, trigger.MetricConcurrency); got != 6 {
+			t.Fatalf("concurrency %v after the replica answers again, want 6", got)
+		}
+	})
 }
 
 func TestRestartedReplicaCountsFromZeroWithoutSpikeOrDrop(t *testing.T) {
-	h := startHarness(t, harnessOptions{replicas: 2, before: func(ics []*scalingtest.Interceptor) {
-		ics[0].Counts().AddRequests("ns/app", 1000) // before the first poll: a baseline, not traffic
-		ics[1].Counts().AddRequests("ns/app", 500)
-	}})
-	testenv.EventuallyDetail(t, 10*time.Second, "baseline", func() (bool, string) {
+	synctest.Test(t, func(t *testing.T) {
+		h := startVirtual(t, virtualOptions{replicas: 2, before: func(ics []*scalingtest.Interceptor) {
+			ics[0].Counts().AddRequests("ns/app", 1000) // before the first poll: a baseline, not traffic
+			ics[1].Counts().AddRequests("ns/app", 500)
+		}})
 		s := h.state.Snapshot()
-		return len(s.Replicas) == 2 && s.Replicas[0].Epoch != "" && s.Replicas[1].Epoch != "", "replicas not polled yet"
+		if len(s.Replicas) != 2 || s.Replicas[0].Epoch == "" || s.Replicas[1].Epoch == "" {
+			t.Fatalf("replicas after the first cycle: %+v, want both polled", s.Replicas)
+		}
+		if got := h.metric(appMD, trigger.MetricRequestRate); got != 0 {
+			t.Fatalf("rate after the first poll = %v, want 0 (existing totals are a baseline)", got)
+		}
+		oldEpoch := s.Replicas[0].Epoch
+		h.ics[0].Restart()
+		h.ics[0].Counts().AddRequests("ns/app", 20)
+		h.ics[1].Counts().AddRequests("ns/app", 10)
+		after(vInterval)
+		// appMD's window is 10s: 30 requests are 3/s, the restarted replica's 20 counted from zero.
+		if got := h.metric(appMD, trigger.MetricRequestRate); got != 3 {
+			t.Errorf("rate after a restart = %v, want 3", got)
+		}
+		if s := h.state.Snapshot(); s.Replicas[0].Epoch == oldEpoch {
+			t.Errorf("replica epoch still %q after restart", oldEpoch)
+		}
 	})
-	if got := h.metric(appMD, trigger.MetricRequestRate); got != 0 {
-		t.Fatalf("rate after the first poll = %v, want 0 (existing totals are a baseline)", got)
-	}
-	oldEpoch := h.state.Snapshot().Replicas[0].Epoch
-	h.ics[0].Restart()
-	h.ics[0].Counts().AddRequests("ns/app", 20)
-	h.ics[1].Counts().AddRequests("ns/app", 10)
-	testenv.EventuallyDetail(t, 10*time.Second, "rate counts the restarted replica from zero", metricIs(h, appMD, trigger.MetricRequestRate, 3))
-	if s := h.state.Snapshot(); s.Replicas[0].Epoch == oldEpoch {
-		t.Errorf("replica epoch still %q after restart", oldEpoch)
-	}
 }
 
 func TestReplicaLeavingDiscoveryIsDroppedAtOnce(t *testing.T) {
-	h := startHarness(t, harnessOptions{replicas: 2})
-	h.ics[0].Counts().Set("ns/app", 4, 0)
-	h.ics[1].Counts().Set("ns/app", 1, 0)
-	testenv.EventuallyDetail(t, 10*time.Second, "both replicas counted", metricIs(h, appMD, trigger.MetricConcurrency, 5))
-	reps := *h.reps.Load()
-	rest := reps[1:]
-	h.reps.Store(&rest)
-	testenv.EventuallyDetail(t, 10*time.Second, "removed replica no longer counted", metricIs(h, appMD, trigger.MetricConcurrency, 1))
+	synctest.Test(t, func(t *testing.T) {
+		h := startVirtual(t, virtualOptions{replicas: 2})
+		h.ics[0].Counts().Set("ns/app", 4, 0)
+		h.ics[1].Counts().Set("ns/app", 1, 0)
+		after(vInterval)
+		if got := h.metric(appMD, trigger.MetricConcurrency); got != 5 {
+			t.Fatalf("concurrency %v, want 5 from both replicas", got)
+		}
+		rest := (*h.reps.Load())[1:]
+		h.reps.Store(&rest)
+		after(vInterval) // the next cycle's discovery, not the grace
+		if got := h.metric(appMD, trigger.MetricConcurrency); got != 1 {
+			t.Errorf("concurrency %v one interval after a replica left discovery, want 1", got)
+		}
+	})
 }
 
 func recvWithin(t *testing.T, stream externalscaler.ExternalScaler_StreamIsActiveClient, d time.Duration) (bool, time.Duration) {
@@ -275,49 +289,47 @@ func recvWithin(t *testing.T, stream externalscaler.ExternalScaler_StreamIsActiv
 }
 
 func TestStreamIsActivePushesWakeNoticesAndSurvivesBrokenWakeStreams(t *testing.T) {
-	h := startHarness(t, harnessOptions{replicas: 2})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	md := trigger.Metadata{App: "ns/app", RequestRateTarget: 1}.Encode("s:1")
-	stream, err := h.client.StreamIsActive(ctx, ref(md))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := recvWithin(t, stream, 5*time.Second); v {
-		t.Fatal("first message true before any traffic")
-	}
-	testenv.EventuallyDetail(t, 10*time.Second, "wake streams open", func() (bool, string) {
-		return h.ics[0].WakeStreams() == 1 && h.ics[1].WakeStreams() == 1, "not subscribed yet"
-	})
-	count0, sum0 := wakeDelays(t)
-	woke := time.Now()
-	h.ics[1].Wake("ns/app")
-	if v, d := recvWithin(t, stream, 5*time.Second); !v {
-		t.Fatal("message after a wake notice is false")
-	} else {
-		t.Logf("wake notice reached the StreamIsActive client in %s", d)
-	}
-	// The wake's path to KEDA is measured: one sample, from the notice's time to the push.
-	testenv.EventuallyDetail(t, 10*time.Second, "the wake notice's delay observed", func() (bool, string) {
-		count, _ := wakeDelays(t)
-		return count == count0+1, fmt.Sprintf("%d samples, want %d", count, count0+1)
-	})
-	if _, sum := wakeDelays(t); sum-sum0 <= 0 || sum-sum0 > time.Since(woke).Seconds() {
-		t.Errorf("wake notice delay %.6fs, want within the %s since the notice", sum-sum0, time.Since(woke))
-	}
-	if !h.isActive(md) {
-		t.Error("IsActive disagrees with the stream after a wake notice")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := startVirtual(t, virtualOptions{replicas: 2})
+		md := trigger.Metadata{App: "ns/app", RequestRateTarget: 1}.Encode("s:1")
+		stream := h.streamIsActive(md)
+		if v, _ := stream.recvWithin(t, time.Second); v {
+			t.Fatal("first message true before any traffic")
+		}
+		after(vInterval / 2) // between two polls
+		if h.ics[0].WakeStreams() != 1 || h.ics[1].WakeStreams() != 1 {
+			t.Fatalf("wake streams open: %d and %d, want 1 each", h.ics[0].WakeStreams(), h.ics[1].WakeStreams())
+		}
+		count0, sum0 := wakeDelays(t)
+		// A notice the replica raised 300ms before it reached the scaler.
+		h.ics[1].WakeAt("ns/app", time.Now().Add(-300*time.Millisecond))
+		if v, d := stream.recvWithin(t, time.Second); !v {
+			t.Fatal("message after a wake notice is false")
+		} else if d != 0 {
+			t.Errorf("wake notice reached the StreamIsActive client after %s, want at once (not at the next poll)", d)
+		}
+		// The wake's path to KEDA is measured: one sample, from the notice's time to the push.
+		if count, sum := wakeDelays(t); count != count0+1 || math.Abs(sum-sum0-0.3) > 1e-9 {
+			t.Errorf("wake notice delay: %d samples summing %.6fs, want 1 of 0.3s", count-count0, sum-sum0)
+		}
+		if !h.isActive(md) {
+			t.Error("IsActive disagrees with the stream after a wake notice")
+		}
 
-	// The replica breaks its stream; the collector reconnects and the next wake still arrives.
-	h.ics[1].DropWakeStreams()
-	testenv.EventuallyDetail(t, 10*time.Second, "wake stream reconnected", func() (bool, string) {
-		return h.ics[1].WakeStreams() == 1, "not reconnected"
+		// The replica breaks its stream; the collector reconnects (backoff 25-50ms) and the next wake
+		// still arrives.
+		h.ics[1].DropWakeStreams()
+		after(100 * time.Millisecond)
+		if n := h.ics[1].WakeStreams(); n != 1 {
+			t.Fatalf("%d wake streams 100ms after the replica dropped its stream, want 1 (reconnected)", n)
+		}
+		h.ics[1].Wake("ns/app")
+		if v, d := stream.recvWithin(t, time.Second); !v {
+			t.Fatal("message after the second wake notice is false")
+		} else if d != 0 {
+			t.Errorf("second wake notice reached the client after %s, want at once", d)
+		}
 	})
-	h.ics[1].Wake("ns/app")
-	if v, _ := recvWithin(t, stream, 5*time.Second); !v {
-		t.Fatal("message after the second wake notice is false")
-	}
 }
 
 // wakeDelays reads httpscale_scaler_wake_notice_delay_seconds: its sample count and sum.
@@ -331,37 +343,22 @@ func wakeDelays(t *testing.T) (uint64, float64) {
 }
 
 func TestStreamIsActivePushesActivityChanges(t *testing.T) {
-	h := startHarness(t, harnessOptions{replicas: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	md := map[string]string{trigger.KeyHTTPScaledObject: "ns/app", trigger.KeyConcurrencyTarget: "1", trigger.KeyRequestRateWindow: "1s"}
-	stream, err := h.client.StreamIsActive(ctx, ref(md))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := recvWithin(t, stream, 5*time.Second); v {
-		t.Fatal("first message true before any traffic")
-	}
-	h.ics[0].Counts().Set("ns/app", 0, 1) // a held request, no wake notice
-	if v, _ := recvWithin(t, stream, 5*time.Second); !v {
-		t.Fatal("held request did not push true")
-	}
-	h.ics[0].Counts().Set("ns/app", 0, 0)
-	expectEnd(t, stream, "held request answered")
-}
-
-// expectEnd expects the end of activity: true (KEDA starts its cooldown from the last "active" it
-// hears, and ignores "inactive"), then false.
-func expectEnd(t *testing.T, stream externalscaler.ExternalScaler_StreamIsActiveClient, what string) time.Duration {
-	t.Helper()
-	v, d := recvWithin(t, stream, 5*time.Second)
-	if !v {
-		t.Fatalf("%s: first message at the end of activity is false, want true (KEDA's last active)", what)
-	}
-	if v, _ := recvWithin(t, stream, time.Second); v {
-		t.Fatalf("%s: second message at the end of activity is true, want false", what)
-	}
-	return d
+	synctest.Test(t, func(t *testing.T) {
+		h := startVirtual(t, virtualOptions{replicas: 1})
+		md := map[string]string{trigger.KeyHTTPScaledObject: "ns/app", trigger.KeyConcurrencyTarget: "1", trigger.KeyRequestRateWindow: "1s"}
+		stream := h.streamIsActive(md)
+		if v, _ := stream.recvWithin(t, time.Second); v {
+			t.Fatal("first message true before any traffic")
+		}
+		h.ics[0].Counts().Set("ns/app", 0, 1) // a held request, no wake notice
+		if v, d := stream.recvWithin(t, time.Second); !v || d > vInterval {
+			t.Fatalf("held request pushed %v after %s, want true at the next poll", v, d)
+		}
+		h.ics[0].Counts().Set("ns/app", 0, 0)
+		if d := stream.expectEnd(t, time.Second, "held request answered"); d > vInterval {
+			t.Errorf("end of activity pushed %s after the held request was answered, want at the next poll", d)
+		}
+	})
 }
 
 // TestStreamIsActiveEndsActivityAfterTheActiveHoldNotTheRateWindow is the regression test for an app
@@ -369,38 +366,26 @@ func expectEnd(t *testing.T, stream externalscaler.ExternalScaler_StreamIsActive
 // finished request keeps the app active for the active hold only, although it stays in the
 // request rate for the whole window.
 func TestStreamIsActiveEndsActivityAfterTheActiveHoldNotTheRateWindow(t *testing.T) {
-	h := startHarness(t, harnessOptions{replicas: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	md := map[string]string{trigger.KeyHTTPScaledObject: "ns/app", trigger.KeyRequestRateTarget: "10", trigger.KeyRequestRateWindow: "1m"}
-	stream, err := h.client.StreamIsActive(ctx, ref(md))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := recvWithin(t, stream, 5*time.Second); v {
-		t.Fatal("first message true before any traffic")
-	}
-	h.ics[0].Counts().AddRequests("ns/app", 3) // three short requests, none in flight at any poll
-	if v, _ := recvWithin(t, stream, 5*time.Second); !v {
-		t.Fatal("finished requests did not push true")
-	}
-	start := time.Now()
-	expectEnd(t, stream, "short requests")
-	if held := time.Since(start); held < DefaultActiveHold/2 || held > DefaultActiveHold+3*time.Second {
-		t.Errorf("activity ended %s after the requests were seen, want about the active hold %s", held, DefaultActiveHold)
-	}
-	resp, err := h.client.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: ref(md), MetricName: trigger.MetricRequestRate})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := resp.MetricValues[0].MetricValueFloat; got <= 0 {
-		t.Errorf("request rate after activity ended = %v, want the three requests still counted in the 1m window", got)
-	}
-	active, err := h.client.IsActive(ctx, ref(md))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if active.Result {
-		t.Error("IsActive = true after the active hold, want false")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := startVirtual(t, virtualOptions{replicas: 1})
+		md := map[string]string{trigger.KeyHTTPScaledObject: "ns/app", trigger.KeyRequestRateTarget: "10", trigger.KeyRequestRateWindow: "1m"}
+		stream := h.streamIsActive(md)
+		if v, _ := stream.recvWithin(t, time.Second); v {
+			t.Fatal("first message true before any traffic")
+		}
+		h.ics[0].Counts().AddRequests("ns/app", 3) // three short requests, none in flight at any poll
+		if v, d := stream.recvWithin(t, time.Second); !v || d > vInterval {
+			t.Fatalf("finished requests pushed %v after %s, want true at the next poll", v, d)
+		}
+		held := stream.expectEnd(t, time.Minute, "short requests")
+		if held < DefaultActiveHold || held > DefaultActiveHold+vInterval {
+			t.Errorf("activity ended %s after the requests were seen, want the active hold %s (to the next poll)", held, DefaultActiveHold)
+		}
+		if got := h.metric(md, trigger.MetricRequestRate); got <= 0 {
+			t.Errorf("request rate after activity ended = %v, want the three requests still counted in the 1m window", got)
+		}
+		if h.isActive(md) {
+			t.Error("IsActive = true after the active hold, want false")
+		}
+	})
 }

@@ -1,5 +1,6 @@
 // Package scalingtest provides a fake interceptor replica for the scaler's tests: real pkg/admin
-// handlers on a loopback listener, fed by counters the test controls, that can hang or restart.
+// handlers, on a loopback listener or reached in memory, fed by counters the test controls, that can
+// hang or restart.
 package scalingtest
 
 import (
@@ -18,12 +19,13 @@ import (
 
 // Interceptor is one fake replica. Its methods are safe for concurrent use.
 type Interceptor struct {
-	// Server serves the admin handler on 127.0.0.1.
+	// Server serves the admin handler on 127.0.0.1 (nil for a replica made by New).
 	Server *httptest.Server
 
-	counts *Counts
-	wake   *Wakes
-	hang   atomic.Pointer[chan struct{}]
+	counts  *Counts
+	wake    *Wakes
+	hang    atomic.Pointer[chan struct{}]
+	handler http.Handler
 }
 
 // Options shape the fake replica's admin handler.
@@ -34,12 +36,20 @@ type Options struct {
 
 // Start serves a fake replica until the returned Interceptor is closed.
 func Start(opts Options) *Interceptor {
+	ic := New(opts)
+	ic.Server = httptest.NewServer(ic.handler)
+	return ic
+}
+
+// New returns a fake replica that is not served: its Handler is, by whoever the test chooses (an
+// in-memory transport, so that the scaler's tests can run in a synctest bubble). Server is nil.
+func New(opts Options) *Interceptor {
 	ic := &Interceptor{counts: NewCounts(), wake: NewWakes()}
 	h := admin.NewHandler(admin.HandlerOptions{
 		Counts: ic.counts, Wake: ic.wake, WakeHeartbeat: opts.WakeHeartbeat,
 		Status: func() admin.Status { return admin.Status{} },
 	})
-	ic.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ic.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == admin.PathCounts {
 			if ch := ic.hang.Load(); ch != nil {
 				select { // a hung replica: accept the connection, never answer
@@ -50,9 +60,12 @@ func Start(opts Options) *Interceptor {
 			}
 		}
 		h.ServeHTTP(w, r)
-	}))
+	})
 	return ic
 }
+
+// Handler is the replica's admin handler, with Hang applied.
+func (ic *Interceptor) Handler() http.Handler { return ic.handler }
 
 // URL is the admin base URL.
 func (ic *Interceptor) URL() string { return ic.Server.URL }
@@ -68,7 +81,12 @@ func (ic *Interceptor) Port() int {
 func (ic *Interceptor) Counts() *Counts { return ic.counts }
 
 // Wake publishes a wake notice for app on every open wake stream.
-func (ic *Interceptor) Wake(app string) { ic.wake.Publish(admin.WakeEvent{Key: app, At: time.Now()}) }
+func (ic *Interceptor) Wake(app string) { ic.WakeAt(app, time.Now()) }
+
+// WakeAt publishes a wake notice for app stamped at, as one the replica raised at that moment.
+func (ic *Interceptor) WakeAt(app string, at time.Time) {
+	ic.wake.Publish(admin.WakeEvent{Key: app, At: at})
+}
 
 // WakeStreams counts the open wake streams.
 func (ic *Interceptor) WakeStreams() int { return ic.wake.Len() }
@@ -92,12 +110,14 @@ func (ic *Interceptor) Unhang() {
 // Restart gives the replica a new epoch with every counter at zero, as a restarted process has.
 func (ic *Interceptor) Restart() { ic.counts.Restart() }
 
-// Close stops the server.
+// Close ends the wake streams and stops the server.
 func (ic *Interceptor) Close() {
 	ic.Unhang()
 	ic.wake.CloseAll()
-	ic.Server.CloseClientConnections()
-	ic.Server.Close()
+	if ic.Server != nil {
+		ic.Server.CloseClientConnections()
+		ic.Server.Close()
+	}
 }
 
 var epochs atomic.Uint64
