@@ -134,18 +134,19 @@ func newServers(cfg *config.Interceptor, kube kubeParts, metricsReg *prometheus.
 		kube.onTableChange(p.TableChanged)
 	}
 	proxySrv := &proxy.Server{
-		Name:           "proxy",
-		Addr:           cfg.ProxyAddr,
-		Engine:         p.Engine(),
-		H2C:            true,
-		FastHTTP1:      cfg.HTTP1FastPath,
-		EventLoops:     cfg.EventLoops,
-		MaxHeaderBytes: int(cfg.MaxHeaderBytes),
-		DrainDelay:     cfg.DrainDelay,
-		DrainTimeout:   cfg.DrainTimeout,
-		WaitIdle:       p.WaitUpgrades,
-		Drained:        make(chan struct{}),
-		Log:            log.WithName("proxy"),
+		Name:                   "proxy",
+		Addr:                   cfg.ProxyAddr,
+		Engine:                 p.Engine(),
+		H2C:                    true,
+		FastHTTP1:              cfg.HTTP1FastPath,
+		EventLoops:             cfg.EventLoops,
+		MaxHeaderBytes:         int(cfg.MaxHeaderBytes),
+		MaxArrivingHeaderBytes: cfg.MaxArrivingHeaderBytes,
+		DrainDelay:             cfg.DrainDelay,
+		DrainTimeout:           cfg.DrainTimeout,
+		WaitIdle:               p.WaitUpgrades,
+		Drained:                make(chan struct{}),
+		Log:                    log.WithName("proxy"),
 	}
 	runnables := []manager.Runnable{afterFirstTable{Runnable: proxySrv, tables: kube.tables}}
 	if keysFile != nil {

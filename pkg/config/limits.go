@@ -20,6 +20,10 @@ type HoldLimits struct {
 	// MaxHeaderBytes bounds the header block of one request (net/http's MaxHeaderBytes); larger
 	// heads are answered 431.
 	MaxHeaderBytes int64
+	// MaxArrivingHeaderBytes bounds the memory of header blocks still arriving on every connection
+	// together, beyond each one's first 4 KiB; a header block that would need more is answered 503.
+	// 0 is no bound.
+	MaxArrivingHeaderBytes int64
 	// MaxQueueLimit, MaxReadinessTimeout and MaxRequestTimeout cap coldStart.queueLimit,
 	// timeouts.readiness and timeouts.request (and responseHeader) of every object; 0 is no cap.
 	MaxQueueLimit       int
@@ -42,12 +46,14 @@ const MemoryLimitFraction = 0.85
 // Defaults of HoldLimits. The held-bytes bound leaves an interceptor with the chart's 512 MiB memory
 // limit room for its routing table and warm traffic (docs/benchmarks.md#held-requests-under-a-flood).
 const (
-	DefaultMaxHeldRequests     = 10000
-	DefaultMaxHeldBytes        = 256 << 20
-	DefaultMaxHeaderBytes      = 32 << 10
-	DefaultMaxQueueLimit       = 10000
-	DefaultMaxReadinessTimeout = 10 * time.Minute
-	DefaultMaxRequestTimeout   = time.Hour
+	DefaultMaxHeldRequests = 10000
+	DefaultMaxHeldBytes    = 256 << 20
+	DefaultMaxHeaderBytes  = 32 << 10
+	// DefaultMaxArrivingHeaderBytes lets 2,048 header blocks of 32 KiB arrive at once.
+	DefaultMaxArrivingHeaderBytes = 64 << 20
+	DefaultMaxQueueLimit          = 10000
+	DefaultMaxReadinessTimeout    = 10 * time.Minute
+	DefaultMaxRequestTimeout      = time.Hour
 	// DefaultMaxWaitingPerEndpoint is twice the default connections per pod: a pod that answers
 	// slowly gets a line that drains in two rounds of its connections, not one without end.
 	DefaultMaxWaitingPerEndpoint = 1024
@@ -60,9 +66,10 @@ const (
 // Bind registers the limits' flags on fs.
 func (l *HoldLimits) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&l.MaxHeldRequests, "max-held-requests", DefaultMaxHeldRequests, "Requests held at once for every app together, shared fairly between namespaces, then apps; 0 means no bound.")
-	l.MaxHeldBytes, l.MaxHeaderBytes = DefaultMaxHeldBytes, DefaultMaxHeaderBytes // before Var, which records the default
+	l.MaxHeldBytes, l.MaxHeaderBytes, l.MaxArrivingHeaderBytes = DefaultMaxHeldBytes, DefaultMaxHeaderBytes, DefaultMaxArrivingHeaderBytes // before Var, which records the default
 	fs.Var(bytesFlag{&l.MaxHeldBytes}, "max-held-bytes", "Memory the held requests may be charged for every app together (a Kubernetes quantity, e.g. 256Mi), shared fairly between namespaces, then apps; 0 means no bound.")
 	fs.Var(bytesFlag{&l.MaxHeaderBytes}, "max-header-bytes", "Largest request header block accepted (a Kubernetes quantity, e.g. 64Ki); larger heads get 431.")
+	fs.Var(bytesFlag{&l.MaxArrivingHeaderBytes}, "max-arriving-header-bytes", "Memory of request header blocks still arriving, every connection together, beyond each one's first 4Ki (a Kubernetes quantity); a header block that would need more gets 503 head_room. 0 means no bound.")
 	fs.IntVar(&l.MaxWaitingPerEndpoint, "max-waiting-per-endpoint", DefaultMaxWaitingPerEndpoint, "Forwarded requests waiting for a connection to one pod while --max-conns-per-endpoint are open; more get 503 upstream_busy. 0 means no bound.")
 	fs.Var(bytesFlag{&l.MemoryLimit}, "memory-limit", "The container's memory limit (a Kubernetes quantity); the Go runtime's soft limit is set to 85% of it (GOMEMLIMIT wins); 0 means none.")
 	fs.IntVar(&l.MaxQueueLimit, "max-queue-limit", DefaultMaxQueueLimit, "Cap of an object's coldStart.queueLimit; 0 means no cap.")
@@ -76,6 +83,7 @@ func (l *HoldLimits) Validate(queueLimit int, readiness, request, responseHeader
 	for name, v := range map[string]int64{
 		"max-held-requests": int64(l.MaxHeldRequests), "max-held-bytes": l.MaxHeldBytes, "max-queue-limit": int64(l.MaxQueueLimit),
 		"memory-limit": l.MemoryLimit, "max-waiting-per-endpoint": int64(l.MaxWaitingPerEndpoint),
+		"max-arriving-header-bytes": l.MaxArrivingHeaderBytes,
 	} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("--%s %d: must not be negative", name, v))

@@ -12,8 +12,8 @@ import (
 // a request keeps its connection's buffers, its goroutines and their stacks, the request and its
 // parsed header (every value a string of its own), a copy of the head kept by the connection's
 // head watch, and its share of the garbage collector's headroom over all of that. The event loops
-// keep less for the heads they hold themselves (at most 4 KiB, no goroutine per connection): the
-// same charge bounds both.
+// keep less for the heads they hold themselves (one copy of the head, no goroutine per connection):
+// the same charge bounds both.
 const (
 	// HeldBaseCost is what a held request with a small head costs.
 	HeldBaseCost = 20 << 10

@@ -78,7 +78,7 @@ func poolOpts(l queue.PoolLimits) func(*proxy.Options, *proxy.Server) {
 }
 
 // forEachPath runs f as subtests for a server whose requests the event loops serve (fast=true:
-// HTTP/1.1 heads up to 4 KiB; larger ones go to net/http) and for one net/http serves alone.
+// HTTP/1.1 heads up to the server's MaxHeaderBytes) and for one net/http serves alone.
 func forEachPath(t *testing.T, f func(t *testing.T, fast bool)) {
 	for _, fast := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) { f(t, fast) })
@@ -255,8 +255,7 @@ func TestHeldPoolChargesHeadBytes(t *testing.T) {
 	_ = small
 }
 
-// The head a request came with is charged on every path: the event loops' heads (up to 4 KiB) as
-// net/http's.
+// The head a request came with is charged on every path: the event loops' heads as net/http's.
 func TestHeldPoolChargesTheHeadOnEveryPath(t *testing.T) {
 	const pad = 3000
 	forEachPath(t, func(t *testing.T, fast bool) {

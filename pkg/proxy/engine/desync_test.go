@@ -221,8 +221,8 @@ func TestUnderscoreHeadersAreDropped(t *testing.T) {
 }
 
 // A client that sends its header block slowly is cut off once the header timeout passed since its
-// first byte, on every path: a connection the fast path hands to net/http (here a header block
-// over the fast path's 4 KiB) does not get a second full timeout there.
+// first byte, on every path: a connection the fast path hands to net/http (here at a bare LF that
+// arrives late) does not get a second full timeout there.
 func TestHeaderTimeoutRunsFromTheFirstByteAcrossAHandOff(t *testing.T) {
 	const timeout = time.Second
 	headerTimeout := func(_ *Options, s *Server) { s.ReadHeaderTimeout = timeout }
@@ -233,7 +233,7 @@ func TestHeaderTimeoutRunsFromTheFirstByteAcrossAHandOff(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(timeout * 6 / 10)
-		if _, err := io.WriteString(c.Conn(), strings.Repeat("a", 5000)); err != nil {
+		if _, err := io.WriteString(c.Conn(), strings.Repeat("a", 5000)+"\nX-More: b"); err != nil {
 			t.Fatal(err)
 		}
 		got, _ := io.ReadAll(c.Conn()) // until the proxy closes the connection

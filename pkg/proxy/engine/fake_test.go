@@ -27,6 +27,9 @@ type fakeLogic struct {
 	apps       map[string]*appCounts // by route name
 	violations []string
 	unrouted   atomic.Int64
+	// onRoute, when set, is called with the host of every request routed, on the goroutine that
+	// routes it (a loop's).
+	onRoute atomic.Pointer[func(host string)]
 }
 
 // route is one app of a fakeLogic.
@@ -150,6 +153,9 @@ func (l *fakeLogic) violate(format string, args ...any) {
 // Route implements Logic.
 func (l *fakeLogic) Route(host, path string, h Header) Exchange {
 	host, _, _ = strings.Cut(strings.ToLower(host), ":")
+	if f := l.onRoute.Load(); f != nil {
+		(*f)(host)
+	}
 	var best *route
 	for i := range l.routes {
 		r := &l.routes[i]

@@ -19,9 +19,14 @@ import (
 // head nor a held request blocks the heads of others, and the stopped client is served once it
 // goes on.
 
-// largeHeader is a header line that makes a head too large for the loops' buffer (4 KiB), so that
-// the loops hand its connection to net/http.
+// largeHeader is a large header line.
 var largeHeader = "X-Pad: " + strings.Repeat("a", 20<<10)
+
+// handedOver is a request with a large head that the loops hand to net/http as soon as its first
+// line has arrived: its lines end in a bare LF, which only net/http's parsers read.
+func handedOver(host, path string) string {
+	return strings.ReplaceAll(proxytest.RawReqTo(host, "GET", path, largeHeader), "\r\n", "\n")
+}
 
 func TestHandedOverHeadsAreParsedOneAtATimeWithoutBlocking(t *testing.T) {
 	h := newHarness(t, []route{entry("app", "app.example.com", "app"), entry("cold", "cold.example.com", "cold")},
@@ -30,7 +35,7 @@ func TestHandedOverHeadsAreParsedOneAtATimeWithoutBlocking(t *testing.T) {
 	h.src.Set(key("app"), be.Addr)
 
 	// A client that sends 6 KiB of its head and stops: handed over, and net/http waits for the rest.
-	whole := proxytest.RawReqTo("app.example.com", "GET", "/slow", largeHeader)
+	whole := handedOver("app.example.com", "/slow")
 	slow := dialRaw(t, h)
 	if _, err := io.WriteString(slow.Conn(), whole[:6<<10]); err != nil {
 		t.Fatal(err)
@@ -40,7 +45,7 @@ func TestHandedOverHeadsAreParsedOneAtATimeWithoutBlocking(t *testing.T) {
 	// A held request with a large head: its handler waits for the cold app.
 	held := dialRaw(t, h)
 	heldAnswer := make(chan proxytest.Answer, 1)
-	go func() { heldAnswer <- held.Do(proxytest.RawReqTo("cold.example.com", "GET", "/held", largeHeader)) }()
+	go func() { heldAnswer <- held.Do(handedOver("cold.example.com", "/held")) }()
 	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer stop()
 	if err := h.src.WaitWaiting(ctx, key("cold"), 1); err != nil {
@@ -51,10 +56,10 @@ func TestHandedOverHeadsAreParsedOneAtATimeWithoutBlocking(t *testing.T) {
 	// connections and on one kept alive.
 	kept := dialRaw(t, h)
 	for i := range 3 {
-		if a := dialRaw(t, h).Do(proxytest.RawReqTo("app.example.com", "GET", "/large", largeHeader)); a.Code != http.StatusOK || a.Body != "ok" {
+		if a := dialRaw(t, h).Do(handedOver("app.example.com", "/large")); a.Code != http.StatusOK || a.Body != "ok" {
 			t.Fatalf("large head %d while a head is unfinished and a request held: %+v", i, a)
 		}
-		if a := kept.Do(proxytest.RawReqTo("app.example.com", "GET", "/kept", largeHeader)); a.Code != http.StatusOK || a.Body != "ok" {
+		if a := kept.Do(handedOver("app.example.com", "/kept")); a.Code != http.StatusOK || a.Body != "ok" {
 			t.Fatalf("large head %d on a kept-alive connection: %+v", i, a)
 		}
 	}

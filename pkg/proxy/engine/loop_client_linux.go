@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"runtime/debug"
 	"time"
 
@@ -17,17 +18,27 @@ import (
 
 // evClient is a client connection owned by a loop, with the request it serves (rq set: busy).
 type evClient struct {
-	fd       int
-	peer     h1.Peer // the forwarding rules' view of the connection, fixed at its accept
-	in       []byte  // bytes read and not yet consumed: after a request's head, its body and what follows
-	out      bytes.Buffer
-	readable bool // an arrival was reported and the socket not read empty since
-	writable bool
-	eof      bool // a read found the end of the stream (or failed)
-	hup      bool // epoll reported the client's side closed (or the connection failed)
-	since    time.Time
-	closed   bool
-	timers   [timerKinds]loopTimer
+	fd   int
+	peer h1.Peer // the forwarding rules' view of the connection, fixed at its accept
+	in   []byte  // bytes read and not yet consumed: after a request's head, its body and what follows
+	// scan is how much of in (before a head was found in it) holds no head end and no bare LF:
+	// a head arriving in many reads is searched once, not again from its start on every read.
+	scan   int
+	out    bytes.Buffer
+	queued bool // in the loop's line for large heads (see evLoop.heavy)
+	// lingering: the connection was answered without its request being read (refuseHead); what the
+	// client still sends is read and dropped until it ends, or for evLinger (then the sweep closes
+	// it), so that the answer reaches the client: a close with unread bytes resets the connection,
+	// which can destroy the answer on its way. net/http does the same after a 431.
+	lingering bool
+	wrShut    bool // the sending side was shut (lingering)
+	readable  bool // an arrival was reported and the socket not read empty since
+	writable  bool
+	eof       bool // a read found the end of the stream (or failed)
+	hup       bool // epoll reported the client's side closed (or the connection failed)
+	since     time.Time
+	closed    bool
+	timers    [timerKinds]loopTimer
 
 	reqID uint64 // counts the connection's requests; tells a late report for an earlier one
 	step  reqStep
@@ -97,7 +108,7 @@ func (l *evLoop) closeClient(c *evClient) {
 	_ = unix.Close(c.fd)
 	l.clients--
 	l.ls.conn(-1)
-	c.in = c.in[:0]
+	c.in, c.scan = c.in[:0], 0
 	c.out = bytes.Buffer{}
 	l.free.releaseIn(c)
 }
@@ -179,12 +190,35 @@ func (l *evLoop) flushClient(c *evClient) bool {
 
 // serveNext starts the next request once the previous response is out.
 func (l *evLoop) serveNext(c *evClient) {
+	if c.lingering {
+		l.linger(c)
+		return
+	}
 	for !c.busy() && !c.closed && c.out.Len() == 0 {
-		end := h1.HeadEnd(c.in)
-		if end < 0 {
-			if c.in != nil && (len(c.in) == cap(c.in) || h1.BareLF(c.in)) {
-				l.handOff(c) // too large, or bare LF: net/http decides
+		from := max(c.scan-3, 0) // a CRLF CRLF may straddle what was searched and what came since
+		end := h1.HeadEnd(c.in[from:])
+		if end >= 0 {
+			end += from
+		} else {
+			if h1.BareLFFrom(c.in, c.scan) {
+				l.handOff(c) // bare LF: net/http decides
 				return
+			}
+			c.scan = len(c.in)
+			large := c.in != nil && (len(c.in) == cap(c.in) || cap(c.in) > evClientBuffer)
+			if large && (c.readable || c.hup) && !c.eof && l.heavyBudget <= 0 {
+				l.deferHeavy(c) // read in the loop's turn for large heads
+				return
+			}
+			if c.in != nil && len(c.in) == cap(c.in) {
+				switch l.growIn(c) {
+				case headTooLarge:
+					l.handOff(c) // larger than the server takes: net/http answers it (431)
+					return
+				case headNoRoom:
+					l.refuseHead(c)
+					return
+				}
 			}
 			if (c.readable || c.hup) && !c.eof {
 				had := len(c.in)
@@ -192,6 +226,9 @@ func (l *evLoop) serveNext(c *evClient) {
 					c.in = l.free.buf()
 				}
 				got, eof, _ := fill(c.fd, &c.in, &c.readable, &c.hup)
+				if large {
+					l.heavyBudget -= len(c.in) - had
+				}
 				l.free.releaseIn(c)
 				if eof {
 					c.eof = true
@@ -214,13 +251,82 @@ func (l *evLoop) serveNext(c *evClient) {
 	}
 }
 
+// growIn doubles c's full request buffer, up to the largest head the server takes (maxHead). It
+// answers headTooLarge when the buffer is that large already, and headNoRoom when the buffers of
+// heads still arriving would take more than maxArriving. A large head is read, searched and parsed
+// on the loop like a small one: handed to net/http, each needed a goroutine that parsed it again
+// (and a copy for the head watch), and thousands of them arriving at once took the cores from the
+// loops.
+func (l *evLoop) growIn(c *evClient) growth {
+	limit := l.ls.maxHead
+	if cap(c.in) >= limit {
+		return headTooLarge
+	}
+	in, ok := l.free.grow(c.in, min(2*cap(c.in), limit), l.ls.maxArriving)
+	if !ok {
+		return headNoRoom
+	}
+	if cap(c.in) == evClientBuffer && len(l.free.bufs) < 256 {
+		l.free.bufs = append(l.free.bufs, c.in[:0])
+	}
+	c.in = in
+	return grown
+}
+
+type growth uint8
+
+const (
+	grown growth = iota
+	headTooLarge
+	headNoRoom
+)
+
+// refuseHead answers a client whose head found no room to arrive (see evLoops.maxArriving): 503
+// with Retry-After, and the connection closed, since the rest of the head is not read.
+func (l *evLoop) refuseHead(c *evClient) {
+	l.ls.refusedHeads.Add(1)
+	l.free.dropGrown(c.in)
+	c.in, c.scan = nil, 0
+	l.hdr.Set("Retry-After", "1")
+	l.hdr.Set("Content-Type", "text/plain; charset=utf-8")
+	h1.WriteAnswer(&c.out, &l.rw, "GET", true, http.StatusServiceUnavailable, l.hdr, "head_room\n")
+	clear(l.hdr)
+	c.lingering, c.since = true, l.now
+	if l.flushClient(c) {
+		l.linger(c)
+	}
+}
+
+// linger reads and drops what a lingering client sends (see evClient.lingering), once its answer
+// is out and the sending side shut; the connection is closed at the end of the stream.
+func (l *evLoop) linger(c *evClient) {
+	if c.out.Len() > 0 {
+		return // the answer first
+	}
+	if !c.wrShut {
+		_ = unix.Shutdown(c.fd, unix.SHUT_WR)
+		c.wrShut = true
+	}
+	for (c.readable || c.hup) && !c.eof {
+		n, eof, _ := readInto(c.fd, l.body, &c.readable, &c.hup)
+		if eof {
+			c.eof = true
+		} else if n == 0 {
+			break
+		}
+	}
+	if c.eof {
+		l.closeClient(c)
+	}
+}
+
 // handOff moves c, with the request bytes it read, to net/http, which serves the rest of the
 // connection. No request of c is in progress. When net/http no longer accepts connections (it is
 // shutting down) the connection is closed.
 func (l *evLoop) handOff(c *evClient) {
 	ls := l.ls
 	pending := bytes.Clone(c.in)
-	c.in = c.in[:0]
+	c.in, c.scan = c.in[:0], 0
 	l.free.releaseIn(c)
 	c.closed = true
 	l.timers.clearAll(c)

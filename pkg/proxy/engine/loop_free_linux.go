@@ -5,6 +5,7 @@ package engine
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 
 	"github.com/httpscale/httpscale/pkg/proxy/engine/h1"
 )
@@ -20,6 +21,9 @@ type loopFree struct {
 	bufs   [][]byte
 	rqs    []*h1.Request
 	relays []*h1.Relay
+	// arriving counts the capacity of the request buffers grown beyond evClientBuffer, every loop
+	// together (evLoops.arriving): what heads still arriving take.
+	arriving *atomic.Int64
 }
 
 // buf returns an empty request buffer.
@@ -33,23 +37,57 @@ func (f *loopFree) buf() []byte {
 	return make([]byte, 0, evClientBuffer)
 }
 
-// releaseIn gives c's request buffer back when it is empty; a large output buffer goes too.
+// releaseIn gives c's request buffer back when it is empty (one grown for a large head is left to
+// the collector); a large output buffer goes too.
 func (f *loopFree) releaseIn(c *evClient) {
 	if c.in != nil && len(c.in) == 0 {
-		if len(f.bufs) < 256 {
+		if len(f.bufs) < 256 && cap(c.in) == evClientBuffer {
 			f.bufs = append(f.bufs, c.in)
 		}
-		c.in = nil
+		f.dropGrown(c.in)
+		c.in, c.scan = nil, 0
 	}
 	if c.out.Len() == 0 && c.out.Cap() > evClientBuffer {
 		c.out = bytes.Buffer{}
 	}
 }
 
-// consume drops the first n bytes of c.in (a head, or body bytes sent on).
+// consume drops the first n bytes of c.in (a head, or body bytes sent on). What is left of a
+// buffer grown for a large head moves to a buffer of the usual size when it fits, so that a held
+// request does not keep the large one for the few bytes that came after its head.
 func (f *loopFree) consume(c *evClient, n int) {
-	c.in = c.in[:copy(c.in, c.in[n:])]
+	c.scan = 0
+	rest := c.in[n:]
+	if cap(c.in) > evClientBuffer && len(rest) > 0 && len(rest) <= evClientBuffer {
+		f.dropGrown(c.in)
+		c.in = append(f.buf(), rest...)
+		return
+	}
+	c.in = c.in[:copy(c.in, rest)]
 	f.releaseIn(c)
+}
+
+// grow returns a copy of in with capacity n (above evClientBuffer), counted in arriving; false
+// when that would take arriving over limit (0: no limit).
+func (f *loopFree) grow(in []byte, n int, limit int64) ([]byte, bool) {
+	add := int64(n)
+	if cap(in) > evClientBuffer {
+		add -= int64(cap(in)) // in is counted already
+	}
+	if got := f.arriving.Add(add); limit > 0 && got > limit {
+		f.arriving.Add(-add)
+		return nil, false
+	}
+	b := make([]byte, len(in), n)
+	copy(b, in)
+	return b, true
+}
+
+// dropGrown uncounts in when it was grown (see grow); the caller lets go of it.
+func (f *loopFree) dropGrown(in []byte) {
+	if cap(in) > evClientBuffer {
+		f.arriving.Add(-int64(cap(in)))
+	}
 }
 
 // spareRequests and spareRelays hold the parses and relays the loops have no room for.

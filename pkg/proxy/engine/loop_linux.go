@@ -72,6 +72,14 @@ type evLoop struct {
 	quitting bool
 	now      time.Time // when the batch of events being handled arrived
 	batch    uint64    // counts the batches of events
+
+	// heavy are the clients whose request heads outgrew their first buffer, in the order they did:
+	// such a head is read and parsed only in the loop's turns for them (heavyTurn), one after each
+	// batch of events, each turn up to evHeavyBudget bytes. So a client sending a large head costs
+	// the others one turn's work at most, not the time it takes to read and parse thousands of
+	// them, and the heads still go as fast as the loop can read them when it has nothing else to do.
+	heavy       clientQueue
+	heavyBudget int // bytes the turn running now may still read and parse (0: no turn runs)
 }
 
 func newEvLoop(ls *evLoops) (*evLoop, error) {
@@ -97,6 +105,7 @@ func newEvLoop(ls *evLoops) (*evLoop, error) {
 	l := &evLoop{ls: ls, e: ls.e, epfd: epfd, epf: os.NewFile(uintptr(epfd), "epoll"), wakefd: wakefd,
 		body: make([]byte, evBodyBuffer), hdr: http.Header{}}
 	l.ups = loopPool{l: l, p: ls.e.pool, idle: map[string][]*evUp{}}
+	l.free.arriving = &ls.arriving
 	l.timers.l = l
 	return l, nil
 }
@@ -170,7 +179,7 @@ func (l *evLoop) run() {
 		var werr error
 		err := rc.Read(func(uintptr) bool {
 			n, werr = epollNow(l.epfd, events)
-			return n > 0 || werr != nil && !errors.Is(werr, unix.EINTR)
+			return n > 0 || l.heavy.len() > 0 || werr != nil && !errors.Is(werr, unix.EINTR)
 		})
 		if err == nil && werr != nil && !errors.Is(werr, unix.EINTR) {
 			err = werr
@@ -206,11 +215,62 @@ func (l *evLoop) run() {
 				l.survive(h.c, func() { l.upEvent(h, ev.Events) })
 			}
 		}
+		l.heavyTurn()
 		if l.quitting && l.clients == 0 && l.pending == 0 {
 			l.closeAll()
 			return
 		}
 	}
+}
+
+// heavyTurn reads and parses the large heads waiting for it (see evLoop.heavy), the longest waiting
+// first, until evHeavyBudget bytes were read or parsed; a client whose head is not complete by then
+// goes to the back of the line.
+func (l *evLoop) heavyTurn() {
+	l.heavyBudget = evHeavyBudget
+	defer func() { l.heavyBudget = 0 }()
+	for n := l.heavy.len(); n > 0 && l.heavyBudget > 0; n-- {
+		c := l.heavy.pop()
+		c.queued = false
+		if !c.closed && !c.busy() {
+			l.survive(c, func() { l.serveNext(c) })
+		}
+	}
+}
+
+// deferHeavy puts c in the line for the loop's next turn for large heads.
+func (l *evLoop) deferHeavy(c *evClient) {
+	if !c.queued {
+		c.queued = true
+		l.heavy.push(c)
+	}
+}
+
+// clientQueue is a first-in first-out line of clients.
+type clientQueue struct {
+	q    []*evClient
+	head int
+}
+
+func (q *clientQueue) len() int { return len(q.q) - q.head }
+
+func (q *clientQueue) push(c *evClient) {
+	if q.head > 0 && q.head >= len(q.q)/2 { // reuse the front once half of it is gone
+		n := copy(q.q, q.q[q.head:])
+		clear(q.q[n:])
+		q.q, q.head = q.q[:n], 0
+	}
+	q.q = append(q.q, c)
+}
+
+func (q *clientQueue) pop() *evClient {
+	c := q.q[q.head]
+	q.q[q.head] = nil
+	q.head++
+	if q.head == len(q.q) {
+		q.q, q.head = q.q[:0], 0
+	}
+	return c
 }
 
 // drainInbox handles the queued messages; it returns true when the loop has ended.
@@ -320,7 +380,11 @@ func (l *evLoop) sweep(now time.Time) {
 	for _, slot := range l.fds {
 		switch h := slot.h.(type) {
 		case *evClient:
-			if h.busy() || h.out.Len() > 0 {
+			if h.lingering && now.Sub(h.since) >= evLinger {
+				l.closeClient(h)
+				continue
+			}
+			if h.busy() || h.out.Len() > 0 || h.lingering {
 				continue
 			}
 			if len(h.in) == 0 && ls.idleTimeout > 0 && now.Sub(h.since) > ls.idleTimeout ||

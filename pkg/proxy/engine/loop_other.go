@@ -21,6 +21,8 @@ type loopConfig struct {
 	heads                                  *headGate
 	idleTimeout, headerTimeout, watchAfter time.Duration
 	log                                    logr.Logger
+	maxHead                                int
+	maxArriving                            int64
 }
 
 func newEvLoops(loopConfig) (*evLoops, error) { return nil, nil }
@@ -30,3 +32,4 @@ func (*evLoops) shutdown(context.Context) error { return nil }
 func (*evLoops) close()                         {}
 func (*evLoops) shuttingDown() bool             { return true }
 func (*evLoops) connections() int               { return 0 }
+func (*evLoops) arrivingHeads() (int64, uint64) { return 0, 0 }

@@ -30,6 +30,9 @@ import (
 // startRequest starts the request whose head is the first end bytes of c.in.
 func (l *evLoop) startRequest(c *evClient, end int) {
 	rq := l.free.request()
+	if end > evClientBuffer {
+		l.heavyBudget -= end // parsed in a turn for large heads (see evLoop.heavy)
+	}
 	if !rq.Parse(string(c.in[:end])) {
 		l.free.putRequest(rq)
 		l.handOff(c) // net/http serves it

@@ -2,10 +2,12 @@ package engine
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -301,8 +303,9 @@ func TestEventLoopsGiveIdleConnectionsToWaiters(t *testing.T) {
 			t.Fatalf("%s: %+v", path, a)
 		}
 	}
-	// A head over 4 KiB goes to net/http, whose forward waits for a connection in h1Transport.
-	big := proxytest.RawGet("/big", "X-Pad: "+strings.Repeat("p", 5000))
+	// A head with bare LF line ends goes to net/http, whose forward waits for a connection in
+	// h1Transport.
+	big := "GET /big HTTP/1.1\nhost: app.example.com\nX-Pad: " + strings.Repeat("p", 5000) + "\n\n"
 	if a := dialRaw(t, h).Do(big); a.Code != http.StatusOK || a.Body != "for /big" {
 		t.Fatalf("/big: %+v", a)
 	}
@@ -353,5 +356,196 @@ func TestEventLoopsSurviveAPanic(t *testing.T) {
 		if a := dialRaw(t, h).Do(proxytest.RawGet(path)); a.Code != http.StatusOK || a.Body != "for "+path {
 			t.Fatalf("%s after the panic: %+v", path, a)
 		}
+	}
+}
+
+// The loops read a head of any size up to the server's MaxHeaderBytes themselves, however it is cut
+// into reads (the end of the head split between two of them included); a larger one goes to
+// net/http, which answers 431 once it is over its own slack, on both paths alike; a bare LF arriving
+// late in a large head still hands the connection over.
+func TestEventLoopsReadLargeHeadsUpToMaxHeaderBytes(t *testing.T) {
+	const maxHead = 16 << 10
+	onBothPathsWith(t, func(_ *Options, s *Server) { s.MaxHeaderBytes = maxHead }, func(t *testing.T, h *harness, fast bool) {
+		be := proxytest.NewRawBackend(t, func(_ int, r *http.Request) proxytest.Reply {
+			return proxytest.Reply{Resp: proxytest.OKReply(fmt.Sprintf("%s %d %s", r.URL.Path, len(r.Header.Get("X-Pad")), r.Header.Get("X-After")))}
+		})
+		h.src.Set(key("app"), be.Addr)
+		pad := "X-Pad: " + strings.Repeat("p", 12<<10)
+		for _, split := range []int{0, 1, 2, 3, 4, 5, 3000} { // bytes of the head sent in a second write
+			head := proxytest.RawGet(fmt.Sprintf("/split%d", split), "X-A: 1", pad, "X-After: yes")
+			c := dialRaw(t, h)
+			for _, piece := range []string{head[:4000], head[4000 : len(head)-split]} {
+				if _, err := io.WriteString(c.Conn(), piece); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(5 * time.Millisecond) // read apart
+			}
+			a := c.Do(head[len(head)-split:])
+			if want := fmt.Sprintf("/split%d %d yes", split, 12<<10); a.Code != http.StatusOK || a.Body != want {
+				t.Fatalf("a %d-byte head, its last %d bytes sent apart: %+v, want 200 %q", len(head), split, a, want)
+			}
+		}
+		kept := dialRaw(t, h)
+		for i, size := range []int{12 << 10, 100, 15 << 10, 100} { // a kept connection's buffer grows and shrinks
+			path := fmt.Sprintf("/kept%d", i)
+			if a := kept.Do(proxytest.RawGet(path, "X-Pad: "+strings.Repeat("k", size))); a.Code != http.StatusOK || a.Body != fmt.Sprintf("%s %d ", path, size) {
+				t.Fatalf("request %d on a kept connection: %+v", i, a)
+			}
+		}
+		lateLF := dialRaw(t, h).Do("GET /lf HTTP/1.1\r\nhost: app.example.com\r\n" + pad + "\r\nX-After: lf\n\r\n")
+		if a := lateLF; a.Code != http.StatusOK || a.Body != fmt.Sprintf("/lf %d lf", 12<<10) {
+			t.Fatalf("a large head with a bare LF at its end: %+v", a)
+		}
+		// Over MaxHeaderBytes but within net/http's slack (4 KiB): net/http serves it. Over both: 431.
+		slack := dialRaw(t, h).Do(proxytest.RawGet("/slack", "X-Pad: "+strings.Repeat("s", maxHead+1000)))
+		if slack.Code != http.StatusOK {
+			t.Fatalf("a head within net/http's slack: %+v", slack)
+		}
+		if a := dialRaw(t, h).Do(proxytest.RawGet("/huge", "X-Pad: "+strings.Repeat("h", maxHead+8000))); a.Code != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("a head over MaxHeaderBytes and net/http's slack: %+v, want 431", a)
+		}
+		for _, r := range be.Requests() {
+			if via, want := r.ViaLoops(), fast && !strings.HasPrefix(r.RequestURI, "/lf") && r.RequestURI != "/slack"; via != want {
+				t.Errorf("%s: served by the event loops %v, want %v", r.RequestURI, via, want)
+			}
+		}
+	})
+}
+
+// A large head waits for the loop's turns for large heads (evLoop.heavy): a small request that
+// arrives together with a hundred 60 KiB heads is routed in the same batch of events, before any of
+// them, and every large head is read, parsed and held afterwards. The loop is kept busy (a request
+// whose routing blocks) until all of them have arrived, so that they come in one batch.
+func TestEventLoopsRouteSmallRequestsBeforeLargeHeads(t *testing.T) {
+	h := newHarness(t, []route{entry("app", "app.example.com", "app"), entry("cold", "cold.example.com", "cold"),
+		entry("gate", "gate.example.com", "app")}, func(_ *Options, s *Server) { s.FastHTTP1, s.EventLoops = true, 1 })
+	be := proxytest.NewRawBackend(t, func(_ int, r *http.Request) proxytest.Reply {
+		return proxytest.Reply{Resp: proxytest.OKReply("for " + r.URL.Path)}
+	})
+	h.src.Set(key("app"), be.Addr)
+
+	var mu sync.Mutex
+	var routed []string
+	entered, release := make(chan struct{}), make(chan struct{})
+	hook := func(host string) {
+		if host == "gate.example.com" {
+			close(entered)
+			<-release // the loop waits here
+		}
+		mu.Lock()
+		routed = append(routed, host)
+		mu.Unlock()
+	}
+	h.src.onRoute.Store(&hook)
+	gate := make(chan proxytest.Answer, 1)
+	gc := dialRaw(t, h)
+	go func() { gate <- gc.Do(proxytest.RawReqTo("gate.example.com", "GET", "/gate")) }()
+	<-entered
+
+	const large = 100
+	head := proxytest.RawReqTo("cold.example.com", "GET", "/large", "X-Pad: "+strings.Repeat("p", 60<<10))
+	written := make(chan error, large)
+	for range large {
+		c := dialRaw(t, h)
+		go func() { _, err := io.WriteString(c.Conn(), head); written <- err }()
+	}
+	for range large {
+		if err := <-written; err != nil {
+			t.Fatal(err) // the kernel's buffers took each head whole while the loop was busy
+		}
+	}
+	small := make(chan proxytest.Answer, 1)
+	sc := dialRaw(t, h)
+	if _, err := io.WriteString(sc.Conn(), proxytest.RawGet("/small")); err != nil {
+		t.Fatal(err)
+	}
+	go func() { small <- sc.Do("") }()
+	loop := h.srv.loops.Load().loops[0]
+	testenv.Eventually(t, 10*time.Second, "every connection accepted and queued for the loop", func() bool {
+		loop.inboxMu.Lock()
+		defer loop.inboxMu.Unlock()
+		n := 0
+		for _, m := range loop.inbox {
+			if m.kind == evAdopt {
+				n++
+			}
+		}
+		return n == large+1
+	})
+	close(release)
+
+	if a := <-gate; a.Code != http.StatusOK {
+		t.Fatalf("the gate request: %+v", a)
+	}
+	if a := <-small; a.Code != http.StatusOK || a.Body != "for /small" {
+		t.Fatalf("the small request: %+v", a)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if err := h.src.WaitWaiting(ctx, key("cold"), large); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if i := slices.Index(routed, "app.example.com"); i != 1 {
+		t.Errorf("the small request was routed %dth, after %d large heads; want right after the gate", i+1, i-1)
+	}
+}
+
+// The buffers of heads still arriving are bounded together (MaxArrivingHeaderBytes): a head that
+// would take them over the bound is answered 503 head_room with Retry-After (the answer reaches the
+// client although the rest of its head is never read), the others are served, small requests are
+// not counted, and room comes back as heads end.
+func TestEventLoopsBoundTheHeadsStillArriving(t *testing.T) {
+	h := newHarness(t, []route{entry("app", "app.example.com", "app")}, func(_ *Options, s *Server) {
+		s.FastHTTP1, s.EventLoops, s.MaxHeaderBytes, s.MaxArrivingHeaderBytes = true, 1, 64<<10, 64<<10
+	})
+	be := proxytest.NewRawBackend(t, func(_ int, r *http.Request) proxytest.Reply {
+		return proxytest.Reply{Resp: proxytest.OKReply("for " + r.URL.Path)}
+	})
+	h.src.Set(key("app"), be.Addr)
+	head := func(path string) string {
+		return proxytest.RawGet(path, "X-Pad: "+strings.Repeat("p", 40<<10))
+	}
+	arriving := func() int64 { n, _ := h.srv.ArrivingHeads(); return n }
+
+	first, firstHead := dialRaw(t, h), head("/first")
+	if _, err := io.WriteString(first.Conn(), firstHead[:len(firstHead)-10]); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the first head's buffer grown to 64 KiB", func() bool { return arriving() == 64<<10 })
+
+	// No room left for a second large head; a small request needs none.
+	second, secondHead := dialRaw(t, h), head("/second")
+	if _, err := io.WriteString(second.Conn(), secondHead[:len(secondHead)-10]); err != nil {
+		t.Fatal(err)
+	}
+	// Read only once the answer had time to arrive: a connection closed with the rest of the head
+	// unread would have been reset by then, and the answer lost with it.
+	testenv.Eventually(t, 10*time.Second, "the head refused", func() bool { _, refused := h.srv.ArrivingHeads(); return refused == 1 })
+	time.Sleep(100 * time.Millisecond)
+	a := second.Do("")
+	if a.Code != http.StatusServiceUnavailable || a.Body != "head_room\n" || a.Wire.Get("Retry-After") == "" || !a.Close {
+		t.Fatalf("a large head beyond the bound: %+v, want 503 head_room with Retry-After, closing", a)
+	}
+	if _, refused := h.srv.ArrivingHeads(); refused != 1 {
+		t.Errorf("%d heads refused, want 1", refused)
+	}
+	if a := dialRaw(t, h).Do(proxytest.RawGet("/small")); a.Code != http.StatusOK || a.Body != "for /small" {
+		t.Fatalf("a small request while the bound is reached: %+v", a)
+	}
+
+	// The first head ends: it is served, its room comes back, and a new large head fits.
+	if a := first.Do(firstHead[len(firstHead)-10:]); a.Code != http.StatusOK || a.Body != "for /first" {
+		t.Fatalf("the first head, ended: %+v", a)
+	}
+	if n := arriving(); n != 0 {
+		t.Errorf("%d bytes of arriving heads counted once none arrives, want 0", n)
+	}
+	if a := dialRaw(t, h).Do(head("/third")); a.Code != http.StatusOK || a.Body != "for /third" {
+		t.Fatalf("a large head once there is room again: %+v", a)
+	}
+	if n := arriving(); n != 0 {
+		t.Errorf("%d bytes of arriving heads counted at the end, want 0", n)
 	}
 }

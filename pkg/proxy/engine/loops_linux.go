@@ -46,6 +46,14 @@ type evLoops struct {
 	// head from its first byte; watchAfter is how long a request whose client closed its sending
 	// side still gets to be answered (see hungUp).
 	idleTimeout, headerTimeout, watchAfter time.Duration
+	// maxHead is the largest request head the loops read (the server's MaxHeaderBytes): a client's
+	// buffer grows from evClientBuffer up to it while a head arrives (see growIn).
+	maxHead int
+	// arriving is the memory of the buffers grown for heads still arriving, every loop together
+	// (each buffer's whole capacity; see loopFree.grown); maxArriving bounds it (0: no bound).
+	arriving     atomic.Int64
+	maxArriving  int64
+	refusedHeads atomic.Uint64 // heads answered 503 for want of room (see refuseHead)
 
 	loops []*evLoop
 	next  atomic.Uint32
@@ -67,9 +75,11 @@ type loopConfig struct {
 	heads                                  *headGate
 	idleTimeout, headerTimeout, watchAfter time.Duration
 	log                                    logr.Logger
+	maxHead                                int
+	maxArriving                            int64
 }
 
-// evClientBuffer bounds a request head (a larger one goes to net/http); evUpBuffer is the response
+// evClientBuffer is a client's request buffer (it grows up to evLoops.maxHead for a larger head); evUpBuffer is the response
 // buffer a head is read into (it grows to maxResponseHead for a larger head); evBodyBuffer is the
 // loop's one body buffer (see relayBody): the most of a body read by one system call, and so the
 // most a client that does not keep up holds in its output buffer.
@@ -81,12 +91,17 @@ const (
 	evSweepEvery   = time.Second
 	evIdleScan     = 64 // idle connections popIdle looks through for one pooled before the batch
 	evFreeRequests = 16 // request parses a loop keeps for its next requests
+	// evHeavyBudget is how many bytes of large request heads a loop reads and parses after each
+	// batch of events (see evLoop.heavy): about 0.1 ms of work.
+	evHeavyBudget = 256 << 10
+	evLinger      = 500 * time.Millisecond // see evClient.lingering; net/http's rstAvoidanceDelay
 )
 
 // newEvLoops starts cfg.n loops.
 func newEvLoops(cfg loopConfig) (*evLoops, error) {
 	ls := &evLoops{e: cfg.e, base: cfg.base, handoff: cfg.handoff, log: cfg.log, heads: cfg.heads,
-		idleTimeout: cfg.idleTimeout, headerTimeout: cfg.headerTimeout, watchAfter: cfg.watchAfter}
+		idleTimeout: cfg.idleTimeout, headerTimeout: cfg.headerTimeout, watchAfter: cfg.watchAfter,
+		maxHead: max(cfg.maxHead, evClientBuffer), maxArriving: cfg.maxArriving}
 	for range cfg.n {
 		l, err := newEvLoop(ls)
 		if err != nil {
@@ -195,6 +210,12 @@ func (ls *evLoops) close() {
 }
 
 // connections reports how many client connections the loops serve.
+// arrivingHeads returns the memory of the buffers of heads still arriving and the heads refused
+// for want of it.
+func (ls *evLoops) arrivingHeads() (int64, uint64) {
+	return ls.arriving.Load(), ls.refusedHeads.Load()
+}
+
 func (ls *evLoops) connections() int {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()

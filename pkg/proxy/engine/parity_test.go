@@ -255,7 +255,9 @@ func TestRawPathMatchesGeneralPath(t *testing.T) {
 		{name: "query net/http cannot parse", reqs: []string{proxytest.RawGet("/search?a=1;b=2"), proxytest.RawGet("/search?q=%zz&r=%2")}},
 		{name: "path characters kept as they are", reqs: []string{proxytest.RawGet("/a//b/../c;p=1!$&'()*+,=:@[]~_-.")}},
 		{name: "percent-encoded path", reqs: []string{proxytest.RawGet("/a%2Fb/c%20d")}},
-		{name: "more than 64 headers", reqs: []string{proxytest.RawGet("/many", manyHeaders...)}, general: true},
+		{name: "more than 64 headers", reqs: []string{proxytest.RawGet("/many", manyHeaders...)}},
+		{name: "head over the loops' first buffer", reqs: []string{proxytest.RawGet("/large", "X-Pad: "+strings.Repeat("p", 70<<10), "X-After: 1")}},
+		{name: "large heads on one connection", reqs: []string{proxytest.RawGet("/large1", "X-Pad: "+strings.Repeat("p", 9000)), proxytest.RawGet("/small"), proxytest.RawGet("/large2", manyHeaders...)}},
 		{
 			name:    "1 MiB body",
 			reqs:    []string{proxytest.RawGet("/big")},

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,9 +50,14 @@ type Server struct {
 	// (default 30s), once for the whole connection's path: a connection the loops hand to net/http
 	// keeps the deadline they started.
 	ReadHeaderTimeout time.Duration
-	// MaxHeaderBytes bounds a request's header block as net/http's does (0: its default, 1 MiB);
-	// the fast path hands heads over 4 KiB to net/http.
+	// MaxHeaderBytes bounds a request's header block as net/http's does (0: its default, 1 MiB).
+	// The event loops read heads up to that size themselves and hand a larger one, with the
+	// connection, to net/http, which answers 431 (or takes it within its own slack).
 	MaxHeaderBytes int
+	// MaxArrivingHeaderBytes bounds the event loops' buffers grown for heads still arriving (beyond
+	// each connection's first 4 KiB), every connection together; a head that would need more is
+	// answered 503 with Retry-After and its connection closed. 0: no bound.
+	MaxArrivingHeaderBytes int64
 	// HeadParsers bounds how many of the connections the event loops hand to net/http have their
 	// request heads parsed at once (0: half of GOMAXPROCS, at least one; see headGate).
 	HeadParsers int
@@ -83,6 +89,15 @@ func (s *Server) LoopConnections() int {
 		return ls.connections()
 	}
 	return 0
+}
+
+// ArrivingHeads returns the memory the event loops' buffers of request heads still arriving take
+// (see MaxArrivingHeaderBytes) and how many heads were answered 503 for want of it.
+func (s *Server) ArrivingHeads() (bytes int64, refused uint64) {
+	if ls := s.loops.Load(); ls != nil {
+		return ls.arrivingHeads()
+	}
+	return 0, 0
 }
 
 // Start serves until ctx ends, then drains. It returns nil after a drain, even one cut short.
@@ -139,7 +154,8 @@ func (s *Server) Start(ctx context.Context) error {
 			parsers = defaultHeadParsers()
 		}
 		loops, err = newEvLoops(loopConfig{e: s.Engine, n: n, base: hard, handoff: handoff, heads: newHeadGate(parsers),
-			idleTimeout: srv.IdleTimeout, headerTimeout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log})
+			idleTimeout: srv.IdleTimeout, headerTimeout: srv.ReadHeaderTimeout, watchAfter: watch, log: s.Log,
+			maxHead: cmp.Or(s.MaxHeaderBytes, http.DefaultMaxHeaderBytes), maxArriving: s.MaxArrivingHeaderBytes})
 		if err != nil {
 			_ = ln.Close()
 			return fmt.Errorf("%s: starting event loops: %w", s.Name, err)

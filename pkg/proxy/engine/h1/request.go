@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// MaxHeaders bounds the header lines of a request the event loops serve; a request with more is
-// left to net/http.
+// MaxHeaders is how many header lines a Request holds without allocating; a head with more (up to
+// the server's MaxHeaderBytes, which bounds them all) costs one slice of its lines.
 const MaxHeaders = 64
 
 // Request is a request head parsed in place (see Parse): every string points into the one copy of
@@ -50,7 +50,7 @@ type field struct {
 
 // Reset forgets the last request, dropping its references into the head.
 func (rq *Request) Reset() {
-	clear(rq.buf[:len(rq.headers)])
+	clear(rq.buf[:min(len(rq.headers), MaxHeaders)]) // more: they were in a grown slice, dropped here
 	clear(rq.xffBuf[:])
 	rq.requestFields = requestFields{headers: rq.buf[:0], xff: rq.xffBuf[:0]}
 }
@@ -59,8 +59,7 @@ func (rq *Request) Reset() {
 // ends, as HeadEnd finds it) and reports whether it is a request the event loops serve: HTTP/1.1,
 // an origin-form target whose path net/http would forward as sent, exactly one valid Host, a body
 // framed by at most one Content-Length (repeated only as "0"), no Transfer-Encoding, Upgrade,
-// Expect or HTTP2-Settings, a Connection header saying at most keep-alive or close, at most
-// MaxHeaders lines, and nothing net/http's server reads otherwise (bare CR or LF, obsolete line
+// Expect or HTTP2-Settings, a Connection header saying at most keep-alive or close, and nothing net/http's server reads otherwise (bare CR or LF, obsolete line
 // folding, control characters). Everything else is left to net/http, which serves it exactly as it
 // does on the TLS port (or rejects it). FuzzFastRequest holds it to net/http's server.
 func (rq *Request) Parse(head string) bool {
@@ -84,9 +83,6 @@ func (rq *Request) Parse(head string) bool {
 	lengths, hosts := 0, 0
 	closeToken, seenUA, seenPragma, hasCC := false, false, false, false
 	for len(rest) > 2 {
-		if len(rq.headers) == MaxHeaders {
-			return false
-		}
 		line, rest, _ = strings.Cut(rest, "\r\n")
 		if strings.IndexByte(line, '\n') >= 0 || strings.IndexByte(line, '\r') >= 0 {
 			return false // bare LF or CR
@@ -96,7 +92,7 @@ func (rq *Request) Parse(head string) bool {
 			return false // includes obsolete line folding (leading space)
 		}
 		value = strings.Trim(value, " \t")
-		if !FieldValue([]byte(value)) {
+		if !FieldValue(value) {
 			return false
 		}
 		h := field{name: name, value: value}

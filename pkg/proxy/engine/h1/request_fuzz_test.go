@@ -32,8 +32,9 @@ var fuzzPeers = []Peer{
 // fuzzTrusted trusts fuzzClientIP.
 var fuzzTrusted = TrustedProxies{netip.MustParsePrefix("192.0.2.0/24")}
 
-// maxClientHead is the largest request head the event loops read (evClientBuffer).
-const maxClientHead = 4 << 10
+// maxClientHead is the largest request head the event loops read (the server's MaxHeaderBytes,
+// net/http's default when not set).
+const maxClientHead = http.DefaultMaxHeaderBytes
 
 // requestHead returns the head at the start of in when the event loops would read it (CRLF CRLF
 // within maxClientHead), nil otherwise (net/http reads it).

@@ -58,9 +58,32 @@ func IsToken[T string | []byte](b T) bool {
 
 // FieldValue reports whether net/http's parser accepts v as a header value: no control character
 // but horizontal tab (bytes from 0x80 are allowed).
-func FieldValue(v []byte) bool {
-	for _, c := range v {
-		if c < ' ' && c != '\t' || c == 0x7f {
+//
+// It looks at eight bytes at a time and at single bytes only in a word that may hold a control
+// character: the event loops check every byte of every head, up to --max-header-bytes each, and a
+// byte at a time this was a quarter of their time while thousands of 100 KiB heads arrived.
+func FieldValue[T string | []byte](v T) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(v); i += 8 {
+		w := uint64(v[i]) | uint64(v[i+1])<<8 | uint64(v[i+2])<<16 | uint64(v[i+3])<<24 |
+			uint64(v[i+4])<<32 | uint64(v[i+5])<<40 | uint64(v[i+6])<<48 | uint64(v[i+7])<<56
+		// A byte below 0x20 (a byte from 0x80 has its high bit set in w and so is not counted), or a
+		// byte equal to 0x7f (a zero byte of w^0x7f...): the high bit of its byte is set here. A
+		// borrow can set it for a byte above one that is set too, never when none is.
+		below := (w - 0x20*ones) &^ w & highs
+		del := w ^ 0x7f*ones
+		if below|((del-ones)&^del&highs) != 0 && !fieldBytes(v[i:i+8]) {
+			return false
+		}
+	}
+	return fieldBytes(v[i:])
+}
+
+// fieldBytes is FieldValue a byte at a time.
+func fieldBytes[T string | []byte](v T) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
 			return false
 		}
 	}
@@ -135,16 +158,20 @@ var crlfcrlf = []byte("\r\n\r\n")
 // BareLF reports whether a head not yet complete (no CRLF CRLF in it) has a line feed without a
 // carriage return before it. net/http's parsers end lines at any LF, so such a head may already be
 // complete for them ("...\n\r\n", "...\n\n").
-func BareLF(b []byte) bool {
-	for i := bytes.IndexByte(b, '\n'); i >= 0; {
-		if i == 0 || b[i-1] != '\r' {
-			return true
-		}
-		j := bytes.IndexByte(b[i+1:], '\n')
+func BareLF(b []byte) bool { return BareLFFrom(b, 0) }
+
+// BareLFFrom is BareLF for a b whose first from bytes are known to hold no bare LF: it looks at the
+// line feeds of b[from:] only (with the byte before each, which may come before from).
+func BareLFFrom(b []byte, from int) bool {
+	for i := from; i < len(b); i++ {
+		j := bytes.IndexByte(b[i:], '\n')
 		if j < 0 {
 			return false
 		}
-		i += 1 + j
+		i += j
+		if i == 0 || b[i-1] != '\r' {
+			return true
+		}
 	}
 	return false
 }
