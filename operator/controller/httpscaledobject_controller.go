@@ -91,6 +91,8 @@ type Reconciler struct {
 	requeue func(key string)
 	// maxEntryBytes is the per-object budget of a routing entry's stored form.
 	maxEntryBytes int
+	// statusWrites tells a cached copy that predates this controller's last status write.
+	statusWrites statusWrites
 }
 
 // routingWait bounds how long a new object that already carries its finalizer (from the mutating
@@ -111,6 +113,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	hso := &v1.HTTPScaledObject{}
 	if err := r.Client.Get(ctx, req.NamespacedName, hso); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.statusWrites.forget(key)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("reading HTTPScaledObject %s: %w", key, err)
@@ -195,7 +198,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.setColdStartStatus(hso, key)
 	hso.Status.ObservedGeneration = hso.Generation
 
-	if err := patchStatus(ctx, r.Client, orig, hso); err != nil {
+	if err := r.statusWrites.patch(ctx, r.Client, key, orig, hso); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 		}

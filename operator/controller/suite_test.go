@@ -1,13 +1,17 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -135,7 +139,67 @@ type operator struct {
 
 func startOperator(o controller.Options) *operator {
 	GinkgoHelper()
-	return startOperatorAs(restCfg, o, false)
+	cfg := rest.CopyConfig(restCfg)
+	cfg.Wrap(operatorRequests.wrap)
+	return startOperatorAs(cfg, o, false)
+}
+
+// operatorRequests runs the specs' hooks on every API request of the operators startOperator starts,
+// in the operator's goroutine as the request is sent: a hook sees what the API server holds at that
+// moment, and the request waits for it.
+var operatorRequests requestHooks
+
+type requestHooks struct {
+	mu    sync.Mutex
+	next  int
+	hooks map[int]func(*http.Request)
+}
+
+// add runs hook on each request until the spec ends.
+func (h *requestHooks) add(hook func(*http.Request)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.hooks == nil {
+		h.hooks = map[int]func(*http.Request){}
+	}
+	id := h.next
+	h.next++
+	h.hooks[id] = hook
+	DeferCleanup(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(h.hooks, id)
+	})
+}
+
+func (h *requestHooks) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		h.mu.Lock()
+		hooks := slices.Collect(maps.Values(h.hooks))
+		h.mu.Unlock()
+		for _, hook := range hooks {
+			hook(req)
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+// requestBody returns a copy of req's body, leaving the body to be sent.
+func requestBody(req *http.Request) []byte {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil
+	}
+	if req.GetBody != nil {
+		if b, err := req.GetBody(); err == nil {
+			defer b.Close()
+			data, _ := io.ReadAll(b)
+			return data
+		}
+	}
+	data, _ := io.ReadAll(req.Body)
+	req.Body.Close()
+	req.Body = io.NopCloser(bytes.NewReader(data))
+	return data
 }
 
 // startOperatorAs runs the operator with the given credentials, optionally with leader election in the

@@ -24,7 +24,11 @@ type ColdStart struct {
 	kick     chan struct{} // wakes run
 	followed bool          // a run loop follows the app's endpoints (and finishes the cold start)
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// running is true while a run loop follows the app (or a parked cold start is being finished);
+	// parked is the timer that finishes a parked cold start (see park), nil otherwise.
+	running   bool
+	parked    *time.Timer
 	steps     []admin.ColdStartStep // Held first
 	pod       string                // the pod the held requests went to
 	probe     string                // what was probed, or why not
@@ -205,18 +209,7 @@ func (c *ColdStart) run(ctx context.Context) {
 	for {
 		now := t.opts.Now()
 		l := t.prober.Listed(k)
-		// The cache's times: when it published the change, before any held request woke on it.
-		if l.Ready != nil || len(l.Pending) > 0 {
-			c.addStep(admin.StepEndpointListed, cmp.Or(l.ListedAt, now), false)
-		}
-		if l.Ready != nil {
-			c.addStep(admin.StepEndpointReady, cmp.Or(l.ReadyAt, now), false)
-			c.mu.Lock()
-			if c.pod == "" && !c.forwarded {
-				c.pod = l.Ready.Endpoints[0].Pod
-			}
-			c.mu.Unlock()
-		}
+		c.observe(l, now)
 		// Follow the first MaxEndpoints starting endpoints.
 		seen := map[string]bool{}
 		for i, e := range l.Pending {
@@ -265,6 +258,10 @@ func (c *ColdStart) run(ctx context.Context) {
 			!now.Before(deadline):
 			c.withdraw(targets)
 			c.finish(ctx, pods)
+			return
+		}
+		if idle := len(targets) == 0 && reads == 0 && inFlight == 0 && answeredAt.IsZero() &&
+			l.Ready == nil && len(l.Pending) == 0 && l.Answered == nil; idle && c.park(minTime(deadline, lastBegin.Add(t.opts.Linger)), now) {
 			return
 		}
 
@@ -316,6 +313,75 @@ func (c *ColdStart) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// observe records the steps l shows (at the cache's times: when it published the change, before
+// any held request woke on it).
+func (c *ColdStart) observe(l endpoints.Listing, now time.Time) {
+	if l.Ready != nil || len(l.Pending) > 0 {
+		c.addStep(admin.StepEndpointListed, cmp.Or(l.ListedAt, now), false)
+	}
+	if l.Ready != nil {
+		c.addStep(admin.StepEndpointReady, cmp.Or(l.ReadyAt, now), false)
+		c.mu.Lock()
+		if c.pod == "" && !c.forwarded {
+			c.pod = l.Ready.Endpoints[0].Pod
+		}
+		c.mu.Unlock()
+	}
+}
+
+// park ends the run loop of a cold start that only waits for its linger to pass: every request it
+// held went away unanswered (none is held now) and the app's slices list nothing, so there is no
+// pod to read or probe. Until end it costs a timer instead of a goroutine (and its stack): a burst
+// of requests to many apps that stay at zero (their wake failed, or their clients gave up) would
+// otherwise keep a goroutine per app for the linger after their requests left. A request held
+// meanwhile restarts the loop (Tracker.begin); otherwise the timer finishes the cold start with
+// the steps the app's listing shows then. It reports whether the loop may return. A cold start
+// that never held a request (a waiting page's wake) is not parked: its loop probes the pods that
+// the next page load will be sent to.
+func (c *ColdStart) park(end, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holders > 0 || !c.everHeld || c.forwarded || c.finished {
+		return false
+	}
+	c.running = false
+	c.t.wg.Add(1) // the timer's, held until it fires or unpark stops it; the loop still holds its own
+	c.parked = time.AfterFunc(max(end.Sub(now), 0), c.lingered)
+	return true
+}
+
+// unpark stops a parked cold start's timer. It reports whether it did (the caller then owns the
+// timer's count in Tracker.wg); false when the cold start was not parked or its timer has fired.
+// c.mu held.
+func (c *ColdStart) unpark() bool {
+	if c.parked == nil {
+		return false
+	}
+	stopped := c.parked.Stop()
+	c.parked = nil
+	return stopped
+}
+
+// lingered finishes a parked cold start whose linger passed with no request held again.
+func (c *ColdStart) lingered() {
+	t := c.t
+	defer t.wg.Done()
+	c.mu.Lock()
+	if c.parked == nil || c.running || c.finished {
+		c.mu.Unlock()
+		return // a held request restarted the loop, or the tracker stopped
+	}
+	c.parked = nil
+	c.running = true // finishing: begin does not restart the loop
+	c.mu.Unlock()
+	c.observe(t.prober.Listed(c.app.Target), t.opts.Now())
+	readCtx := t.ctx
+	if readCtx.Err() != nil {
+		readCtx = nil
+	}
+	c.finish(readCtx, nil)
 }
 
 func noProbeReason(noPods bool) string {

@@ -23,9 +23,10 @@ import (
 // fakeEndpoints is an endpoints.Prober whose listings a test sets. It serves answered endpoints as
 // the endpoint cache does (the cache's own tests and the envtest spec prove the cache).
 type fakeEndpoints struct {
-	mu       sync.Mutex
-	keys     map[endpoints.ServiceKey]*fakeKey
-	answered []string // every Answered call that was accepted, "key addr"
+	mu         sync.Mutex
+	keys       map[endpoints.ServiceKey]*fakeKey
+	answered   []string // every Answered call that was accepted, "key addr"
+	unfollowed map[endpoints.ServiceKey]int
 }
 
 type fakeKey struct {
@@ -120,6 +121,16 @@ func (f *fakeEndpoints) Withdraw(k endpoints.ServiceKey, ep endpoints.Endpoint) 
 	fk := f.key(k)
 	delete(fk.answered, ep.Addr())
 	f.republish(k, fk)
+}
+
+// Unfollow counts the calls, by key.
+func (f *fakeEndpoints) Unfollow(k endpoints.ServiceKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unfollowed == nil {
+		f.unfollowed = map[endpoints.ServiceKey]int{}
+	}
+	f.unfollowed[k]++
 }
 
 func (f *fakeEndpoints) Ready(k endpoints.ServiceKey) *endpoints.Set {

@@ -61,6 +61,11 @@ func (c *ColdStart) finish(readCtx context.Context, pods map[string]*corev1.Pod)
 	}
 	t.record(rec)
 	t.mu.Unlock()
+	if c.followed {
+		// Nothing follows the app's listing any more: its channels need not stay (a request held
+		// later, or the next cold start, asks for new ones).
+		t.prober.Unfollow(c.app.Target)
+	}
 	t.metrics.observe(rec)
 	held := rec.Steps[0].At
 	kv := []any{"app", rec.App, "outcome", rec.Outcome, "pod", rec.Pod, "probe", rec.Probe}

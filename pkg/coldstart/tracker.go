@@ -159,8 +159,20 @@ func (t *Tracker) Start(ctx context.Context) error {
 	<-ctx.Done()
 	t.mu.Lock()
 	t.stopped = true // no new run loop from now on
+	var parked []*ColdStart
+	for _, c := range t.active {
+		c.mu.Lock()
+		if c.unpark() {
+			parked = append(parked, c)
+		}
+		c.mu.Unlock()
+	}
 	t.mu.Unlock()
 	t.cancel()
+	for _, c := range parked { // recorded as they stand, as the run loops record theirs
+		c.finish(nil, nil)
+		t.wg.Done() // the stopped timer's
+	}
 	t.wg.Wait()
 	return nil
 }
@@ -207,25 +219,37 @@ func (t *Tracker) begin(app App, at time.Time, held bool) *ColdStart {
 		t.active[app.Key] = c
 		if t.prober != nil && !t.stopped {
 			c.followed = true
+			c.running = true
 			t.wg.Add(1)
-			go func() {
-				defer t.wg.Done()
-				c.run(t.ctx)
-			}()
+			go c.follow()
 		}
 	}
-	t.mu.Unlock()
 	c.mu.Lock()
 	if held {
 		c.holders++
 		c.everHeld = true
 	}
+	if c.followed && !c.running && !c.finished && !t.stopped {
+		// Parked (see ColdStart.park): follow the app again for the request held now.
+		if !c.unpark() {
+			t.wg.Add(1) // the timer had fired; lingered leaves a running cold start alone
+		}
+		c.running = true
+		go c.follow()
+	}
+	t.mu.Unlock()
 	if at.After(c.lastBegin) {
 		c.lastBegin = at
 	}
 	c.mu.Unlock()
 	c.poke()
 	return c
+}
+
+// follow runs the cold start's run loop; it holds a count in t.wg.
+func (c *ColdStart) follow() {
+	defer c.t.wg.Done()
+	c.run(c.t.ctx)
 }
 
 // Active returns the running cold start of app, nil when none.

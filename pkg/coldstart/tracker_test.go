@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -418,4 +419,102 @@ func TestFailingPodIsProbedLessOften(t *testing.T) {
 			t.Errorf("probes: %d in the first 5 s, %d in the next 20, %d in the next 35; want ~100, ~80, 35", first, next, last)
 		}
 	})
+}
+
+// A cold start whose held requests all went away while the app's slices list nothing waits for its
+// linger on a timer, not on a goroutine of its own: a burst of requests to 200 apps that stay at
+// zero leaves no goroutine per app behind its requests (each cost an 8 KiB stack for the whole
+// linger, and its g for the life of the process). Each is still recorded at the end of its linger,
+// with the steps the app's listing shows by then; a request held meanwhile follows the app again.
+func TestLingeringColdStartsCostNoGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil)
+		const n = 200
+		held := time.Now()
+		for i := range n {
+			cs := r.tr.Begin(app(fmt.Sprintf("idle-%d", i)), held)
+			cs.WakeSent(held, 1)
+		}
+		synctest.Wait()
+		if got := runLoops(); got != n {
+			t.Fatalf("%d run loops while %d apps have a held request, want one run loop each", got, n)
+		}
+		time.Sleep(200 * time.Millisecond) // the readiness timeout
+		for i := range n {
+			r.tr.Active(fmt.Sprintf("ns/idle-%d", i)).Released(true)
+		}
+		synctest.Wait()
+		if got := runLoops(); got != 0 {
+			t.Errorf("%d run loops left for %d lingering cold starts, want none", got, n)
+		}
+		if recs := r.records(); len(recs) != 0 {
+			t.Fatalf("%d cold starts recorded before their linger passed", len(recs))
+		}
+
+		// App 0's pod is listed while it lingers; app 1 gets a request again and is followed.
+		pod := appPod("ns", "idle-0-1", "198.18.3.1", time.Now())
+		r.pods.add(pod)
+		r.eps.list(app("idle-0").Target, nil, endpointOf(pod))
+		again := r.tr.Begin(app("idle-1"), time.Now())
+		pod1 := appPod("ns", "idle-1-1", "198.18.3.2", time.Now())
+		r.pods.add(pod1)
+		r.net.set("198.18.3.2:8000", "up")
+		r.eps.list(app("idle-1").Target, nil, endpointOf(pod1))
+		time.Sleep(time.Second)
+		if ready := r.eps.Ready(app("idle-1").Target); ready == nil || ready.Endpoints[0].Addr() != "198.18.3.2:8000" {
+			t.Fatalf("the app held again was not probed: ready %+v", ready)
+		}
+		again.Forwarded("198.18.3.2:8000", time.Now())
+
+		time.Sleep(Defaults.Linger)
+		synctest.Wait()
+		if recs := r.records(); len(recs) != n-1 {
+			t.Fatalf("%d records after the linger, want %d (all but the app forwarded to)", len(recs), n-1)
+		}
+		r.eps.list(app("idle-1").Target, []endpoints.Endpoint{endpointOf(pod1)}) // the kubelet confirms
+		synctest.Wait()
+		recs := r.records()
+		if len(recs) != n {
+			t.Fatalf("%d records after the linger, want %d", len(recs), n)
+		}
+		for _, rec := range recs {
+			steps := after(rec)
+			switch rec.App {
+			case "ns/idle-0":
+				if rec.Outcome != admin.OutcomeTimedOut || steps[admin.StepEndpointListed] != 200*time.Millisecond {
+					t.Errorf("record of the app listed while it lingered: %+v, want timed out with EndpointListed after 200ms", rec)
+				}
+			case "ns/idle-1":
+				if rec.Outcome != admin.OutcomeForwarded || rec.Pod != "idle-1-1" {
+					t.Errorf("record of the app held again: %+v, want forwarded to idle-1-1", rec)
+				}
+			default:
+				if rec.Outcome != admin.OutcomeTimedOut || len(rec.Steps) != 2 || steps[admin.StepWakeSent] != 0 {
+					t.Errorf("record %+v, want timed out with Held and WakeSent", rec)
+				}
+			}
+		}
+		if got := runLoops(); got != 0 {
+			t.Errorf("%d run loops left after every cold start ended", got)
+		}
+		r.eps.mu.Lock()
+		defer r.eps.mu.Unlock()
+		for i := range n {
+			if k := app(fmt.Sprintf("idle-%d", i)).Target; r.eps.unfollowed[k] != 1 {
+				t.Fatalf("%s unfollowed %d times once its cold start ended, want once", k, r.eps.unfollowed[k])
+			}
+		}
+	})
+}
+
+// runLoops counts the goroutines in a cold start's run loop.
+func runLoops() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "coldstart.(*ColdStart).run(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }

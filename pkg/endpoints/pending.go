@@ -38,6 +38,10 @@ type Prober interface {
 	Answered(k ServiceKey, ep Endpoint) bool
 	// Withdraw stops serving an answered endpoint.
 	Withdraw(k ServiceKey, ep Endpoint)
+	// Unfollow tells that the caller no longer follows k's listing. The channels k's snapshot got
+	// for waiters and followers are dropped (anyone still waiting on them wakes and looks again,
+	// which gives k new ones), so that a key waited for once does not keep them for good.
+	Unfollow(k ServiceKey)
 }
 
 var _ Prober = (*Cache)(nil)
@@ -101,4 +105,32 @@ func (c *Cache) Withdraw(k ServiceKey, ep Endpoint) {
 	if !st.removed {
 		ks.publish(st, st.listed, st.pending, c.now())
 	}
+}
+
+// Unfollow implements Prober: k's snapshot is replaced by one without channels, and its channels
+// are closed (a waiter or follower wakes, finds no channel and arms the key again). A key at zero
+// that had a request then costs no channel (two, 192 bytes) and, with nothing listed, no snapshot
+// of its own (112 bytes) until someone waits for it again.
+func (c *Cache) Unfollow(k ServiceKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ks, _ := c.keys.Load().Get(k)
+	if ks == nil {
+		return
+	}
+	old := ks.state.Load()
+	if old.removed || old.changed == nil {
+		return
+	}
+	next := unarmed
+	if old.set != nil || old.listed != nil || len(old.pending) > 0 {
+		cp := *old
+		cp.ready, cp.changed = nil, nil
+		next = &cp
+	}
+	ks.state.Store(next)
+	if old.set == nil {
+		close(old.ready)
+	}
+	close(old.changed)
 }

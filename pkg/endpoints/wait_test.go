@@ -3,6 +3,8 @@ package endpoints
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -263,6 +265,77 @@ func TestChannelsOnlyOnceWaitedFor(t *testing.T) {
 			}
 		default:
 			t.Fatal("the waiter of the key tracked again was not woken")
+		}
+	})
+}
+
+// A key waited for and followed once keeps its channels only until Unfollow: 10,000 keys at zero
+// that each had a held request and a cold start cost no channel and no snapshot of their own
+// afterwards. A waiter still waiting when Unfollow comes is woken when the key turns ready, and a
+// follower sees the change.
+func TestUnfollowDropsAKeysChannels(t *testing.T) {
+	c := newTestCache(t)
+	const n = 10000
+	keys := make([]ServiceKey, n)
+	for i := range keys {
+		keys[i] = ServiceKey{Namespace: "ns", Service: fmt.Sprintf("app-%d", i), PortName: "http"}
+	}
+	c.Track(keys)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	tracked := heapInUse()
+	for _, k := range keys {
+		if _, err := c.WaitReady(gone, k); err == nil { // a held request that timed out
+			t.Fatal("WaitReady returned without an endpoint")
+		}
+		_ = c.Listed(k) // its cold start followed it
+	}
+	armed := (int64(heapInUse()) - int64(tracked)) / n
+	for _, k := range keys {
+		c.Unfollow(k)
+	}
+	left := (int64(heapInUse()) - int64(tracked)) / n
+	runtime.KeepAlive(keys)
+	runtime.KeepAlive(c)
+	t.Logf("a key at zero waited for and followed: %d bytes more than tracked, %d after Unfollow", armed, left)
+	if armed < 250 || left > 16 {
+		t.Errorf("a key waited for costs %d bytes, %d after Unfollow; want its channels and snapshot (over 250) dropped (16 at most left)", armed, left)
+	}
+
+	synctest.Test(t, func(t *testing.T) {
+		c := newTestCache(t)
+		a := ServiceKey{Namespace: "ns", Service: "a"}
+		c.Track([]ServiceKey{a})
+		w := wait(t.Context(), c, a)
+		l := c.Listed(a)
+		synctest.Wait()
+		c.Unfollow(a)
+		synctest.Wait()
+		select {
+		case <-l.Changed:
+		default:
+			t.Fatal("a follower was not told of Unfollow")
+		}
+		l = c.Listed(a)
+		select {
+		case r := <-w:
+			t.Fatalf("the waiter returned at Unfollow: %+v, %v", r.set, r.err)
+		default:
+		}
+		publish(c, a, Endpoint{IP: "198.18.0.1", Port: 80})
+		synctest.Wait()
+		select {
+		case r := <-w:
+			if r.err != nil || r.set.Len() != 1 {
+				t.Fatalf("waiter got %+v, %v", r.set, r.err)
+			}
+		default:
+			t.Fatal("a waiter waiting across Unfollow was not woken by the ready endpoint")
+		}
+		select {
+		case <-l.Changed:
+		default:
+			t.Fatal("a follower that listed again after Unfollow was not told of the change")
 		}
 	})
 }

@@ -67,7 +67,7 @@ func (x *exchange) wokeUnheld(wakeAt time.Time, streams int) {
 	if t == nil {
 		return
 	}
-	if cs := t.Woken(x.app.coldApp, x.start); cs != nil && !wakeAt.IsZero() {
+	if cs := t.Woken(x.app.coldApp(), x.start); cs != nil && !wakeAt.IsZero() {
 		cs.WakeSent(wakeAt, streams)
 	}
 }

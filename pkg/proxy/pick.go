@@ -9,9 +9,10 @@ import (
 	"github.com/httpscale/httpscale/pkg/endpoints"
 )
 
-// candidate is an endpoint with its dial address computed once.
+// candidate is an endpoint with its dial address computed once. ep points into the Set's endpoints
+// (or the zone's subset of them), which the view keeps alive: an endpoint is not copied per view.
 type candidate struct {
-	ep   endpoints.Endpoint
+	ep   *endpoints.Endpoint
 	addr string
 }
 
@@ -30,7 +31,9 @@ type zoneView struct {
 type backend struct {
 	key      endpoints.ServiceKey
 	protocol string
-	// serviceAddr is host:port of the Service's cluster DNS name (used with ViaService).
+	// serviceAddr is the address forwarding through the Service dials (routing.Backend.Addr): set
+	// only where it may be dialled (ViaService, a fallback, a static route's Service), "" for the
+	// target of an app forwarded to its pods, which is only ever forwarded to a ready endpoint.
 	serviceAddr string
 
 	next atomic.Uint32
@@ -46,7 +49,8 @@ func (b *backend) candidates(set *endpoints.Set, zone string) *zoneView {
 		return v
 	}
 	v := &zoneView{set: set, zone: zone, all: make([]candidate, len(set.Endpoints))}
-	for i, ep := range set.Endpoints {
+	for i := range set.Endpoints {
+		ep := &set.Endpoints[i]
 		v.all[i] = candidate{ep: ep, addr: ep.Addr()}
 	}
 	local, _ := endpoints.Candidates(set, zone, zone != "")
@@ -54,7 +58,8 @@ func (b *backend) candidates(set *endpoints.Set, zone string) *zoneView {
 		v.cands = v.all
 	} else {
 		v.cands = make([]candidate, len(local))
-		for i, ep := range local {
+		for i := range local {
+			ep := &local[i]
 			v.cands[i] = candidate{ep: ep, addr: ep.Addr()}
 		}
 	}

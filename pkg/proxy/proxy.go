@@ -218,7 +218,7 @@ func (x *exchange) Wait(ctx context.Context) error {
 		return err
 	}
 	if t := p.opts.ColdStarts; t != nil {
-		x.cs = t.Begin(a.coldApp, x.start)
+		x.cs = t.Begin(a.coldApp(), x.start)
 		if !wakeAt.IsZero() {
 			x.cs.WakeSent(wakeAt, streams)
 		}
@@ -284,6 +284,9 @@ func (x *exchange) Pick(attempt int) (string, bool) {
 		return "", false
 	}
 	if x.direct() {
+		if b.serviceAddr == "" {
+			return "", false // the target of an app forwarded to its pods, without a ready endpoint
+		}
 		x.tried[attempt] = b.serviceAddr
 		return b.serviceAddr, attempt == 0
 	}

@@ -36,7 +36,18 @@ type app struct {
 	request        time.Duration
 	responseHeader time.Duration
 	queueLimit     int64
-	coldApp        coldstart.App // what the app's cold starts need to know
+}
+
+// coldApp returns what the app's cold starts need to know of it. Made per cold start rather than
+// kept with every app: most apps of a large fleet are never woken by this replica.
+func (a *app) coldApp() coldstart.App {
+	c := coldstart.App{Key: a.key, Target: a.target.key, Probe: a.entry.ColdStart.Probe, Hold: a.readiness}
+	if a.entry.ViaService {
+		// The Service's address reaches only the pods the kubelet found ready: a pod that answered
+		// a probe would not get the requests sent there.
+		c.NoProbe = "forwarding.viaService (the Service's address reaches only pods the kubelet found ready)"
+	}
+	return c
 }
 
 // current returns the routes of the table to serve with, building them when the table changed.
@@ -263,15 +274,9 @@ func (p *Proxy) newApp(e *routing.Entry, old *routes) *app {
 	if old != nil {
 		prev, _ = old.byKey.Get(key)
 	}
-	a.target = p.newBackend(e.Namespace, e.Target(), prev, func(o *app) *backend { return o.target })
-	a.coldApp = coldstart.App{Key: key, Target: a.target.key, Probe: e.ColdStart.Probe, Hold: a.readiness}
-	if e.ViaService {
-		// The Service's address reaches only the pods the kubelet found ready: a pod that answered
-		// a probe would not get the requests sent there.
-		a.coldApp.NoProbe = "forwarding.viaService (the Service's address reaches only pods the kubelet found ready)"
-	}
+	a.target = p.newBackend(e.Namespace, e.Target(), e.ViaService, prev, func(o *app) *backend { return o.target })
 	if fb := e.ColdStart.Fallback; fb != nil {
-		a.fallback = p.newBackend(e.Namespace, *fb, prev, func(o *app) *backend { return o.fallback })
+		a.fallback = p.newBackend(e.Namespace, *fb, true, prev, func(o *app) *backend { return o.fallback })
 	}
 	if e.Session != nil {
 		a.session = newSessionCookie(e)
@@ -285,19 +290,22 @@ func (p *Proxy) newApp(e *routing.Entry, old *routes) *app {
 				a.static = map[*routing.StaticRoute]*backend{}
 			}
 			// Forwarded to the Service's address: no endpoint state to carry over.
-			a.static[sr] = p.newBackend(e.Namespace, *sr.Backend, nil, nil)
+			a.static[sr] = p.newBackend(e.Namespace, *sr.Backend, true, nil, nil)
 		}
 	}
 	return a
 }
 
 // newBackend returns the backend state of b, reusing the previous table's (round-robin position and
-// endpoints marked bad) when it describes the same destination.
-func (p *Proxy) newBackend(ns string, b routing.Backend, prev *app, pick func(*app) *backend) *backend {
+// endpoints marked bad) when it describes the same destination. direct says whether requests may
+// be forwarded to the Service's address (backend.serviceAddr).
+func (p *Proxy) newBackend(ns string, b routing.Backend, direct bool, prev *app, pick func(*app) *backend) *backend {
 	nb := &backend{
-		key:         endpoints.ServiceKey{Namespace: ns, Service: b.Service, PortName: b.PortName},
-		protocol:    b.Protocol,
-		serviceAddr: b.Addr(ns, p.opts.ClusterDomain),
+		key:      endpoints.ServiceKey{Namespace: ns, Service: b.Service, PortName: b.PortName},
+		protocol: b.Protocol,
+	}
+	if direct {
+		nb.serviceAddr = b.Addr(ns, p.opts.ClusterDomain)
 	}
 	if prev != nil {
 		if ob := pick(prev); ob != nil && ob.key == nb.key && ob.protocol == nb.protocol && ob.serviceAddr == nb.serviceAddr {

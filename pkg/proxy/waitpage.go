@@ -29,7 +29,7 @@ func (x *exchange) WaitRequest(ctx context.Context, rq engine.Waiting) error {
 	a.series().coldStart()
 	wakeAt, streams := a.counts.Wake(x.p.opts.WakeEvery)
 	if t := x.p.opts.ColdStarts; t != nil {
-		if cs := t.Woken(a.coldApp, x.start); cs != nil && !wakeAt.IsZero() {
+		if cs := t.Woken(a.coldApp(), x.start); cs != nil && !wakeAt.IsZero() {
 			cs.WakeSent(wakeAt, streams)
 		}
 	}

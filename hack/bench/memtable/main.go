@@ -4,7 +4,9 @@
 // the interceptor binary against it, waits until the binary serves all N entries and its endpoint
 // watches are ready, and then reports the process's resident memory (VmRSS, VmHWM from
 // /proc/PID/status), the Go heap (from the admin port's /metrics) and saves a heap profile taken from
-// --pprof-bind-address.
+// --pprof-bind-address. It also reports the heap left by a collection forced after the reading (the
+// live heap, whenever the last collection before the reading ran) and the resident memory backed by
+// files (the binary's own pages).
 //
 // With -traffic every app also gets a ready endpoint of its own and one request through the
 // interceptor before the settle period (see traffic.go), and the scrape of the admin port's /metrics
@@ -124,7 +126,7 @@ func run() error {
 		}
 		defer stop()
 	}
-	fmt.Printf("%-7s %-4s %10s %10s %12s %12s %12s %12s %10s %12s %10s %10s\n", "apps", "run", "VmRSS_MiB", "VmHWM_MiB", "heapInuse_MiB", "heapAlloc_MiB", "heapGoal_MiB", "goroutines", "requests_s", "scrape_KiB", "series", "app_series")
+	fmt.Printf("%-7s %-4s %10s %10s %12s %12s %12s %12s %12s %12s %10s %12s %10s %10s\n", "apps", "run", "VmRSS_MiB", "VmHWM_MiB", "heapInuse_MiB", "heapAlloc_MiB", "heapGoal_MiB", "liveHeap_MiB", "RssFile_MiB", "goroutines", "requests_s", "scrape_KiB", "series", "app_series")
 	for _, n := range sizes {
 		version, err := writeTable(ctx, cs, n, *namespaces)
 		if err != nil {
@@ -144,7 +146,7 @@ func run() error {
 			if err != nil {
 				return fmt.Errorf("measuring %d apps: %w", n, err)
 			}
-			fmt.Printf("%-7d %-4d %10.1f %10.1f %12.1f %12.1f %12.1f %12.0f %10.1f %12.1f %10d %10d\n", n, r, m.rss, m.hwm, m.heapInuse, m.heapAlloc, m.heapGoal, m.goroutines,
+			fmt.Printf("%-7d %-4d %10.1f %10.1f %12.1f %12.1f %12.1f %12.1f %12.1f %12.0f %10.1f %12.1f %10d %10d\n", n, r, m.rss, m.hwm, m.heapInuse, m.heapAlloc, m.heapGoal, m.liveHeap, m.rssFile, m.goroutines,
 				m.requests.Seconds(), float64(m.scrapeBytes)/1024, m.series, m.appSeries)
 		}
 	}
@@ -211,6 +213,11 @@ func writeTable(ctx context.Context, cs kubernetes.Interface, n, k int) (string,
 
 type mem struct {
 	rss, hwm, heapInuse, heapAlloc, heapGoal, goroutines float64
+	// liveHeap is the heap allocated right after a forced collection (after everything else was
+	// read): what is live, whenever the last collection before the reading ran.
+	liveHeap float64
+	// rssFile is the resident memory backed by files: the binary's own pages.
+	rssFile float64
 	// With traffic: how long the requests to every app took, and the scrape of /metrics afterwards.
 	requests                       time.Duration
 	scrapeBytes, series, appSeries int
@@ -279,7 +286,7 @@ func measure(bin, kubeconfig, version string, n int, settle time.Duration, prof 
 		}
 	}
 	time.Sleep(settle)
-	if m.rss, m.hwm, err = procStatus(cmd.Process.Pid); err != nil {
+	if m.rss, m.hwm, m.rssFile, err = procStatus(cmd.Process.Pid); err != nil {
 		return m, err
 	}
 	metrics, err := getText("http://" + adminAddr + admin.PathMetrics)
@@ -297,8 +304,20 @@ func measure(bin, kubeconfig, version string, n int, settle time.Duration, prof 
 			return m, err
 		}
 	}
+	// After RSS and /metrics were read: a collection, then the heap it left (the text profile ends
+	// with runtime.MemStats read after it).
+	text, err := getText("http://" + pprofAddr + "/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		return m, err
+	}
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, "# HeapAlloc = "); ok {
+			b, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			m.liveHeap = b / (1 << 20)
+		}
+	}
 	if prof != "" {
-		data, err := getText("http://" + pprofAddr + "/debug/pprof/heap?gc=1") // after RSS and /metrics were read
+		data, err := getText("http://" + pprofAddr + "/debug/pprof/heap") // the collection above's profile
 		if err != nil {
 			return m, err
 		}
@@ -309,11 +328,11 @@ func measure(bin, kubeconfig, version string, n int, settle time.Duration, prof 
 	return m, nil
 }
 
-// procStatus returns VmRSS and VmHWM of pid in MiB.
-func procStatus(pid int) (rss, hwm float64, err error) {
+// procStatus returns VmRSS, VmHWM and RssFile of pid in MiB.
+func procStatus(pid int) (rss, hwm, file float64, err error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -328,9 +347,11 @@ func procStatus(pid int) (rss, hwm float64, err error) {
 			rss = kb / 1024
 		case "VmHWM:":
 			hwm = kb / 1024
+		case "RssFile:":
+			file = kb / 1024
 		}
 	}
-	return rss, hwm, sc.Err()
+	return rss, hwm, file, sc.Err()
 }
 
 func metric(text, name string) float64 {
