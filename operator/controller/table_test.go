@@ -666,22 +666,8 @@ func TestSeedKeepsDecisionsMadeBeforeIt(t *testing.T) {
 // back to the controller, or its status stays Pending (seen when the operator leader was killed in a
 // burst: 1 of 1,000 objects stayed Pending).
 func TestSeedHandsBackTheObjectsItRoutes(t *testing.T) {
-	scheme := fakeScheme(t)
 	ctx := context.Background()
-	obj := &v1.HTTPScaledObject{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "early", UID: "uid-early", Generation: 1}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj).Build()
-	prev := &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
-		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard()}
-	cd := cand("ns/early", "early.example.com", time.Hour)
-	cd.uid = "uid-early"
-	prev.Set("ns/early", &cd)
-	if err := prev.write(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	var notified []string
-	w := &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
-		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard(), Notify: func(keys []string) { notified = append(notified, keys...) }}
+	w, cd, notified := newLeaderAfterEarly(t)
 	gen := cd.entry.Generation
 	if _, _, routed := w.Written().Introduced("ns/early", gen); routed {
 		t.Fatal("the view before the seed routes ns/early; the test's premise is gone")
@@ -692,8 +678,8 @@ func TestSeedHandsBackTheObjectsItRoutes(t *testing.T) {
 	if _, _, routed := w.Written().Introduced("ns/early", gen); !routed {
 		t.Fatal("the view after the seed does not route ns/early")
 	}
-	if !slices.Contains(notified, "ns/early") {
-		t.Errorf("the seed notified %v, want ns/early: its status was computed before the view knew it", notified)
+	if !slices.Contains(*notified, "ns/early") {
+		t.Errorf("the seed notified %v, want ns/early: its status was computed before the view knew it", *notified)
 	}
 }
 
@@ -704,22 +690,8 @@ func TestSeedHandsBackTheObjectsItRoutes(t *testing.T) {
 // a burst' when the new leader lost its lease under load and the old one took over again: 8 of 1,000
 // objects stayed Pending for the 9 minutes until the next leader change.
 func TestSeedHandsBackTheObjectsDecidedBeforeIt(t *testing.T) {
-	scheme := fakeScheme(t)
 	ctx := context.Background()
-	obj := &v1.HTTPScaledObject{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "early", UID: "uid-early", Generation: 1}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj).Build()
-	prev := &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
-		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard()}
-	cd := cand("ns/early", "early.example.com", time.Hour)
-	cd.uid = "uid-early"
-	prev.Set("ns/early", &cd)
-	if err := prev.write(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	var notified []string
-	w := &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
-		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard(), Notify: func(keys []string) { notified = append(notified, keys...) }}
+	w, cd, notified := newLeaderAfterEarly(t)
 	gen := cd.entry.Generation
 	again := cd // the new leader's routing controller decides the same from the same object
 	w.Set("ns/early", &again)
@@ -735,9 +707,30 @@ func TestSeedHandsBackTheObjectsDecidedBeforeIt(t *testing.T) {
 	if _, _, routed := w.Written().Introduced("ns/early", gen); !routed {
 		t.Fatal("the view after the seed and a write does not route ns/early")
 	}
-	if !slices.Contains(notified, "ns/early") {
-		t.Errorf("the seed and the write after it notified %v, want ns/early: its status was computed before the view knew it", notified)
+	if !slices.Contains(*notified, "ns/early") {
+		t.Errorf("the seed and the write after it notified %v, want ns/early: its status was computed before the view knew it", *notified)
 	}
+}
+
+// newLeaderAfterEarly stores a routing table that routes ns/early (as a former leader wrote it) and
+// returns a new leader's writer whose view is still empty, the candidate that table routes, and the
+// keys the writer notifies.
+func newLeaderAfterEarly(t *testing.T) (*TableWriter, candidate, *[]string) {
+	t.Helper()
+	obj := &v1.HTTPScaledObject{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "early", UID: "uid-early", Generation: 1}}
+	c := fake.NewClientBuilder().WithScheme(fakeScheme(t)).WithObjects(obj).Build()
+	prev := &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
+		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard()}
+	cd := cand("ns/early", "early.example.com", time.Hour)
+	cd.uid = "uid-early"
+	prev.Set("ns/early", &cd)
+	if err := prev.write(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	notified := new([]string)
+	w := &TableWriter{Client: c, Reader: c, Namespace: "httpscale-system", Base: routing.DefaultBaseName,
+		MaxShardBytes: routing.DefaultMaxShardBytes, Log: logr.Discard(), Notify: func(keys []string) { *notified = append(*notified, keys...) }}
+	return w, cd, notified
 }
 
 // fakeScheme is the scheme of the fake clients of the writer's tests: client-go's types and ours.
