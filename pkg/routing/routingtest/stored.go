@@ -31,6 +31,9 @@ func (s *Stored) Put(e routing.Entry) error {
 	return nil
 }
 
+// Grow spreads the entries over at least n buckets (see routing.Encoder.Grow).
+func (s *Stored) Grow(n int) { s.enc.Grow(n) }
+
 // Remove removes the entry with key "namespace/name".
 func (s *Stored) Remove(key string) { s.enc.Put(key, nil) }
 
