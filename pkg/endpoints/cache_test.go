@@ -21,6 +21,7 @@ import (
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/routing"
 	"github.com/httpscale/httpscale/pkg/routing/routingtest"
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 var _ = Describe("Cache", func() {
@@ -171,7 +172,7 @@ var _ = Describe("Cache", func() {
 		for _, k := range keys {
 			Eventually(c.Ready).WithArguments(k).WithTimeout(30 * time.Second).ShouldNot(BeNil())
 		}
-		before := endpoints.HeapInUse()
+		before := testenv.HeapInUse()
 
 		// 10,000 slices of 10,000 other Services: half beside the routed ones, half elsewhere.
 		const noise = 10000
@@ -206,7 +207,7 @@ var _ = Describe("Cache", func() {
 		Expect(c.CachedSlices()).To(Equal(3))
 		Expect(metricValue(reg, endpoints.MetricCachedSlices)).To(Equal(3.0))
 		Expect(metricValue(reg, endpoints.MetricWatches)).To(Equal(1.0))
-		filtered := int64(endpoints.HeapInUse()) - int64(before)
+		filtered := int64(testenv.HeapInUse()) - int64(before)
 
 		// For scale: what an informer on every EndpointSlice of the cluster holds.
 		informerCtx, stop := context.WithCancel(ctx)
@@ -214,7 +215,7 @@ var _ = Describe("Cache", func() {
 		go all.RunWithContext(informerCtx)
 		Expect(cache.WaitForCacheSync(informerCtx.Done(), all.HasSynced)).To(BeTrue())
 		unfilteredCount := len(all.GetStore().ListKeys())
-		unfiltered := int64(endpoints.HeapInUse()) - int64(before)
+		unfiltered := int64(testenv.HeapInUse()) - int64(before)
 		stop()
 
 		report := fmt.Sprintf("heap growth with %d unrelated EndpointSlices: endpoint cache %+d KiB (%d slices held); "+
@@ -236,13 +237,13 @@ var _ = Describe("Cache", func() {
 		c, reg := startCache(endpoints.CacheOptions{})
 		c.Track(nil)
 		Eventually(c.Synced, 30*time.Second).Should(BeTrue())
-		heapBefore, goroutinesBefore := endpoints.HeapInUse(), runtime.NumGoroutine()
+		heapBefore, goroutinesBefore := testenv.HeapInUse(), runtime.NumGoroutine()
 		c.Track(keys)
 		for _, k := range keys {
 			Eventually(c.Ready).WithArguments(k).WithTimeout(30 * time.Second).ShouldNot(BeNil())
 		}
 		Expect(metricValue(reg, endpoints.MetricWatches)).To(Equal(float64(namespaces)))
-		heapPer := (int64(endpoints.HeapInUse()) - int64(heapBefore)) / namespaces
+		heapPer := (int64(testenv.HeapInUse()) - int64(heapBefore)) / namespaces
 		goroutinesPer := float64(runtime.NumGoroutine()-goroutinesBefore) / namespaces
 		report := fmt.Sprintf("%d namespaces with one routed Service each: %d watches, %.1f goroutines and %d KiB heap per watch",
 			namespaces, namespaces, goroutinesPer, heapPer/1024)

@@ -5,20 +5,12 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/httpscale/httpscale/pkg/testenv"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
-
-// heapInUse is the heap in use after a full collection (HeapInUse for the external tests).
-func heapInUse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
 
 // decodedSlice is app i's slice as hack/bench/memtable -traffic creates it, decoded from protobuf as
 // a watch delivers it.
@@ -47,22 +39,22 @@ func decodedSlice(i int) *discoveryv1.EndpointSlice {
 // what a client-go Indexer with a Service index held of the same slice trimmed (the store before).
 func TestSliceStoreMemory(t *testing.T) {
 	const n = 10000
-	base := heapInUse()
+	base := testenv.HeapInUse()
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{"service": func(obj any) ([]string, error) {
 		return []string{obj.(*discoveryv1.EndpointSlice).Labels[discoveryv1.LabelServiceName]}, nil
 	}})
 	for i := range n {
 		_ = idx.Add(trimmedOld(decodedSlice(i)))
 	}
-	old := int64(heapInUse()) - int64(base)
+	old := int64(testenv.HeapInUse()) - int64(base)
 	runtime.KeepAlive(idx)
 	idx = nil
-	base = heapInUse()
+	base = testenv.HeapInUse()
 	st := newSliceStore(func([]string) {}, func() {})
 	for i := range n {
 		_ = st.Add(decodedSlice(i))
 	}
-	nw := int64(heapInUse()) - int64(base)
+	nw := int64(testenv.HeapInUse()) - int64(base)
 	t.Logf("heap per slice: %d bytes in the store, %d trimmed in an Indexer", nw/n, old/n)
 	if nw/n > 512 {
 		t.Errorf("the store holds %d bytes per slice, want at most 512 (an Indexer held %d)", nw/n, old/n)

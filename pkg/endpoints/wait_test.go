@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/httpscale/httpscale/pkg/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -283,18 +284,18 @@ func TestUnfollowDropsAKeysChannels(t *testing.T) {
 	c.Track(keys)
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	tracked := heapInUse()
+	tracked := testenv.HeapInUse()
 	for _, k := range keys {
 		if _, err := c.WaitReady(gone, k); err == nil { // a held request that timed out
 			t.Fatal("WaitReady returned without an endpoint")
 		}
 		_ = c.Listed(k) // its cold start followed it
 	}
-	armed := (int64(heapInUse()) - int64(tracked)) / n
+	armed := (int64(testenv.HeapInUse()) - int64(tracked)) / n
 	for _, k := range keys {
 		c.Unfollow(k)
 	}
-	left := (int64(heapInUse()) - int64(tracked)) / n
+	left := (int64(testenv.HeapInUse()) - int64(tracked)) / n
 	runtime.KeepAlive(keys)
 	runtime.KeepAlive(c)
 	t.Logf("a key at zero waited for and followed: %d bytes more than tracked, %d after Unfollow", armed, left)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/httpscale/httpscale/pkg/endpoints"
 	"github.com/httpscale/httpscale/pkg/routing"
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // mapSource is an endpoints.Source of fixed Sets.
@@ -22,14 +23,6 @@ func (m mapSource) WaitReady(ctx context.Context, k endpoints.ServiceKey) (*endp
 	}
 	<-ctx.Done()
 	return nil, ctx.Err()
-}
-
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
 
 // TestPerAppMemory: the proxy's state for an app that has had a request and has a ready endpoint of
@@ -52,7 +45,7 @@ func TestPerAppMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := liveHeap()
+	before := testenv.HeapInUse()
 	p, err := New(Options{Tables: TableFunc(func() *routing.Table { return tb }), Endpoints: src, Log: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)
@@ -73,11 +66,11 @@ func TestPerAppMemory(t *testing.T) {
 		x.End()
 	}
 	request(0) // builds the routes: every app's state, its backend and counters
-	routed := liveHeap()
+	routed := testenv.HeapInUse()
 	for i := 1; i < n; i++ {
 		request(i)
 	}
-	after := liveHeap()
+	after := testenv.HeapInUse()
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(tb)
 	perRoute := (int64(routed) - int64(before)) / n

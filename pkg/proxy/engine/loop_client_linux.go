@@ -266,9 +266,7 @@ func (l *evLoop) growIn(c *evClient) growth {
 	if !ok {
 		return headNoRoom
 	}
-	if cap(c.in) == evClientBuffer && len(l.free.bufs) < 256 {
-		l.free.bufs = append(l.free.bufs, c.in[:0])
-	}
+	l.free.putBuf(c.in)
 	c.in = in
 	return grown
 }

@@ -37,13 +37,18 @@ func (f *loopFree) buf() []byte {
 	return make([]byte, 0, evClientBuffer)
 }
 
+// putBuf keeps a request buffer of the usual size for the next client (up to 256 of them).
+func (f *loopFree) putBuf(b []byte) {
+	if len(f.bufs) < 256 && cap(b) == evClientBuffer {
+		f.bufs = append(f.bufs, b[:0])
+	}
+}
+
 // releaseIn gives c's request buffer back when it is empty (one grown for a large head is left to
 // the collector); a large output buffer goes too.
 func (f *loopFree) releaseIn(c *evClient) {
 	if c.in != nil && len(c.in) == 0 {
-		if len(f.bufs) < 256 && cap(c.in) == evClientBuffer {
-			f.bufs = append(f.bufs, c.in)
-		}
+		f.putBuf(c.in)
 		f.dropGrown(c.in)
 		c.in, c.scan = nil, 0
 	}

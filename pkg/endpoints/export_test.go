@@ -1,4 +1,0 @@
-package endpoints
-
-// HeapInUse is heapInUse, for the tests of package endpoints_test.
-var HeapInUse = heapInUse
