@@ -172,15 +172,23 @@ func TestGRPCServesCountsSummedOverRealInterceptors(t *testing.T) {
 // the default flags: a replica that stops answering keeps its last counts, marked stale, for the
 // 15s grace from its last good answer and not a poll longer, the other replica is still polled
 // meanwhile, KEDA's reads never wait on the hung one, and it counts again once it answers.
+// startCountingPair starts two virtual replicas counting 4 and 1 requests of ns/app, and checks
+// that one interval later the metric sums them.
+func startCountingPair(t *testing.T) *vharness {
+	t.Helper()
+	h := startVirtual(t, virtualOptions{replicas: 2})
+	h.ics[0].Counts().Set("ns/app", 4, 0)
+	h.ics[1].Counts().Set("ns/app", 1, 0)
+	after(vInterval)
+	if got := h.metric(appMD, trigger.MetricConcurrency); got != 5 {
+		t.Fatalf("concurrency %v one interval after the counts were set, want 5 from both replicas", got)
+	}
+	return h
+}
+
 func TestHungReplicaKeepsItsLastCountsForTheGracePeriodWithoutBlockingReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := startVirtual(t, virtualOptions{replicas: 2})
-		h.ics[0].Counts().Set("ns/app", 4, 0)
-		h.ics[1].Counts().Set("ns/app", 1, 0)
-		after(vInterval)
-		if got := h.metric(appMD, trigger.MetricConcurrency); got != 5 {
-			t.Fatalf("concurrency %v one interval after the counts were set, want 5 from both replicas", got)
-		}
+		h := startCountingPair(t)
 
 		h.ics[0].Hang() // its last good answer was at most one interval ago
 		h.ics[1].Counts().Set("ns/app", 2, 0)
@@ -248,13 +256,7 @@ func TestRestartedReplicaCountsFromZeroWithoutSpikeOrDrop(t *testing.T) {
 
 func TestReplicaLeavingDiscoveryIsDroppedAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := startVirtual(t, virtualOptions{replicas: 2})
-		h.ics[0].Counts().Set("ns/app", 4, 0)
-		h.ics[1].Counts().Set("ns/app", 1, 0)
-		after(vInterval)
-		if got := h.metric(appMD, trigger.MetricConcurrency); got != 5 {
-			t.Fatalf("concurrency %v, want 5 from both replicas", got)
-		}
+		h := startCountingPair(t)
 		rest := (*h.reps.Load())[1:]
 		h.reps.Store(&rest)
 		after(vInterval) // the next cycle's discovery, not the grace
