@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/httpscale/httpscale/pkg/proxy/proxytest"
+	"github.com/httpscale/httpscale/pkg/testenv"
 )
 
 // Tests of what a hostile upstream cannot do through the proxy: bytes it sends after a complete
@@ -338,4 +339,31 @@ func TestHeadsEndingInBareLFAreReadAtOnce(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A large head that a client trickles stays on the loops (it has no bare LF) and is cut off once the
+// header timeout passed since its first byte, although it keeps growing and sits in the loops' line
+// for large heads in between.
+func TestHeaderTimeoutBoundsATrickledLargeHeadOnTheLoops(t *testing.T) {
+	const timeout = time.Second
+	h := newHarness(t, []route{entry("app", "app.example.com", "app")}, func(_ *Options, s *Server) {
+		s.FastHTTP1, s.EventLoops, s.ReadHeaderTimeout = true, 1, timeout
+	})
+	c := dialRaw(t, h)
+	start := time.Now()
+	if _, err := io.WriteString(c.Conn(), "GET / HTTP/1.1\r\nhost: app.example.com\r\nX-Pad: "+strings.Repeat("a", 5000)); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		time.Sleep(timeout * 3 / 10)
+		if _, err := io.WriteString(c.Conn(), strings.Repeat("b", 3000)); err != nil {
+			break // closed already
+		}
+	}
+	got, _ := io.ReadAll(c.Conn()) // until the proxy closes the connection
+	if took := time.Since(start); took > timeout*25/10 || len(got) > 0 {
+		t.Errorf("the connection was closed %v after the first byte with %q, want about %v and nothing", took.Round(time.Millisecond), got, timeout)
+	}
+	// The loop uncounts the buffer right after it closes the socket.
+	testenv.Eventually(t, 5*time.Second, "the cut-off head's buffer uncounted", func() bool { n, _ := h.srv.ArrivingHeads(); return n == 0 })
 }
